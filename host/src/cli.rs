@@ -1,0 +1,81 @@
+//! The `weir` command line.
+
+use crate::pipeline::{Overrides, PipelineSpec};
+use crate::run::{run, RunOptions};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "weir", version, about = "A stream processor whose process functions are wasm components")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs a pipeline until its inputs end.
+    Run {
+        /// The pipeline file (TOML; see docs/pipeline.md).
+        pipeline: PathBuf,
+        /// Reads source NAME from PATH instead (`-` for stdin).
+        #[arg(long = "input", value_name = "NAME=PATH", value_parser = key_value)]
+        inputs: Vec<(String, String)>,
+        /// Writes output NAME to PATH instead (`-` for stdout).
+        #[arg(long = "output", value_name = "NAME=PATH", value_parser = key_value)]
+        outputs: Vec<(String, String)>,
+        /// Sets UDF config KEY to VALUE.
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+        config: Vec<(String, String)>,
+        /// Runs another UDF component.
+        #[arg(long, value_name = "PATH")]
+        udf: Option<PathBuf>,
+        /// Writes dead letters to PATH (default: next to the pipeline file).
+        #[arg(long, value_name = "PATH")]
+        dead_letter: Option<PathBuf>,
+        /// Prints no summary at the end.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+}
+
+fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected NAME=VALUE, got {text:?}")),
+    }
+}
+
+pub fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { pipeline, inputs, outputs, config, udf, dead_letter, quiet } => {
+            let overrides = Overrides { inputs, outputs, config, udf, dead_letter };
+            let spec = match PipelineSpec::load(&pipeline, &overrides) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            match run(&spec, &RunOptions { progress: !quiet }) {
+                Ok(report) => {
+                    if !quiet {
+                        eprintln!("{}", report.summary());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(failure) => {
+                    eprintln!("error: {failure}");
+                    if let Some(report) = failure.report {
+                        eprintln!("{}", report.summary());
+                    }
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

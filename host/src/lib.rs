@@ -1,0 +1,30 @@
+//! # Weir host
+//!
+//! The host engine owns everything stateful and timed; user functions are sandboxed
+//! wasm components called once per element and once per timer, like Flink's
+//! `KeyedProcessFunction`. Records flow through the modules in this order:
+//!
+//! ```text
+//! source ──▶ time (event time, watermarks) ──▶ operator (keyed) ──▶ runtime (UDF) ──▶ sink
+//!  │                                              │  ▲
+//!  └─ decode: key + timestamp, or dead letter     └──┴─ state (keyed, host-owned) + timers
+//! ```
+//!
+//! - [`pipeline`]: the pipeline file and command-line overrides.
+//! - [`source`]: JSON-lines files and stdin; key and timestamp extraction.
+//! - [`time`]: timestamp formats, watermarks, the timer service and timing wheel.
+//! - [`state`]: host-owned keyed state.
+//! - [`operator`]: the keyed operator that drives elements, watermarks and timers.
+//! - [`runtime`]: the process-function interface and its wasm implementation.
+//! - [`sink`]: JSON-lines outputs and the dead-letter output.
+//! - [`run`]: wiring a pipeline file into a running pipeline, with its run report.
+
+pub mod cli;
+pub mod operator;
+pub mod pipeline;
+pub mod run;
+pub mod runtime;
+pub mod sink;
+pub mod source;
+pub mod state;
+pub mod time;

@@ -1,0 +1,218 @@
+//! The keyed operator: Flink's `KeyedProcessOperator`, driving one process function.
+//!
+//! For every element it scopes the host services to the element's key, calls the UDF,
+//! routes what it emitted to the sinks, then moves the watermark; whenever the watermark
+//! advances, every event-time timer at or before it fires in timestamp order (including
+//! timers registered while firing). Processing-time timers fire from the wall clock,
+//! between elements and while the input is idle. Elements and timers run one at a time,
+//! so a key never sees two calls at once.
+
+use crate::runtime::{CallError, ElementRef, FiredTimer, HostServices, InitInfo, ProcessFunction};
+use crate::sink::{OutputRecord, Sink};
+use crate::state::KeyId;
+use crate::time::timers::TimeDomain;
+use crate::time::watermark::{BoundedOutOfOrderness, PipelineWatermark};
+use crate::time::{Timestamp, END_OF_TIME};
+use std::fmt;
+
+/// What the operator was doing when a UDF call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Activity {
+    Init,
+    Element,
+    Timer { domain: TimeDomain, timestamp: Timestamp, key: String },
+}
+
+#[derive(Debug)]
+pub enum OperatorError {
+    /// A UDF call failed.
+    Udf { activity: Activity, error: CallError },
+    /// The UDF declared outputs that have no sink.
+    Unrouted(Vec<String>),
+    /// A sink failed.
+    Sink { output: String, error: anyhow::Error },
+}
+
+impl fmt::Display for OperatorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OperatorError::Udf { error, .. } => write!(f, "{error}"),
+            OperatorError::Unrouted(outputs) => {
+                write!(f, "the UDF declares outputs with no sink in the pipeline file: {}", outputs.join(", "))
+            }
+            OperatorError::Sink { output, error } => write!(f, "output {output:?}: {error:#}"),
+        }
+    }
+}
+
+impl std::error::Error for OperatorError {}
+
+/// Counters of one run.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorCounters {
+    pub elements: u64,
+    pub late: u64,
+    pub event_timers: u64,
+    pub processing_timers: u64,
+    pub emitted: Vec<u64>,
+}
+
+pub struct KeyedOperator {
+    function: Box<dyn ProcessFunction>,
+    host: HostServices,
+    watermark: PipelineWatermark,
+    sinks: Vec<Box<dyn Sink>>,
+    counters: OperatorCounters,
+}
+
+impl KeyedOperator {
+    /// An operator over `function` whose sources hold back the watermark by their
+    /// out-of-orderness (one entry per source).
+    pub fn new(function: Box<dyn ProcessFunction>, out_of_orderness_ms: &[i64], now: Timestamp) -> Self {
+        let sources = out_of_orderness_ms.iter().map(|&ms| BoundedOutOfOrderness::new(ms)).collect();
+        Self {
+            function,
+            host: HostServices::new(now),
+            watermark: PipelineWatermark::new(sources),
+            sinks: Vec::new(),
+            counters: OperatorCounters::default(),
+        }
+    }
+
+    pub fn function_name(&self) -> &str {
+        self.function.name()
+    }
+
+    /// Initialises the UDF; returns the outputs it declared, in id order.
+    pub fn init(&mut self, info: &InitInfo) -> Result<Vec<String>, OperatorError> {
+        self.function
+            .init(&mut self.host, info)
+            .map_err(|error| OperatorError::Udf { activity: Activity::Init, error })?;
+        Ok(self.host.outputs.clone())
+    }
+
+    /// Routes each declared output to its sink (`sinks[i]` takes output id `i`).
+    pub fn bind_sinks(&mut self, sinks: Vec<Box<dyn Sink>>) {
+        self.counters.emitted = vec![0; sinks.len()];
+        self.sinks = sinks;
+    }
+
+    pub fn watermark(&self) -> Timestamp {
+        self.watermark.current()
+    }
+
+    pub fn counters(&self) -> &OperatorCounters {
+        &self.counters
+    }
+
+    pub fn host(&self) -> &HostServices {
+        &self.host
+    }
+
+    /// Processes one element of source `source`, then advances the watermark and fires
+    /// the timers that became due.
+    pub fn process_element(&mut self, source: usize, element: ElementRef<'_>) -> Result<(), OperatorError> {
+        if element.timestamp <= self.watermark.current() {
+            self.counters.late += 1;
+        }
+        let key = self.host.keys.intern(element.key);
+        self.host.enter(key, element.timestamp);
+        let result = self.function.process_element(&mut self.host, element);
+        self.host.leave();
+        self.flush_emitted(result.map_err(|error| OperatorError::Udf { activity: Activity::Element, error }))?;
+        self.counters.elements += 1;
+        if let Some(watermark) = self.watermark.observe(source, element.timestamp) {
+            self.fire_event_timers(watermark)?;
+        }
+        Ok(())
+    }
+
+    /// Marks a source as ended; the watermark may advance (to the end of time once all end).
+    pub fn end_source(&mut self, source: usize) -> Result<(), OperatorError> {
+        if let Some(watermark) = self.watermark.end(source) {
+            self.fire_event_timers(watermark)?;
+        }
+        Ok(())
+    }
+
+    /// Fires processing-time timers due at `now`.
+    pub fn fire_processing_timers(&mut self, now: Timestamp) -> Result<(), OperatorError> {
+        while let Some((at, key)) = self.host.timers.pop_processing_due(now) {
+            self.fire(TimeDomain::ProcessingTime, at, key)?;
+        }
+        Ok(())
+    }
+
+    /// At end of input: fires every remaining processing-time timer in timestamp order,
+    /// so no aggregate waiting on one is lost.
+    pub fn finish(&mut self) -> Result<(), OperatorError> {
+        debug_assert_eq!(self.watermark.current(), END_OF_TIME);
+        while let Some((at, key)) = self.host.timers.pop_any_processing() {
+            self.fire(TimeDomain::ProcessingTime, at, key)?;
+        }
+        for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
+            sink.flush().map_err(|error| OperatorError::Sink { output: name.clone(), error })?;
+        }
+        Ok(())
+    }
+
+    /// When the next processing-time timer is due, if any.
+    pub fn next_processing_due(&self) -> Option<Timestamp> {
+        self.host.timers.next_processing_due()
+    }
+
+    pub fn has_processing_timers(&self) -> bool {
+        self.host.timers.pending(TimeDomain::ProcessingTime) > 0
+    }
+
+    fn fire_event_timers(&mut self, watermark: Timestamp) -> Result<(), OperatorError> {
+        self.host.watermark = watermark;
+        while let Some((at, key)) = self.host.timers.pop_event_due(watermark) {
+            self.fire(TimeDomain::EventTime, at, key)?;
+        }
+        Ok(())
+    }
+
+    fn fire(&mut self, domain: TimeDomain, at: Timestamp, key: KeyId) -> Result<(), OperatorError> {
+        self.host.keys.timer_removed(key);
+        match domain {
+            TimeDomain::EventTime => self.counters.event_timers += 1,
+            TimeDomain::ProcessingTime => self.counters.processing_timers += 1,
+        }
+        self.host.enter(key, at);
+        // The key's bytes are needed by the UDF while the table may change; copy them.
+        let key_bytes = crate::state::Key::from_slice(self.host.keys.entry(key).key());
+        let timer = FiredTimer { domain, timestamp: at, key: &key_bytes };
+        let result = self.function.on_timer(&mut self.host, timer);
+        self.host.leave();
+        self.flush_emitted(result.map_err(|error| OperatorError::Udf {
+            activity: Activity::Timer {
+                domain,
+                timestamp: at,
+                key: String::from_utf8_lossy(&key_bytes).into_owned(),
+            },
+            error,
+        }))
+    }
+
+    /// Sends what the last call emitted to the sinks, unless the call failed: a failed
+    /// call's records are dropped with it, so nothing of it is reported as processed.
+    fn flush_emitted(&mut self, result: Result<(), OperatorError>) -> Result<(), OperatorError> {
+        if let Err(error) = result {
+            self.host.emitted.clear();
+            return Err(error);
+        }
+        let mut emitted = std::mem::take(&mut self.host.emitted);
+        for record in emitted.drain(..) {
+            let output = record.output as usize;
+            let sink = &mut self.sinks[output];
+            let out = OutputRecord { key: record.key.as_deref(), value: &record.value, timestamp: record.timestamp };
+            sink.write(&out)
+                .map_err(|error| OperatorError::Sink { output: self.host.outputs[output].clone(), error })?;
+            self.counters.emitted[output] += 1;
+        }
+        // Keep the buffer's capacity for the next call.
+        self.host.emitted = emitted;
+        Ok(())
+    }
+}

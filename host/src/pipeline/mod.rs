@@ -1,0 +1,445 @@
+//! Pipeline files: what to read, which UDF runs, where outputs go.
+//!
+//! A pipeline is a TOML file (documented in `docs/pipeline.md`). [`PipelineFile`] is its
+//! literal shape, checked by serde so that a misspelt field is an error naming it;
+//! [`PipelineSpec::load`] resolves paths relative to the file, parses durations and
+//! sizes, and applies the command line's [`Overrides`].
+
+use crate::time::format::TimestampFormat;
+use crate::time::parse_duration_ms;
+use anyhow::{bail, Context as _};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The TOML file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineFile {
+    pub name: Option<String>,
+    #[serde(default, rename = "source")]
+    pub sources: Vec<SourceEntry>,
+    pub udf: UdfEntry,
+    #[serde(default, rename = "sink")]
+    pub sinks: Vec<SinkEntry>,
+    pub dead_letter: Option<DeadLetterEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceEntry {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: SourceKind,
+    pub path: Option<String>,
+    /// The UDF input this source feeds; defaults to the source's name.
+    pub input: Option<String>,
+    pub key: String,
+    pub timestamp: String,
+    pub timestamp_format: TimestampFormat,
+    pub out_of_orderness: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    File,
+    Stdin,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UdfEntry {
+    pub path: String,
+    pub name: Option<String>,
+    pub memory_limit: Option<String>,
+    pub call_timeout: Option<String>,
+    #[serde(default)]
+    pub config: BTreeMap<String, toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkEntry {
+    pub output: String,
+    #[serde(rename = "type")]
+    pub kind: SinkKind,
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SinkKind {
+    File,
+    Stdout,
+    Discard,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterEntry {
+    pub path: String,
+}
+
+/// Command-line changes to a pipeline, so one file runs on any inputs.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--input NAME=PATH`: read source NAME from PATH (`-` for stdin).
+    pub inputs: Vec<(String, String)>,
+    /// `--output NAME=PATH`: write output NAME to PATH (`-` for stdout).
+    pub outputs: Vec<(String, String)>,
+    /// `--config KEY=VALUE`: UDF config.
+    pub config: Vec<(String, String)>,
+    /// `--udf PATH`: another component.
+    pub udf: Option<PathBuf>,
+    /// `--dead-letter PATH`.
+    pub dead_letter: Option<PathBuf>,
+}
+
+/// Where a source reads from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceLocation {
+    File(PathBuf),
+    Stdin,
+}
+
+#[derive(Debug, Clone)]
+pub struct SourceSpec {
+    pub name: String,
+    pub input: String,
+    pub location: SourceLocation,
+    pub key: String,
+    pub timestamp: String,
+    pub timestamp_format: TimestampFormat,
+    pub out_of_orderness_ms: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct UdfSpec {
+    pub name: String,
+    pub path: PathBuf,
+    /// Key/value config, pipeline file first, overrides applied.
+    pub config: Vec<(String, String)>,
+    pub memory_limit_bytes: usize,
+    pub call_timeout: Duration,
+}
+
+/// Where an output's records go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkTarget {
+    File(PathBuf),
+    Stdout,
+    Discard,
+}
+
+#[derive(Debug, Clone)]
+pub struct SinkSpec {
+    pub output: String,
+    pub target: SinkTarget,
+}
+
+/// A resolved pipeline, ready to run.
+#[derive(Debug, Clone)]
+pub struct PipelineSpec {
+    pub name: String,
+    pub sources: Vec<SourceSpec>,
+    pub udf: UdfSpec,
+    pub sinks: Vec<SinkSpec>,
+    pub dead_letter: PathBuf,
+}
+
+/// The default memory cap of one UDF instance.
+pub const DEFAULT_MEMORY_LIMIT: usize = 64 << 20;
+/// The default deadline of one UDF call.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl PipelineSpec {
+    /// Reads, checks and resolves a pipeline file.
+    pub fn load(path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+        Self::parse(&text, path, overrides).with_context(|| format!("pipeline file {}", path.display()))
+    }
+
+    /// Checks and resolves pipeline text; relative paths are relative to `path`'s folder.
+    pub fn parse(text: &str, path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
+        let file: PipelineFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: &str| base.join(p);
+
+        let mut sources = Vec::new();
+        for (i, entry) in file.sources.into_iter().enumerate() {
+            let context = || format!("[[source]] #{} ({:?})", i + 1, entry.name);
+            sources.push(resolve_source(&entry, &resolve).with_context(context)?);
+        }
+        if sources.is_empty() {
+            bail!("no [[source]]: a pipeline needs at least one");
+        }
+        for (i, s) in sources.iter().enumerate() {
+            if sources[..i].iter().any(|t| t.name == s.name) {
+                bail!("two sources are named {:?}", s.name);
+            }
+        }
+
+        let udf = resolve_udf(&file.udf, &resolve, path).context("[udf]")?;
+
+        let mut sinks = Vec::new();
+        for (i, entry) in file.sinks.into_iter().enumerate() {
+            let target = sink_target(entry.kind, entry.path.as_deref(), &resolve)
+                .with_context(|| format!("[[sink]] #{} (output {:?})", i + 1, entry.output))?;
+            if sinks.iter().any(|s: &SinkSpec| s.output == entry.output) {
+                bail!("two sinks for output {:?}", entry.output);
+            }
+            sinks.push(SinkSpec { output: entry.output, target });
+        }
+
+        let dead_letter = match file.dead_letter {
+            Some(entry) => resolve(&entry.path),
+            None => path.with_extension("dead-letter.jsonl"),
+        };
+        let name = file.name.unwrap_or_else(|| default_name(path));
+        let mut spec = PipelineSpec { name, sources, udf, sinks, dead_letter };
+        spec.apply(overrides)?;
+        Ok(spec)
+    }
+
+    /// Applies command-line overrides; paths in them are relative to the working directory.
+    pub fn apply(&mut self, overrides: &Overrides) -> anyhow::Result<()> {
+        for (name, path) in &overrides.inputs {
+            let Some(source) = self.sources.iter_mut().find(|s| &s.name == name) else {
+                let known: Vec<_> = self.sources.iter().map(|s| s.name.as_str()).collect();
+                bail!("--input {name}=...: the pipeline has no source {name:?} (its sources: {known:?})");
+            };
+            source.location = match path.as_str() {
+                "-" => SourceLocation::Stdin,
+                path => SourceLocation::File(PathBuf::from(path)),
+            };
+        }
+        for (output, path) in &overrides.outputs {
+            let target = match path.as_str() {
+                "-" => SinkTarget::Stdout,
+                path => SinkTarget::File(PathBuf::from(path)),
+            };
+            match self.sinks.iter_mut().find(|s| &s.output == output) {
+                Some(sink) => sink.target = target,
+                None => self.sinks.push(SinkSpec { output: output.clone(), target }),
+            }
+        }
+        for (key, value) in &overrides.config {
+            match self.udf.config.iter_mut().find(|(k, _)| k == key) {
+                Some(entry) => entry.1 = value.clone(),
+                None => self.udf.config.push((key.clone(), value.clone())),
+            }
+        }
+        if let Some(udf) = &overrides.udf {
+            self.udf.path = udf.clone();
+        }
+        if let Some(dead_letter) = &overrides.dead_letter {
+            self.dead_letter = dead_letter.clone();
+        }
+        Ok(())
+    }
+
+    /// The UDF's input names, in the order the sources first name them.
+    pub fn input_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for s in &self.sources {
+            if !names.contains(&s.input) {
+                names.push(s.input.clone());
+            }
+        }
+        names
+    }
+}
+
+fn resolve_source(entry: &SourceEntry, resolve: &impl Fn(&str) -> PathBuf) -> anyhow::Result<SourceSpec> {
+    let location = match (entry.kind, &entry.path) {
+        (SourceKind::File, Some(path)) => SourceLocation::File(resolve(path)),
+        (SourceKind::File, None) => bail!("path: a file source needs a path"),
+        (SourceKind::Stdin, None) => SourceLocation::Stdin,
+        (SourceKind::Stdin, Some(_)) => bail!("path: a stdin source takes no path"),
+    };
+    let out_of_orderness_ms = match &entry.out_of_orderness {
+        Some(text) => parse_duration_ms(text).context("out_of_orderness")?,
+        None => 0,
+    };
+    // Check the field paths now, so a bad pointer is a start-up error, not a dead letter per line.
+    crate::source::extract::FieldPaths::new(&[&entry.key, &entry.timestamp])
+        .map_err(|e| anyhow::anyhow!("key/timestamp: {e}"))?;
+    Ok(SourceSpec {
+        name: entry.name.clone(),
+        input: entry.input.clone().unwrap_or_else(|| entry.name.clone()),
+        location,
+        key: entry.key.clone(),
+        timestamp: entry.timestamp.clone(),
+        timestamp_format: entry.timestamp_format,
+        out_of_orderness_ms,
+    })
+}
+
+fn resolve_udf(entry: &UdfEntry, resolve: &impl Fn(&str) -> PathBuf, pipeline: &Path) -> anyhow::Result<UdfSpec> {
+    let path = resolve(&entry.path);
+    let name = entry.name.clone().unwrap_or_else(|| {
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        stem.unwrap_or_else(|| default_name(pipeline)).replace('_', "-")
+    });
+    let memory_limit_bytes = match &entry.memory_limit {
+        Some(text) => parse_size(text).context("memory_limit")?,
+        None => DEFAULT_MEMORY_LIMIT,
+    };
+    let call_timeout = match &entry.call_timeout {
+        Some(text) => Duration::from_millis(parse_duration_ms(text).context("call_timeout")? as u64),
+        None => DEFAULT_CALL_TIMEOUT,
+    };
+    anyhow::ensure!(!call_timeout.is_zero(), "call_timeout: must be more than zero");
+    let config = entry
+        .config
+        .iter()
+        .map(|(k, v)| {
+            let text = match v {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => v.to_string(),
+                other => serde_json::to_string(other).unwrap_or_default(),
+            };
+            (k.clone(), text)
+        })
+        .collect();
+    Ok(UdfSpec { name, path, config, memory_limit_bytes, call_timeout })
+}
+
+fn sink_target(kind: SinkKind, path: Option<&str>, resolve: &impl Fn(&str) -> PathBuf) -> anyhow::Result<SinkTarget> {
+    Ok(match (kind, path) {
+        (SinkKind::File, Some(path)) => SinkTarget::File(resolve(path)),
+        (SinkKind::File, None) => bail!("path: a file sink needs a path"),
+        (SinkKind::Stdout, None) => SinkTarget::Stdout,
+        (SinkKind::Discard, None) => SinkTarget::Discard,
+        (_, Some(_)) => bail!("path: only file sinks take a path"),
+    })
+}
+
+fn default_name(pipeline: &Path) -> String {
+    let stem = pipeline.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    if stem == "pipeline" {
+        if let Some(dir) = pipeline.canonicalize().ok().and_then(|p| p.parent().and_then(|d| d.file_name()).map(|d| d.to_string_lossy().into_owned())) {
+            return dir;
+        }
+    }
+    stem
+}
+
+/// Parses a size such as `64MiB`, `512KiB`, `1GiB`, `100MB` or a byte count.
+pub fn parse_size(text: &str) -> anyhow::Result<usize> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: usize = number.parse().map_err(|_| anyhow::anyhow!("{text:?} is not a size like 64MiB"))?;
+    let factor: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => bail!("{text:?} is not a size like 64MiB (units: B, KiB, MiB, GiB, KB, MB, GB)"),
+    };
+    number.checked_mul(factor).ok_or_else(|| anyhow::anyhow!("size {text:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "ad-clicks"
+
+[[source]]
+name = "clicks"
+type = "file"
+path = "clicks.jsonl"
+key = "ad_id"
+timestamp = "clicked_at"
+timestamp_format = "datetime"
+out_of_orderness = "5s"
+
+[udf]
+path = "../udf.wasm"
+memory_limit = "32MiB"
+[udf.config]
+window = "5m"
+limit = 3
+
+[[sink]]
+output = "main"
+type = "file"
+path = "out/clicks.jsonl"
+"#;
+
+    fn parse(text: &str, overrides: &Overrides) -> anyhow::Result<PipelineSpec> {
+        PipelineSpec::parse(text, Path::new("/p/demo/pipeline.toml"), overrides)
+    }
+
+    #[test]
+    fn resolves_paths_and_defaults() {
+        let spec = parse(GOOD, &Overrides::default()).unwrap();
+        assert_eq!(spec.name, "ad-clicks");
+        assert_eq!(spec.sources[0].location, SourceLocation::File("/p/demo/clicks.jsonl".into()));
+        assert_eq!(spec.sources[0].input, "clicks");
+        assert_eq!(spec.sources[0].out_of_orderness_ms, 5_000);
+        assert_eq!(spec.udf.path, PathBuf::from("/p/demo/../udf.wasm"));
+        assert_eq!(spec.udf.name, "udf");
+        assert_eq!(spec.udf.memory_limit_bytes, 32 << 20);
+        assert_eq!(spec.udf.call_timeout, DEFAULT_CALL_TIMEOUT);
+        assert_eq!(spec.udf.config, vec![("limit".into(), "3".into()), ("window".into(), "5m".into())]);
+        assert_eq!(spec.sinks[0].target, SinkTarget::File("/p/demo/out/clicks.jsonl".into()));
+        assert_eq!(spec.dead_letter, PathBuf::from("/p/demo/pipeline.dead-letter.jsonl"));
+    }
+
+    #[test]
+    fn overrides() {
+        let overrides = Overrides {
+            inputs: vec![("clicks".into(), "-".into())],
+            outputs: vec![("main".into(), "o.jsonl".into()), ("late".into(), "-".into())],
+            config: vec![("window".into(), "1m".into())],
+            ..Overrides::default()
+        };
+        let spec = parse(GOOD, &overrides).unwrap();
+        assert_eq!(spec.sources[0].location, SourceLocation::Stdin);
+        assert_eq!(spec.sinks[0].target, SinkTarget::File("o.jsonl".into()));
+        assert_eq!(spec.sinks[1].target, SinkTarget::Stdout);
+        assert!(spec.udf.config.contains(&("window".into(), "1m".into())));
+
+        let bad = Overrides { inputs: vec![("clickz".into(), "x".into())], ..Overrides::default() };
+        let err = format!("{:#}", parse(GOOD, &bad).unwrap_err());
+        assert!(err.contains("no source \"clickz\"") && err.contains("clicks"), "{err}");
+    }
+
+    #[test]
+    fn mistakes_name_the_field() {
+        let cases = [
+            (GOOD.replace("out_of_orderness", "out_of_order"), "unknown field `out_of_order`"),
+            (GOOD.replace("\"5s\"", "\"5 parsecs\""), "out_of_orderness"),
+            (GOOD.replace("\"datetime\"", "\"rfc822\""), "unknown variant `rfc822`"),
+            (GOOD.replace("32MiB", "lots"), "memory_limit"),
+            (GOOD.replace("path = \"clicks.jsonl\"\n", ""), "a file source needs a path"),
+            (GOOD.replace("name = \"ad-clicks\"", "nme = \"ad-clicks\""), "unknown field `nme`"),
+            (GOOD.replace("memory_limit", "memory_limt"), "unknown field `memory_limt`"),
+            (GOOD.replace("key = \"ad_id\"", "key = \"/a//b\""), "empty segment"),
+            (GOOD.replace("type = \"file\"\npath = \"out", "type = \"stdout\"\npath = \"out"), "only file sinks take a path"),
+        ];
+        for (text, expected) in cases {
+            let err = format!("{:#}", parse(&text, &Overrides::default()).unwrap_err());
+            assert!(err.contains(expected), "expected {expected:?} in: {err}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1000").unwrap(), 1000);
+        assert_eq!(parse_size("2 GB").unwrap(), 2_000_000_000);
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("3 parsecs").is_err());
+    }
+}

@@ -1,0 +1,250 @@
+//! Wasm components as process functions.
+//!
+//! [`WasmFunction`] loads a component, checks that it implements the `weir:udf` world,
+//! and calls it through the generated [`bindings`]. The host services move into the
+//! instance's store for the length of each call, so the imports ([`imports`]) act on the
+//! host-owned state directly. After a trap the instance is thrown away and a fresh one
+//! is created (and initialised) on the next call: state lives in the host, so nothing
+//! is lost.
+
+mod imports;
+pub mod sandbox;
+
+use super::{CallError, ElementRef, FiredTimer, HostServices, InitInfo, ProcessFunction};
+use crate::time::timers::TimeDomain;
+use anyhow::Context as _;
+use sandbox::GuestStderr;
+use std::path::Path;
+use std::time::Duration;
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Store, StoreLimits};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// Bindings generated from `wit/weir.wit`.
+pub mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "keyed-process",
+        imports: { default: trappable },
+    });
+}
+
+use bindings::weir::udf::types;
+
+/// What a UDF's store holds.
+pub struct StoreData {
+    /// The host services, moved in for the length of a call.
+    host: HostServices,
+    udf: std::sync::Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+}
+
+impl WasiView for StoreData {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// Sandbox settings of one UDF.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub memory_bytes: usize,
+    pub call_timeout: Duration,
+}
+
+/// A compiled UDF component, ready to instantiate.
+pub struct LoadedComponent {
+    pub name: String,
+    pre: bindings::KeyedProcessPre<StoreData>,
+}
+
+impl LoadedComponent {
+    /// Compiles a component file and checks it against the contract.
+    pub fn from_file(name: &str, path: &Path) -> anyhow::Result<Self> {
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read UDF component {}", path.display()))?;
+        Self::from_bytes(name, &bytes).with_context(|| format!("UDF component {}", path.display()))
+    }
+
+    /// Compiles component bytes and checks them against the contract.
+    pub fn from_bytes(name: &str, bytes: &[u8]) -> anyhow::Result<Self> {
+        if wasmparser_is_core_module(bytes) {
+            anyhow::bail!(
+                "this is a core wasm module, not a component: build the UDF for wasm32-wasip2 \
+                 (or wrap the module with `wasm-tools component new`)"
+            );
+        }
+        let engine = sandbox::engine();
+        let component = Component::new(engine, bytes).map_err(anyhow::Error::from).context("not a valid wasm component")?;
+        let mut linker = Linker::<StoreData>::new(engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
+        bindings::KeyedProcess::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |data| data)
+            .map_err(anyhow::Error::from)?;
+        let instance_pre = linker
+            .instantiate_pre(&component)
+            .map_err(anyhow::Error::from)
+            .context("the component needs imports Weir does not provide (a UDF may import only the weir:udf interfaces and WASI)")?;
+        let pre = bindings::KeyedProcessPre::new(instance_pre)
+            .map_err(anyhow::Error::from)
+            .context("the component does not implement the weir:udf/keyed-process world (it must export weir:udf/process-function@0.1.0)")?;
+        Ok(Self { name: name.to_string(), pre })
+    }
+}
+
+/// Whether `bytes` are a core module rather than a component (both start with `\0asm`;
+/// the version field tells them apart).
+fn wasmparser_is_core_module(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && &bytes[0..4] == b"\0asm" && bytes[4..8] == [1, 0, 0, 0]
+}
+
+struct Instance {
+    store: Store<StoreData>,
+    bindings: bindings::KeyedProcess,
+    stderr: GuestStderr,
+}
+
+/// A UDF component instance, recreated after any trap.
+pub struct WasmFunction {
+    component: LoadedComponent,
+    limits: Limits,
+    info: InitInfo,
+    instance: Option<Instance>,
+    /// The element passed to the guest; reused so a call allocates nothing for it.
+    scratch: types::Element,
+}
+
+impl WasmFunction {
+    pub fn new(component: LoadedComponent, limits: Limits) -> Self {
+        let scratch = types::Element { input: 0, key: Vec::new(), value: Vec::new(), timestamp: 0 };
+        Self { component, limits, info: InitInfo::default(), instance: None, scratch }
+    }
+
+    /// The live instance, creating and initialising one if there is none.
+    fn instance(&mut self, host: &mut HostServices) -> Result<&mut Instance, CallError> {
+        if self.instance.is_none() {
+            let stderr = GuestStderr::new(&self.component.name);
+            let data = StoreData {
+                host: HostServices::new(0),
+                udf: self.component.name.as_str().into(),
+                wasi: sandbox::wasi_context(stderr.clone()),
+                table: ResourceTable::new(),
+                limits: sandbox::limits(self.limits.memory_bytes),
+            };
+            let mut store = Store::new(sandbox::engine(), data);
+            store.limiter(|data| &mut data.limits);
+            store.epoch_deadline_trap();
+            store.set_epoch_deadline(sandbox::deadline_ticks(self.limits.call_timeout));
+            let bindings = self
+                .component
+                .pre
+                .instantiate(&mut store)
+                .map_err(|e| CallError::Trapped(format!("cannot instantiate the component: {e:#}")))?;
+            let mut instance = Instance { store, bindings, stderr };
+            let context = types::InitContext { config: self.info.config.clone(), inputs: self.info.inputs.clone() };
+            host.declaring = true;
+            let result = call(&mut instance, host, self.limits.call_timeout, &self.limits, |b, s| {
+                b.weir_udf_process_function().call_init(s, &context)
+            });
+            host.declaring = false;
+            result?;
+            self.instance = Some(instance);
+        }
+        Ok(self.instance.as_mut().expect("just created"))
+    }
+
+    fn run<R>(
+        &mut self,
+        host: &mut HostServices,
+        f: impl FnOnce(&bindings::KeyedProcess, &mut Store<StoreData>, &types::Element) -> wasmtime::Result<Result<R, types::Error>>,
+    ) -> Result<R, CallError> {
+        let limits = self.limits.clone();
+        self.instance(host)?;
+        let scratch = &self.scratch;
+        let instance = self.instance.as_mut().expect("created above");
+        let result = call(instance, host, limits.call_timeout, &limits, |b, s| f(b, s, scratch));
+        if matches!(result, Err(CallError::Trapped(_) | CallError::Timeout(_) | CallError::OutOfMemory { .. })) {
+            // A trapped store cannot be used again; the next call gets a fresh instance.
+            self.instance = None;
+        }
+        result
+    }
+}
+
+/// Runs one export call with the host services moved into the store.
+fn call<R>(
+    instance: &mut Instance,
+    host: &mut HostServices,
+    timeout: Duration,
+    limits: &Limits,
+    f: impl FnOnce(&bindings::KeyedProcess, &mut Store<StoreData>) -> wasmtime::Result<Result<R, types::Error>>,
+) -> Result<R, CallError> {
+    let store = &mut instance.store;
+    std::mem::swap(&mut store.data_mut().host, host);
+    store.set_epoch_deadline(sandbox::deadline_ticks(timeout));
+    let result = f(&instance.bindings, store);
+    std::mem::swap(&mut store.data_mut().host, host);
+    match result {
+        Ok(Ok(value)) => {
+            instance.stderr.clear();
+            Ok(value)
+        }
+        Ok(Err(error)) => Err(CallError::Returned(error.message)),
+        Err(trap) => Err(classify_trap(trap.into(), &instance.stderr, timeout, limits)),
+    }
+}
+
+fn classify_trap(error: anyhow::Error, stderr: &GuestStderr, timeout: Duration, limits: &Limits) -> CallError {
+    if let Some(wasmtime::Trap::Interrupt) = error.downcast_ref::<wasmtime::Trap>() {
+        return CallError::Timeout(timeout);
+    }
+    let detail = format!("{error:?}");
+    if detail.contains("forcing trap when growing memory") || detail.contains("forcing a memory growth failure") {
+        return CallError::OutOfMemory { limit_bytes: limits.memory_bytes, detail: first_line(&detail) };
+    }
+    let guest_said = stderr.tail();
+    if guest_said.is_empty() {
+        CallError::Trapped(detail.trim().to_string())
+    } else {
+        CallError::Trapped(format!("{}\nguest stderr:\n{guest_said}", detail.trim()))
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+impl ProcessFunction for WasmFunction {
+    fn name(&self) -> &str {
+        &self.component.name
+    }
+
+    fn init(&mut self, host: &mut HostServices, info: &InitInfo) -> Result<(), CallError> {
+        self.info = info.clone();
+        self.instance = None;
+        self.instance(host).map(|_| ())
+    }
+
+    fn process_element(&mut self, host: &mut HostServices, element: ElementRef<'_>) -> Result<(), CallError> {
+        let scratch = &mut self.scratch;
+        scratch.input = element.input;
+        scratch.timestamp = element.timestamp;
+        scratch.key.clear();
+        scratch.key.extend_from_slice(element.key);
+        scratch.value.clear();
+        scratch.value.extend_from_slice(element.value);
+        self.run(host, |b, store, element| b.weir_udf_process_function().call_process_element(store, element))
+    }
+
+    fn on_timer(&mut self, host: &mut HostServices, timer: FiredTimer<'_>) -> Result<(), CallError> {
+        let timer = types::Timer {
+            domain: match timer.domain {
+                TimeDomain::EventTime => types::TimeDomain::EventTime,
+                TimeDomain::ProcessingTime => types::TimeDomain::ProcessingTime,
+            },
+            timestamp: timer.timestamp,
+            key: timer.key.to_vec(),
+        };
+        self.run(host, |b, store, _| b.weir_udf_process_function().call_on_timer(store, &timer))
+    }
+}

@@ -1,0 +1,212 @@
+//! The sandbox a UDF runs in: one shared engine, and a store per instance that grants
+//! nothing beyond the Weir contract.
+//!
+//! - Deadlines: the engine uses epoch interruption (about 2% overhead, against 5% for
+//!   fuel); a ticker thread advances the epoch every [`EPOCH_TICK`], and each call gets a
+//!   deadline of its `call_timeout` in ticks.
+//! - Memory: a [`StoreLimits`] caps each instance's linear memory; growing past it traps
+//!   instead of failing quietly inside the guest.
+//! - WASI: components built for `wasm32-wasip2` import WASI's cli, io, clocks, random and
+//!   filesystem interfaces. They are satisfied with a context that grants nothing: no
+//!   preopened directories, no network, no environment or arguments, clocks frozen at
+//!   the epoch, deterministic randomness. The guest's stderr is kept (its last few KiB)
+//!   so a panic message can be reported, and forwarded to the host's log.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use wasmtime::{Config, Engine, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx};
+
+/// How often the epoch advances: the granularity of call deadlines.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The process-wide engine. Compilation settings are the same for every UDF, and one
+/// engine means one epoch ticker however many pipelines run.
+pub fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Enable);
+        let engine = Engine::new(&config).expect("the wasmtime engine configuration is valid");
+        let ticker = engine.weak();
+        std::thread::Builder::new()
+            .name("weir-epoch".into())
+            .spawn(move || loop {
+                std::thread::sleep(EPOCH_TICK);
+                match ticker.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => return,
+                }
+            })
+            .expect("cannot start the epoch ticker thread");
+        engine
+    })
+}
+
+/// Epoch ticks for a call deadline, rounded up, plus one for the tick already under way.
+pub fn deadline_ticks(timeout: Duration) -> u64 {
+    (timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64).max(1) + 1
+}
+
+/// Memory limits of one instance.
+pub fn limits(memory_limit_bytes: usize) -> StoreLimits {
+    StoreLimitsBuilder::new()
+        .memory_size(memory_limit_bytes)
+        .instances(64)
+        .tables(64)
+        .memories(16)
+        .trap_on_grow_failure(true)
+        .build()
+}
+
+/// A WASI context that grants nothing, with stderr captured into `stderr`.
+pub fn wasi_context(stderr: GuestStderr) -> WasiCtx {
+    WasiCtx::builder()
+        .stderr(stderr)
+        .wall_clock(FrozenClock)
+        .monotonic_clock(FrozenClock)
+        .secure_random(deterministic_random())
+        .insecure_random(deterministic_random())
+        .insecure_random_seed(0)
+        .build()
+}
+
+/// A clock stopped at the Unix epoch: time reaches a UDF only through the contract.
+struct FrozenClock;
+
+impl HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// Randomness for the guest: a fixed sequence, so replays of a pipeline see the same bytes.
+fn deterministic_random() -> wasmtime_wasi::Deterministic {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let bytes = (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    wasmtime_wasi::Deterministic::new(bytes)
+}
+
+/// The guest's stderr: the last [`GuestStderr::KEEP`] bytes are kept for error reports,
+/// and complete lines go to the host's log.
+#[derive(Clone)]
+pub struct GuestStderr {
+    udf: Arc<str>,
+    inner: Arc<Mutex<StderrBuffer>>,
+}
+
+#[derive(Default)]
+struct StderrBuffer {
+    tail: VecDeque<u8>,
+    line: Vec<u8>,
+}
+
+impl GuestStderr {
+    const KEEP: usize = 8 << 10;
+
+    pub fn new(udf: &str) -> Self {
+        Self { udf: udf.into(), inner: Arc::default() }
+    }
+
+    /// What the guest wrote last, trimmed.
+    pub fn tail(&self) -> String {
+        let buffer = self.inner.lock().unwrap();
+        let bytes: Vec<u8> = buffer.tail.iter().copied().collect();
+        String::from_utf8_lossy(&bytes).trim().to_string()
+    }
+
+    /// Forgets what was written, so a report shows only the failing call's output.
+    pub fn clear(&self) {
+        let mut buffer = self.inner.lock().unwrap();
+        buffer.tail.clear();
+    }
+
+    fn write(&self, bytes: &[u8]) {
+        let mut buffer = self.inner.lock().unwrap();
+        buffer.tail.extend(bytes);
+        let excess = buffer.tail.len().saturating_sub(Self::KEEP);
+        buffer.tail.drain(..excess);
+        for &b in bytes {
+            if b == b'\n' {
+                let line = std::mem::take(&mut buffer.line);
+                tracing::info!(target: "weir::udf", udf = %self.udf, "{}", String::from_utf8_lossy(&line));
+            } else if buffer.line.len() < Self::KEEP {
+                buffer.line.push(b);
+            }
+        }
+    }
+}
+
+impl IsTerminal for GuestStderr {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestStderr {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl tokio::io::AsyncWrite for GuestStderr {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.write(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_rounds_up() {
+        assert_eq!(deadline_ticks(Duration::from_secs(1)), 101);
+        assert_eq!(deadline_ticks(Duration::from_millis(1)), 2);
+    }
+
+    #[test]
+    fn stderr_keeps_the_tail() {
+        let stderr = GuestStderr::new("t");
+        stderr.write(&vec![b'x'; 10_000]);
+        stderr.write(b"\npanicked at src/lib.rs:3: boom\n");
+        let tail = stderr.tail();
+        assert!(tail.ends_with("panicked at src/lib.rs:3: boom"));
+        assert!(tail.len() <= GuestStderr::KEEP);
+        stderr.clear();
+        assert_eq!(stderr.tail(), "");
+    }
+}

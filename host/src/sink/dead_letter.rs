@@ -1,0 +1,55 @@
+//! The dead-letter output: records the pipeline could not process, with the reason.
+//!
+//! Nothing is dropped silently: a line that is not JSON, lacks its key or timestamp, or
+//! has an unparsable timestamp is written here as one JSON line naming the source, the
+//! line number and byte offset, the reason and the raw text, and counted.
+
+use super::JsonLinesSink;
+use serde::Serialize;
+use std::path::Path;
+
+/// One refused record.
+#[derive(Debug, Serialize)]
+pub struct DeadLetter<'a> {
+    pub source: &'a str,
+    pub line: u64,
+    pub offset: u64,
+    pub reason: &'a str,
+    pub raw: &'a str,
+}
+
+/// The dead-letter sink and its count.
+pub struct DeadLetters {
+    sink: JsonLinesSink,
+    count: u64,
+}
+
+impl DeadLetters {
+    pub fn create(path: &Path) -> anyhow::Result<Self> {
+        Ok(Self { sink: JsonLinesSink::create(path)?, count: 0 })
+    }
+
+    pub fn to_sink(sink: JsonLinesSink) -> Self {
+        Self { sink, count: 0 }
+    }
+
+    pub fn write(&mut self, letter: &DeadLetter<'_>) -> anyhow::Result<()> {
+        self.count += 1;
+        let json = serde_json::to_vec(letter)?;
+        self.sink.write_json(&json)
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub fn location(&self) -> &str {
+        use super::Sink;
+        self.sink.location()
+    }
+
+    pub fn flush(&mut self) -> anyhow::Result<()> {
+        use super::Sink;
+        self.sink.flush()
+    }
+}

@@ -1,0 +1,125 @@
+//! Watermarks: how far event time has certainly progressed.
+//!
+//! Each source runs a bounded-out-of-orderness generator (Flink's
+//! `forBoundedOutOfOrderness`): after each record its watermark becomes
+//! `max timestamp seen - out_of_orderness` if that is larger. The pipeline's watermark
+//! is the minimum over its sources; a source that has ended no longer holds it back, and
+//! once every source has ended the watermark is [`END_OF_TIME`].
+
+use super::{Timestamp, END_OF_TIME, MIN_WATERMARK};
+
+/// One source's watermark generator.
+#[derive(Debug, Clone)]
+pub struct BoundedOutOfOrderness {
+    out_of_orderness: Timestamp,
+    watermark: Timestamp,
+    ended: bool,
+}
+
+impl BoundedOutOfOrderness {
+    pub fn new(out_of_orderness_ms: Timestamp) -> Self {
+        Self { out_of_orderness: out_of_orderness_ms, watermark: MIN_WATERMARK, ended: false }
+    }
+
+    /// Accounts for a record's timestamp.
+    pub fn observe(&mut self, ts: Timestamp) {
+        let candidate = ts.saturating_sub(self.out_of_orderness);
+        if candidate > self.watermark {
+            self.watermark = candidate;
+        }
+    }
+
+    pub fn end(&mut self) {
+        self.ended = true;
+    }
+
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The source's own watermark ([`END_OF_TIME`] once ended).
+    pub fn current(&self) -> Timestamp {
+        if self.ended {
+            END_OF_TIME
+        } else {
+            self.watermark
+        }
+    }
+}
+
+/// The pipeline's watermark: the minimum over its sources' watermarks.
+#[derive(Debug, Clone)]
+pub struct PipelineWatermark {
+    sources: Vec<BoundedOutOfOrderness>,
+    current: Timestamp,
+}
+
+impl PipelineWatermark {
+    pub fn new(sources: Vec<BoundedOutOfOrderness>) -> Self {
+        let mut this = Self { sources, current: MIN_WATERMARK };
+        this.current = this.combined();
+        this
+    }
+
+    pub fn current(&self) -> Timestamp {
+        self.current
+    }
+
+    /// Records a timestamp of source `source`; returns the new pipeline watermark if it advanced.
+    pub fn observe(&mut self, source: usize, ts: Timestamp) -> Option<Timestamp> {
+        self.sources[source].observe(ts);
+        self.recompute()
+    }
+
+    /// Marks source `source` as ended; returns the new watermark if it advanced.
+    pub fn end(&mut self, source: usize) -> Option<Timestamp> {
+        self.sources[source].end();
+        self.recompute()
+    }
+
+    pub fn all_ended(&self) -> bool {
+        self.sources.iter().all(BoundedOutOfOrderness::is_ended)
+    }
+
+    fn combined(&self) -> Timestamp {
+        self.sources.iter().map(BoundedOutOfOrderness::current).min().unwrap_or(END_OF_TIME)
+    }
+
+    fn recompute(&mut self) -> Option<Timestamp> {
+        let combined = self.combined();
+        (combined > self.current).then(|| {
+            self.current = combined;
+            combined
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_source_follows_max_minus_bound() {
+        let mut wm = PipelineWatermark::new(vec![BoundedOutOfOrderness::new(5_000)]);
+        assert_eq!(wm.current(), MIN_WATERMARK);
+        assert_eq!(wm.observe(0, 10_000), Some(5_000));
+        assert_eq!(wm.observe(0, 9_000), None, "an older record never moves it back");
+        assert_eq!(wm.observe(0, 10_000), None, "no advance, no event");
+        assert_eq!(wm.observe(0, 12_000), Some(7_000));
+        assert_eq!(wm.end(0), Some(END_OF_TIME));
+        assert!(wm.all_ended());
+    }
+
+    #[test]
+    fn minimum_over_sources_and_ended_sources_stop_holding_back() {
+        let mut wm = PipelineWatermark::new(vec![
+            BoundedOutOfOrderness::new(0),
+            BoundedOutOfOrderness::new(1_000),
+        ]);
+        assert_eq!(wm.observe(0, 50_000), None, "source 1 has seen nothing yet");
+        assert_eq!(wm.observe(1, 20_000), Some(19_000));
+        assert_eq!(wm.observe(0, 60_000), None);
+        assert_eq!(wm.end(1), Some(60_000));
+        assert_eq!(wm.end(0), Some(END_OF_TIME));
+    }
+}
