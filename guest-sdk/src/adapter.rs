@@ -1,0 +1,93 @@
+//! Connects a [`ProcessFunction`] to the component's exports (used by [`crate::export!`]).
+//!
+//! The generated `Guest` trait has static methods, so the adapter keeps the instance
+//! in a slot that the `export!` macro defines in the UDF crate, one per UDF type.
+
+use std::marker::PhantomData;
+
+use crate::__private::bindings::exports::weir::udf::process_function::Guest;
+use crate::__private::bindings::weir::udf::types;
+use crate::backend::{Active, Backend};
+use crate::{Context, Element, InitContext, ProcessFunction, TimeDomain, Timer};
+
+/// A live UDF instance and the input names its elements refer to.
+pub struct Instance<T> {
+    udf: T,
+    inputs: Vec<String>,
+}
+
+/// Storage for the one instance of `Udf`; implemented by `export!`.
+pub trait Slot: 'static {
+    /// The exported UDF type.
+    type Udf: ProcessFunction;
+    /// Runs `f` on the slot.
+    fn with<R>(f: impl FnOnce(&mut Option<Instance<Self::Udf>>) -> R) -> R;
+}
+
+/// Implements the generated `Guest` trait for the UDF stored in `S`.
+pub struct Adapter<S>(PhantomData<S>);
+
+fn error(e: anyhow::Error) -> types::Error {
+    types::Error {
+        message: format!("{e:#}"),
+    }
+}
+
+fn not_initialized() -> types::Error {
+    types::Error {
+        message: "weir-sdk: called before a successful init".to_owned(),
+    }
+}
+
+impl<S: Slot> Guest for Adapter<S> {
+    fn init(ctx: types::InitContext) -> Result<(), types::Error> {
+        let mut init = InitContext::new(ctx.config, ctx.inputs);
+        let result = S::Udf::init(&mut init);
+        Active::call_finished();
+        let udf = result.map_err(error)?;
+        let inputs = init.into_inputs();
+        S::with(|slot| *slot = Some(Instance { udf, inputs }));
+        Ok(())
+    }
+
+    fn process_element(element: types::Element) -> Result<(), types::Error> {
+        S::with(|slot| {
+            let Instance { udf, inputs } = slot.as_mut().ok_or_else(not_initialized)?;
+            let input = inputs
+                .get(element.input as usize)
+                .ok_or_else(|| types::Error {
+                    message: format!(
+                        "weir-sdk: element from input #{} but only {} inputs are connected",
+                        element.input,
+                        inputs.len()
+                    ),
+                })?;
+            let el = Element::new(
+                input,
+                element.input,
+                element.key,
+                element.value,
+                element.timestamp,
+            );
+            let mut ctx = Context::new(el.key(), el.timestamp());
+            let result = udf.process_element(&mut ctx, &el);
+            Active::call_finished();
+            result.map_err(error)
+        })
+    }
+
+    fn on_timer(timer: types::Timer) -> Result<(), types::Error> {
+        S::with(|slot| {
+            let Instance { udf, .. } = slot.as_mut().ok_or_else(not_initialized)?;
+            let domain = match timer.domain {
+                types::TimeDomain::EventTime => TimeDomain::EventTime,
+                types::TimeDomain::ProcessingTime => TimeDomain::ProcessingTime,
+            };
+            let timer = Timer::new(domain, timer.timestamp, timer.key);
+            let mut ctx = Context::new(timer.key(), timer.timestamp());
+            let result = udf.on_timer(&mut ctx, &timer);
+            Active::call_finished();
+            result.map_err(error)
+        })
+    }
+}

@@ -1,0 +1,369 @@
+//! The in-memory host: keyed state, timers, clocks, outputs and logs, with the host's
+//! rules (key scoping, timer uniqueness, init-only output declaration).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{Emitted, LogLine};
+use crate::backend::StateKind;
+use crate::{LogLevel, TimeDomain};
+
+/// What the host is doing, which decides which calls are legal.
+pub(crate) enum Phase {
+    /// Between calls (or inside the test itself).
+    Idle,
+    /// Inside `init`: declarations allowed, no key.
+    Init,
+    /// Inside `process_element` / `on_timer` for `key`; `timestamp` is the element's or
+    /// timer's, the default timestamp of emitted records.
+    Keyed { key: Vec<u8>, timestamp: i64 },
+}
+
+enum StateData {
+    Value(Vec<u8>),
+    List(Vec<Vec<u8>>),
+    Map(BTreeMap<Vec<u8>, Vec<u8>>),
+}
+
+pub(crate) struct World {
+    pub(crate) phase: Phase,
+    pub(crate) watermark: i64,
+    pub(crate) processing_time: i64,
+    states: Vec<(String, StateKind)>,
+    /// Only keys with at least one non-empty state are present.
+    data: HashMap<Vec<u8>, HashMap<u32, StateData>>,
+    outputs: Vec<String>,
+    emitted: Vec<Vec<Emitted>>,
+    /// Records of the running call, by output id.
+    pending: Vec<(u32, Emitted)>,
+    /// Ordered as they fire: by timestamp, then key.
+    event_timers: BTreeSet<(i64, Vec<u8>)>,
+    processing_timers: BTreeSet<(i64, Vec<u8>)>,
+    pub(crate) logs: Vec<LogLine>,
+}
+
+impl World {
+    pub(crate) fn new(processing_time: i64) -> Self {
+        World {
+            phase: Phase::Idle,
+            watermark: i64::MIN,
+            processing_time,
+            states: Vec::new(),
+            data: HashMap::new(),
+            outputs: Vec::new(),
+            emitted: Vec::new(),
+            pending: Vec::new(),
+            event_timers: BTreeSet::new(),
+            processing_timers: BTreeSet::new(),
+            logs: Vec::new(),
+        }
+    }
+
+    fn key(&self, call: &str) -> &[u8] {
+        match &self.phase {
+            Phase::Keyed { key, .. } => key,
+            Phase::Init => panic!(
+                "weir host: `{call}` called from init; keyed state and timers are scoped to the \
+                 current key and only usable in process_element and on_timer (the host traps)"
+            ),
+            Phase::Idle => panic!(
+                "weir host: `{call}` called outside process_element/on_timer; keyed state and \
+                 timers need a current key (the host traps)"
+            ),
+        }
+    }
+
+    fn check_state(&self, state: u32, kind: StateKind, call: &str) {
+        match self.states.get(state as usize) {
+            Some((_, k)) if *k == kind => {}
+            Some((name, k)) => panic!(
+                "weir host: `{call}` on state `{name}`, which is a {} state (the host traps)",
+                k.as_str()
+            ),
+            None => panic!("weir host: `{call}` on undeclared state id {state} (the host traps)"),
+        }
+    }
+
+    /// The current key's slot of `state`, checked for kind.
+    fn slot(&self, state: u32, kind: StateKind, call: &str) -> Option<&StateData> {
+        self.check_state(state, kind, call);
+        self.data.get(self.key(call))?.get(&state)
+    }
+
+    fn set_slot(&mut self, state: u32, kind: StateKind, call: &str, value: Option<StateData>) {
+        self.check_state(state, kind, call);
+        let key = self.key(call).to_vec();
+        match value {
+            Some(v) => {
+                self.data.entry(key).or_default().insert(state, v);
+            }
+            None => self.remove_slot(&key, state),
+        }
+    }
+
+    fn remove_slot(&mut self, key: &[u8], state: u32) {
+        if let Some(slots) = self.data.get_mut(key) {
+            slots.remove(&state);
+            if slots.is_empty() {
+                self.data.remove(key);
+            }
+        }
+    }
+
+    pub(crate) fn declare_state(&mut self, name: &str, kind: StateKind) -> Result<u32, String> {
+        if name.is_empty() {
+            return Err("a state needs a non-empty name".into());
+        }
+        if let Some(id) = self.states.iter().position(|(n, _)| n == name) {
+            let declared = self.states[id].1;
+            return if declared == kind {
+                Ok(id as u32)
+            } else {
+                Err(format!(
+                    "state `{name}` is a {} state, declared again as a {} state",
+                    declared.as_str(),
+                    kind.as_str()
+                ))
+            };
+        }
+        self.states.push((name.to_owned(), kind));
+        Ok((self.states.len() - 1) as u32)
+    }
+
+    pub(crate) fn value_get(&self, state: u32) -> Option<Vec<u8>> {
+        match self.slot(state, StateKind::Value, "state.value-get")? {
+            StateData::Value(v) => Some(v.clone()),
+            _ => unreachable!(),
+        }
+    }
+
+    pub(crate) fn value_set(&mut self, state: u32, value: &[u8]) {
+        let v = Some(StateData::Value(value.to_vec()));
+        self.set_slot(state, StateKind::Value, "state.value-set", v);
+    }
+
+    pub(crate) fn list_get(&self, state: u32) -> Vec<Vec<u8>> {
+        match self.slot(state, StateKind::List, "state.list-get") {
+            Some(StateData::List(items)) => items.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub(crate) fn list_append(&mut self, state: u32, item: &[u8]) {
+        let mut items = self.list_get(state);
+        items.push(item.to_vec());
+        self.set_slot(
+            state,
+            StateKind::List,
+            "state.list-append",
+            Some(StateData::List(items)),
+        );
+    }
+
+    pub(crate) fn list_set(&mut self, state: u32, items: &[Vec<u8>]) {
+        let v = (!items.is_empty()).then(|| StateData::List(items.to_vec()));
+        self.set_slot(state, StateKind::List, "state.list-set", v);
+    }
+
+    fn map(&self, state: u32, call: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        match self.slot(state, StateKind::Map, call) {
+            Some(StateData::Map(m)) => m.clone(),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    pub(crate) fn map_get(&self, state: u32, key: &[u8]) -> Option<Vec<u8>> {
+        match self.slot(state, StateKind::Map, "state.map-get")? {
+            StateData::Map(m) => m.get(key).cloned(),
+            _ => unreachable!(),
+        }
+    }
+
+    pub(crate) fn map_put(&mut self, state: u32, key: &[u8], value: &[u8]) {
+        let mut m = self.map(state, "state.map-put");
+        m.insert(key.to_vec(), value.to_vec());
+        self.set_slot(
+            state,
+            StateKind::Map,
+            "state.map-put",
+            Some(StateData::Map(m)),
+        );
+    }
+
+    pub(crate) fn map_remove(&mut self, state: u32, key: &[u8]) {
+        let mut m = self.map(state, "state.map-remove");
+        m.remove(key);
+        let v = (!m.is_empty()).then_some(StateData::Map(m));
+        self.set_slot(state, StateKind::Map, "state.map-remove", v);
+    }
+
+    pub(crate) fn map_entries(&self, state: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.map(state, "state.map-entries").into_iter().collect()
+    }
+
+    pub(crate) fn clear(&mut self, state: u32) {
+        match self.states.get(state as usize) {
+            Some(_) => {
+                let key = self.key("state.clear").to_vec();
+                self.remove_slot(&key, state);
+            }
+            None => {
+                panic!("weir host: `state.clear` on undeclared state id {state} (the host traps)")
+            }
+        }
+    }
+
+    pub(crate) fn clear_all(&mut self) {
+        let key = self.key("state.clear-all").to_vec();
+        self.data.remove(&key);
+    }
+
+    fn timers_mut(&mut self, domain: TimeDomain) -> &mut BTreeSet<(i64, Vec<u8>)> {
+        match domain {
+            TimeDomain::EventTime => &mut self.event_timers,
+            TimeDomain::ProcessingTime => &mut self.processing_timers,
+        }
+    }
+
+    pub(crate) fn register_timer(&mut self, domain: TimeDomain, at: i64) {
+        let key = self.key("timers.register").to_vec();
+        self.timers_mut(domain).insert((at, key));
+    }
+
+    pub(crate) fn delete_timer(&mut self, domain: TimeDomain, at: i64) {
+        let key = self.key("timers.delete").to_vec();
+        self.timers_mut(domain).remove(&(at, key));
+    }
+
+    /// Removes and returns the first timer of `domain` (by timestamp, then key) that is
+    /// due at `upto`.
+    pub(crate) fn pop_due_timer(
+        &mut self,
+        domain: TimeDomain,
+        upto: i64,
+    ) -> Option<(i64, Vec<u8>)> {
+        let timers = self.timers_mut(domain);
+        match timers.first() {
+            Some((ts, _)) if *ts <= upto => timers.pop_first(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn pending_timers(&self) -> Vec<(Vec<u8>, TimeDomain, i64)> {
+        let event = self
+            .event_timers
+            .iter()
+            .map(|(ts, k)| (k.clone(), TimeDomain::EventTime, *ts));
+        let processing = self
+            .processing_timers
+            .iter()
+            .map(|(ts, k)| (k.clone(), TimeDomain::ProcessingTime, *ts));
+        event.chain(processing).collect()
+    }
+
+    pub(crate) fn has_state(&self, key: &[u8]) -> bool {
+        self.data.contains_key(key)
+    }
+
+    pub(crate) fn keys_with_state(&self) -> Vec<Vec<u8>> {
+        let mut keys: Vec<_> = self.data.keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    pub(crate) fn declare_output(&mut self, name: &str) -> Result<u32, String> {
+        // Looking up a declared output is fine anywhere; declaring a new one only in init.
+        if let Some(id) = self.outputs.iter().position(|n| n == name) {
+            return Ok(id as u32);
+        }
+        if !matches!(self.phase, Phase::Init) {
+            return Err(format!("output `{name}` must be declared in init"));
+        }
+        if name.is_empty() {
+            return Err("an output needs a non-empty name".into());
+        }
+        self.outputs.push(name.to_owned());
+        self.emitted.push(Vec::new());
+        Ok((self.outputs.len() - 1) as u32)
+    }
+
+    pub(crate) fn emit(
+        &mut self,
+        output: u32,
+        value: &[u8],
+        key: Option<&[u8]>,
+        timestamp: Option<i64>,
+    ) {
+        let default_ts = match &self.phase {
+            Phase::Keyed { timestamp, .. } => *timestamp,
+            _ => panic!(
+                "weir host: `output.emit` called outside process_element/on_timer (the host traps)"
+            ),
+        };
+        if output as usize >= self.outputs.len() {
+            panic!("weir host: `output.emit` to undeclared output id {output} (the host traps)");
+        }
+        let value = serde_json::from_slice(value).unwrap_or_else(|e| {
+            panic!(
+                "weir host: output `{}` got a record that is not JSON ({e}): {}",
+                self.outputs[output as usize],
+                String::from_utf8_lossy(value)
+            )
+        });
+        self.pending.push((
+            output,
+            Emitted {
+                key: key.map(<[u8]>::to_vec),
+                value,
+                timestamp: timestamp.unwrap_or(default_ts),
+            },
+        ));
+    }
+
+    /// Ends a call: its records reach the outputs if it succeeded, and are dropped with
+    /// it if it failed, as the host does.
+    pub(crate) fn end_call(&mut self, succeeded: bool) {
+        self.phase = Phase::Idle;
+        for (output, record) in self.pending.drain(..) {
+            if succeeded {
+                self.emitted[output as usize].push(record);
+            }
+        }
+    }
+
+    fn output_id(&self, name: &str) -> usize {
+        self.outputs
+            .iter()
+            .position(|n| n == name)
+            .unwrap_or_else(|| {
+                panic!(
+                    "TestHost: output `{name}` was not declared; declared outputs: {:?}",
+                    self.outputs
+                )
+            })
+    }
+
+    pub(crate) fn outputs(&self, name: &str) -> &[Emitted] {
+        &self.emitted[self.output_id(name)]
+    }
+
+    pub(crate) fn take_outputs(&mut self, name: &str) -> Vec<Emitted> {
+        let id = self.output_id(name);
+        std::mem::take(&mut self.emitted[id])
+    }
+
+    pub(crate) fn log(&mut self, level: LogLevel, message: &str) {
+        let key = match &self.phase {
+            Phase::Keyed { key, .. } => Some(key.clone()),
+            _ => None,
+        };
+        match &key {
+            Some(k) => eprintln!("[{level:?}] key={}: {message}", String::from_utf8_lossy(k)),
+            None => eprintln!("[{level:?}] {message}"),
+        }
+        self.logs.push(LogLine {
+            level,
+            key,
+            message: message.to_owned(),
+        });
+    }
+}
