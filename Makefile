@@ -1,0 +1,47 @@
+# Weir: the two commands on a fresh machine are `make demo` and `make test`.
+# Everything builds in release into the one target/ directory, so wasmtime is compiled
+# once for the host, the tests and the benchmarks.
+
+CARGO ?= cargo
+WASM_TARGET := wasm32-wasip2
+UDF_CRATES := change-only-counter order-timeout misbehaving-udf
+WEIR := target/release/weir
+
+.PHONY: all setup build host udfs demo test bench fmt clippy lint clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+## build: the host (target/release/weir) and every UDF component (target/wasm32-wasip2/release/*.wasm)
+build: setup host udfs
+
+host:
+	$(CARGO) build --release -p weir-host
+
+udfs: setup
+	# Line tables are 90% of a component's size; the name section keeps backtraces readable.
+	CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=debuginfo \
+		$(CARGO) build --release --target $(WASM_TARGET) $(addprefix -p ,$(UDF_CRATES))
+
+## demo: change-only ad-click counts from the sample clicks, printed as JSON lines
+demo: build
+	$(WEIR) run examples/ad-clicks/pipeline.toml
+
+## test: unit tests, UDF tests on the SDK's test host, and end-to-end tests of the real components
+test: build
+	$(CARGO) test --release --workspace
+
+## bench: throughput (wasm vs native) and memory figures; the last lines are the results
+bench: build
+	$(CARGO) run --release -p weir-e2e --bin weir-bench
+
+fmt:
+	$(CARGO) fmt --all
+
+clippy lint:
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean

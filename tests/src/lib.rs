@@ -1,0 +1,127 @@
+//! Shared pieces of Weir's end-to-end tests and benchmarks: finding the built `weir`
+//! binary and UDF components, running pipelines, generating inputs, and the independent
+//! models that the outputs are compared with.
+
+pub mod gen;
+pub mod model;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The repository's root folder.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the repo").to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target"))
+}
+
+fn built(path: PathBuf) -> PathBuf {
+    assert!(path.exists(), "{} is missing: run `make build` first (`make test` does)", path.display());
+    path
+}
+
+/// The `weir` binary built by `make build`.
+pub fn weir_bin() -> PathBuf {
+    built(target_dir().join("release/weir"))
+}
+
+/// A UDF component built by `make udfs`, by crate name (`change-only-counter`).
+pub fn component(crate_name: &str) -> PathBuf {
+    built(target_dir().join("wasm32-wasip2/release").join(format!("{}.wasm", crate_name.replace('-', "_"))))
+}
+
+/// A finished `weir` process.
+#[derive(Debug)]
+pub struct Finished {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// Panics with the process's output unless it succeeded.
+    pub fn assert_success(&self) -> &Self {
+        assert!(self.success(), "weir failed ({:?}):\n{}", self.code, self.stderr);
+        self
+    }
+}
+
+fn finished(output: Output) -> Finished {
+    Finished {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Runs `weir` with `args` from the repo root.
+pub fn weir(args: &[&str]) -> Finished {
+    let output = Command::new(weir_bin())
+        .args(args)
+        .current_dir(repo_root())
+        .stdin(Stdio::null())
+        .output()
+        .expect("cannot start weir");
+    finished(output)
+}
+
+/// A scratch folder for one test's pipeline, inputs and outputs.
+pub struct Workdir {
+    dir: tempfile::TempDir,
+}
+
+impl Default for Workdir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Workdir {
+    pub fn new() -> Self {
+        Self { dir: tempfile::tempdir().expect("temp dir") }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes `text` to `name`; returns the path as a string.
+    pub fn write(&self, name: &str, text: &str) -> String {
+        let path = self.path(name);
+        std::fs::write(&path, text).expect("write test file");
+        path.display().to_string()
+    }
+
+    /// Writes JSON values, one per line.
+    pub fn write_jsonl(&self, name: &str, records: &[Value]) -> String {
+        let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+        self.write(name, &text)
+    }
+}
+
+/// Reads a JSON-lines file; every line must be JSON.
+pub fn read_jsonl(path: impl AsRef<Path>) -> Vec<Value> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    parse_jsonl(&text)
+}
+
+/// Parses JSON lines; every line must be JSON.
+pub fn parse_jsonl(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// Formats epoch milliseconds as `YYYY-MM-DD HH:MM:SS.mmm` (UTC), as the seeds write them.
+pub fn datetime_millis(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).expect("in range").format("%Y-%m-%d %H:%M:%S%.3f").to_string()
+}

@@ -1,0 +1,52 @@
+//! A UDF for the host's sandbox tests. It echoes each record to the main output, unless
+//! the record asks it to misbehave with `"fail"`:
+//!
+//! - `"trap"`: panics (a wasm trap, with a panic message on stderr);
+//! - `"loop"`: spins forever (the call deadline must stop it);
+//! - `"memory"`: allocates until its memory limit (the limit must stop it);
+//! - `"error"`: returns an error from `process_element`.
+//!
+//! With config `side = "NAME"` it also declares a side output `NAME`, to test routing.
+
+use serde_json::Value;
+use weir_sdk::prelude::*;
+
+/// The process function; see the crate docs.
+pub struct Misbehaving {
+    out: Output<Value>,
+}
+
+impl ProcessFunction for Misbehaving {
+    fn init(ctx: &mut InitContext) -> Result<Self> {
+        if let Some(side) = ctx.config_value("side").map(str::to_owned) {
+            ctx.output::<Value>(&side)?;
+        }
+        if ctx.config_value("fail_init").is_some() {
+            bail!("init failed as configured");
+        }
+        Ok(Self { out: ctx.main_output()? })
+    }
+
+    fn process_element(&mut self, _ctx: &mut Context, element: &Element) -> Result<()> {
+        let value: Value = element.json()?;
+        match value.get("fail").and_then(Value::as_str) {
+            Some("trap") => panic!("asked to trap on {value}"),
+            Some("loop") => {
+                let mut spins = 0u64;
+                loop {
+                    spins = std::hint::black_box(spins.wrapping_add(1));
+                }
+            }
+            Some("memory") => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(std::hint::black_box(vec![1u8; 1 << 20]));
+                }
+            }
+            Some("error") => bail!("asked to fail on {value}"),
+            _ => self.out.emit(&value),
+        }
+    }
+}
+
+weir_sdk::export!(Misbehaving);
