@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "weir", version, about = "A stream processor whose process functions are wasm components")]
+#[command(
+    name = "weir",
+    version,
+    about = "A stream processor whose process functions are wasm components"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -48,12 +52,32 @@ fn key_value(text: &str) -> Result<(String, String), String> {
 }
 
 pub fn main() -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { pipeline, inputs, outputs, config, udf, dead_letter, quiet } => {
-            let overrides = Overrides { inputs, outputs, config, udf, dead_letter };
+        Command::Run {
+            pipeline,
+            inputs,
+            outputs,
+            config,
+            udf,
+            dead_letter,
+            quiet,
+        } => {
+            let overrides = Overrides {
+                inputs,
+                outputs,
+                config,
+                udf,
+                dead_letter,
+            };
             let spec = match PipelineSpec::load(&pipeline, &overrides) {
                 Ok(spec) => spec,
                 Err(e) => {

@@ -51,7 +51,10 @@ impl RunReport {
         for (name, emitted) in &self.outputs {
             s += &format!("  output {name}: {emitted} records emitted\n");
         }
-        s += &format!("  dead letters: {} ({})\n", self.dead_letters, self.dead_letter_path);
+        s += &format!(
+            "  dead letters: {} ({})\n",
+            self.dead_letters, self.dead_letter_path
+        );
         s += &format!("  late records: {}\n", self.late);
         s += &format!(
             "  timers fired: {} event-time, {} processing-time\n",
@@ -89,10 +92,20 @@ pub struct RunOptions {
 
 /// Runs a pipeline with its wasm UDF.
 pub fn run(spec: &PipelineSpec, options: &RunOptions) -> Result<RunReport, RunFailure> {
-    let fail = |error: anyhow::Error| RunFailure { error, report: None };
+    let fail = |error: anyhow::Error| RunFailure {
+        error,
+        report: None,
+    };
     let component = LoadedComponent::from_file(&spec.udf.name, &spec.udf.path).map_err(fail)?;
-    let limits = Limits { memory_bytes: spec.udf.memory_limit_bytes, call_timeout: spec.udf.call_timeout };
-    run_with(spec, Box::new(WasmFunction::new(component, limits)), options)
+    let limits = Limits {
+        memory_bytes: spec.udf.memory_limit_bytes,
+        call_timeout: spec.udf.call_timeout,
+    };
+    run_with(
+        spec,
+        Box::new(WasmFunction::new(component, limits)),
+        options,
+    )
 }
 
 /// One source with its decoder and the record it has ready.
@@ -126,13 +139,19 @@ pub fn run_with(
     options: &RunOptions,
 ) -> Result<RunReport, RunFailure> {
     let started = Instant::now();
-    let mut runner = Runner::open(spec, function).map_err(|error| RunFailure { error, report: None })?;
+    let mut runner = Runner::open(spec, function).map_err(|error| RunFailure {
+        error,
+        report: None,
+    })?;
     let result = runner.run(options);
     let mut report = runner.report();
     report.elapsed = started.elapsed();
     match result {
         Ok(()) => Ok(report),
-        Err(error) => Err(RunFailure { error, report: Some(report) }),
+        Err(error) => Err(RunFailure {
+            error,
+            report: Some(report),
+        }),
     }
 }
 
@@ -157,7 +176,10 @@ impl Runner {
                 .map_err(|e| anyhow::anyhow!("source {:?}: {e}", s.name))?;
             inputs.push(Input {
                 name: s.name.clone(),
-                input_index: input_names.iter().position(|n| n == &s.input).expect("input named by a source") as u32,
+                input_index: input_names
+                    .iter()
+                    .position(|n| n == &s.input)
+                    .expect("input named by a source") as u32,
                 source,
                 decoder,
                 record: SourceRecord::default(),
@@ -168,13 +190,22 @@ impl Runner {
         }
         let delays: Vec<i64> = spec.sources.iter().map(|s| s.out_of_orderness_ms).collect();
         let mut operator = KeyedOperator::new(function, &delays, wall_clock_ms());
-        let info = InitInfo { config: spec.udf.config.clone(), inputs: input_names };
-        let outputs = operator
-            .init(&info)
-            .map_err(|e| anyhow::anyhow!("UDF {:?} failed to initialise: {e}", operator.function_name()))?;
+        let info = InitInfo {
+            config: spec.udf.config.clone(),
+            inputs: input_names,
+        };
+        let outputs = operator.init(&info).map_err(|e| {
+            anyhow::anyhow!(
+                "UDF {:?} failed to initialise: {e}",
+                operator.function_name()
+            )
+        })?;
 
-        let unrouted: Vec<String> =
-            outputs.iter().filter(|o| !spec.sinks.iter().any(|s| &s.output == *o)).cloned().collect();
+        let unrouted: Vec<String> = outputs
+            .iter()
+            .filter(|o| !spec.sinks.iter().any(|s| &s.output == *o))
+            .cloned()
+            .collect();
         if !unrouted.is_empty() {
             anyhow::bail!(
                 "{}; add a [[sink]] with output = {:?} (or --output {}=PATH)",
@@ -194,7 +225,11 @@ impl Runner {
         }
         let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
         for output in &outputs {
-            let spec_sink = spec.sinks.iter().find(|s| &s.output == output).expect("checked above");
+            let spec_sink = spec
+                .sinks
+                .iter()
+                .find(|s| &s.output == output)
+                .expect("checked above");
             sinks.push(match &spec_sink.target {
                 SinkTarget::File(path) => Box::new(JsonLinesSink::create(path)?),
                 SinkTarget::Stdout => Box::new(JsonLinesSink::stdout()),
@@ -203,7 +238,13 @@ impl Runner {
         }
         operator.bind_sinks(sinks);
         let dead_letters = DeadLetters::create(&spec.dead_letter).context("dead-letter output")?;
-        Ok(Self { pipeline: spec.name.clone(), inputs, operator, outputs, dead_letters })
+        Ok(Self {
+            pipeline: spec.name.clone(),
+            inputs,
+            operator,
+            outputs,
+            dead_letters,
+        })
     }
 
     fn run(&mut self, options: &RunOptions) -> anyhow::Result<()> {
@@ -219,10 +260,15 @@ impl Runner {
                 .min_by_key(|&i| (self.inputs[i].ready.as_ref().map(|r| r.timestamp), i));
             match next {
                 Some(i) => self.process(i)?,
-                None => self.operator.fire_processing_timers(wall_clock_ms()).map_err(|e| self.describe(e, None))?,
+                None => self
+                    .operator
+                    .fire_processing_timers(wall_clock_ms())
+                    .map_err(|e| self.describe(e, None))?,
             }
             if self.operator.has_processing_timers() {
-                self.operator.fire_processing_timers(wall_clock_ms()).map_err(|e| self.describe(e, None))?;
+                self.operator
+                    .fire_processing_timers(wall_clock_ms())
+                    .map_err(|e| self.describe(e, None))?;
             }
             if let Some(bar) = &progress {
                 let processed = self.operator.counters().elements;
@@ -245,7 +291,11 @@ impl Runner {
         let any_ready = self.inputs.iter().any(|i| i.ready.is_some());
         for index in 0..self.inputs.len() {
             while !self.inputs[index].ended && self.inputs[index].ready.is_none() {
-                let wait = if any_ready { Duration::ZERO } else { self.idle_wait() };
+                let wait = if any_ready {
+                    Duration::ZERO
+                } else {
+                    self.idle_wait()
+                };
                 let input = &mut self.inputs[index];
                 match input.source.poll(&mut input.record, wait)? {
                     Polled::Record => {
@@ -257,7 +307,9 @@ impl Runner {
                     Polled::Idle => break,
                     Polled::End => {
                         input.ended = true;
-                        self.operator.end_source(index).map_err(|e| self.describe(e, Some(index)))?;
+                        self.operator
+                            .end_source(index)
+                            .map_err(|e| self.describe(e, Some(index)))?;
                     }
                 }
             }
@@ -282,9 +334,15 @@ impl Runner {
             KeyBytes::InLine(range) => &input.record.data[range.clone()],
             KeyBytes::Owned(bytes) => bytes.as_slice(),
         };
-        let element =
-            ElementRef { input: input.input_index, key, value: &input.record.data, timestamp: ready.timestamp };
-        self.operator.process_element(index, element).map_err(|e| self.describe(e, Some(index)))
+        let element = ElementRef {
+            input: input.input_index,
+            key,
+            value: &input.record.data,
+            timestamp: ready.timestamp,
+        };
+        self.operator
+            .process_element(index, element)
+            .map_err(|e| self.describe(e, Some(index)))
     }
 
     fn dead_letter(&mut self, index: usize, reason: &str) -> anyhow::Result<()> {
@@ -305,14 +363,31 @@ impl Runner {
         let udf = self.operator.function_name();
         let origin = |i: usize| {
             let input = &self.inputs[i];
-            format!("record {} of source {:?} (line {} of {})", input.read, input.name, input.record.line, input.source.location())
+            format!(
+                "record {} of source {:?} (line {} of {})",
+                input.read,
+                input.name,
+                input.record.line,
+                input.source.location()
+            )
         };
         match &error {
-            OperatorError::Udf { activity: Activity::Element, .. } => {
+            OperatorError::Udf {
+                activity: Activity::Element,
+                ..
+            } => {
                 let at = index.map(origin).unwrap_or_default();
                 anyhow::anyhow!("UDF {udf:?} failed on {at}: {error}")
             }
-            OperatorError::Udf { activity: Activity::Timer { domain, timestamp, key }, .. } => {
+            OperatorError::Udf {
+                activity:
+                    Activity::Timer {
+                        domain,
+                        timestamp,
+                        key,
+                    },
+                ..
+            } => {
                 let after = match index {
                     Some(i) => format!(" (after {})", origin(i)),
                     None => String::new(),
@@ -332,8 +407,17 @@ impl Runner {
         RunReport {
             pipeline: self.pipeline.clone(),
             udf: self.operator.function_name().to_string(),
-            sources: self.inputs.iter().map(|i| (i.name.clone(), i.read)).collect(),
-            outputs: self.outputs.iter().cloned().zip(counters.emitted.iter().copied()).collect(),
+            sources: self
+                .inputs
+                .iter()
+                .map(|i| (i.name.clone(), i.read))
+                .collect(),
+            outputs: self
+                .outputs
+                .iter()
+                .cloned()
+                .zip(counters.emitted.iter().copied())
+                .collect(),
             processed: counters.elements,
             dead_letters: self.dead_letters.count(),
             dead_letter_path: self.dead_letters.location().to_string(),
@@ -347,7 +431,8 @@ impl Runner {
 
 /// Decodes the record just read into `input.ready`.
 fn decode(input: &mut Input) -> Result<(), String> {
-    let line = std::str::from_utf8(&input.record.data).map_err(|e| format!("not UTF-8 text: {e}"))?;
+    let line =
+        std::str::from_utf8(&input.record.data).map_err(|e| format!("not UTF-8 text: {e}"))?;
     let decoded = input.decoder.decode(line)?;
     let key = match decoded.key {
         std::borrow::Cow::Borrowed(bytes) => {
@@ -356,7 +441,10 @@ fn decode(input: &mut Input) -> Result<(), String> {
         }
         std::borrow::Cow::Owned(bytes) => KeyBytes::Owned(bytes),
     };
-    input.ready = Some(Ready { key, timestamp: decoded.timestamp });
+    input.ready = Some(Ready {
+        key,
+        timestamp: decoded.timestamp,
+    });
     Ok(())
 }
 

@@ -49,7 +49,15 @@ impl Click {
 /// are out of order by up to `jitter_ms`; with probability `late` a click is older by up
 /// to a minute (late for a 5 s watermark bound); with probability `gap` the stream goes
 /// quiet for 6 to 20 minutes, long enough for 5-minute windows to drain.
-pub fn clicks(n: usize, ads: u64, seed: u64, step_ms: u64, jitter_ms: u64, late: f64, gap: f64) -> Vec<Click> {
+pub fn clicks(
+    n: usize,
+    ads: u64,
+    seed: u64,
+    step_ms: u64,
+    jitter_ms: u64,
+    late: f64,
+    gap: f64,
+) -> Vec<Click> {
     let mut rng = Rng::new(seed);
     let mut clock = BASE_MS;
     (0..n)
@@ -62,7 +70,10 @@ pub fn clicks(n: usize, ads: u64, seed: u64, step_ms: u64, jitter_ms: u64, late:
             if rng.chance(late) {
                 ts -= 5_000 + rng.below(55_000) as i64;
             }
-            Click { ad: format!("ad-{}", rng.below(ads)), ts }
+            Click {
+                ad: format!("ad-{}", rng.below(ads)),
+                ts,
+            }
         })
         .collect()
 }
@@ -88,7 +99,9 @@ impl Purchase {
 /// times out and starts again; with probability `swap` two neighbouring events are out
 /// of order.
 pub fn purchases(orders: u64, seed: u64, pause: f64, swap: f64) -> Vec<Purchase> {
-    const ITEMS: [&str; 8] = ["tea", "cake", "scone", "jam", "coffee", "bagel", "lemon", "water"];
+    const ITEMS: [&str; 8] = [
+        "tea", "cake", "scone", "jam", "coffee", "bagel", "lemon", "water",
+    ];
     let mut rng = Rng::new(seed);
     let mut events = Vec::new();
     for order in 0..orders {
@@ -96,13 +109,23 @@ pub fn purchases(orders: u64, seed: u64, pause: f64, swap: f64) -> Vec<Purchase>
         for _ in 0..=rng.below(5) {
             let cents = 1 + rng.below(2_000);
             let cost = if rng.chance(0.1) {
-                serde_json::from_str(&format!("{}.{:02}", cents / 100, cents % 100)).expect("a JSON number")
+                serde_json::from_str(&format!("{}.{:02}", cents / 100, cents % 100))
+                    .expect("a JSON number")
             } else {
                 Value::String(format!("{}.{:02}", cents / 100, cents % 100))
             };
             let item = ITEMS[rng.below(ITEMS.len() as u64) as usize].to_string();
-            events.push(Purchase { order: 17 + order, item, cost, ts });
-            ts += if rng.chance(pause) { 1_500 + rng.below(1_500) as i64 } else { 100 + rng.below(800) as i64 };
+            events.push(Purchase {
+                order: 17 + order,
+                item,
+                cost,
+                ts,
+            });
+            ts += if rng.chance(pause) {
+                1_500 + rng.below(1_500) as i64
+            } else {
+                100 + rng.below(800) as i64
+            };
         }
     }
     events.sort_by_key(|e| e.ts);

@@ -11,15 +11,24 @@ use std::process::{Command, Output, Stdio};
 
 /// The repository's root folder.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the repo").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the repo")
+        .to_path_buf()
 }
 
 fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
 }
 
 fn built(path: PathBuf) -> PathBuf {
-    assert!(path.exists(), "{} is missing: run `make build` first (`make test` does)", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run `make build` first (`make test` does)",
+        path.display()
+    );
     path
 }
 
@@ -30,7 +39,11 @@ pub fn weir_bin() -> PathBuf {
 
 /// A UDF component built by `make udfs`, by crate name (`change-only-counter`).
 pub fn component(crate_name: &str) -> PathBuf {
-    built(target_dir().join("wasm32-wasip2/release").join(format!("{}.wasm", crate_name.replace('-', "_"))))
+    built(
+        target_dir()
+            .join("wasm32-wasip2/release")
+            .join(format!("{}.wasm", crate_name.replace('-', "_"))),
+    )
 }
 
 /// A finished `weir` process.
@@ -48,7 +61,12 @@ impl Finished {
 
     /// Panics with the process's output unless it succeeded.
     pub fn assert_success(&self) -> &Self {
-        assert!(self.success(), "weir failed ({:?}):\n{}", self.code, self.stderr);
+        assert!(
+            self.success(),
+            "weir failed ({:?}):\n{}",
+            self.code,
+            self.stderr
+        );
         self
     }
 }
@@ -85,7 +103,9 @@ impl Default for Workdir {
 
 impl Workdir {
     pub fn new() -> Self {
-        Self { dir: tempfile::tempdir().expect("temp dir") }
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -109,7 +129,8 @@ impl Workdir {
 /// Reads a JSON-lines file; every line must be JSON.
 pub fn read_jsonl(path: impl AsRef<Path>) -> Vec<Value> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     parse_jsonl(&text)
 }
 
@@ -123,5 +144,8 @@ pub fn parse_jsonl(text: &str) -> Vec<Value> {
 
 /// Formats epoch milliseconds as `YYYY-MM-DD HH:MM:SS.mmm` (UTC), as the seeds write them.
 pub fn datetime_millis(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).expect("in range").format("%Y-%m-%d %H:%M:%S%.3f").to_string()
+    chrono::DateTime::from_timestamp_millis(ms)
+        .expect("in range")
+        .format("%Y-%m-%d %H:%M:%S%.3f")
+        .to_string()
 }

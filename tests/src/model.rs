@@ -17,9 +17,17 @@ pub trait KeyedModel {
     type State: Default;
     type Input;
     /// Handles an element; returns outputs and may add timers for the key.
-    fn element(&self, key: &str, state: &mut Self::State, input: &Self::Input, ts: i64, timers: &mut Timers) -> Vec<Value>;
+    fn element(
+        &self,
+        key: &str,
+        state: &mut Self::State,
+        input: &Self::Input,
+        ts: i64,
+        timers: &mut Timers,
+    ) -> Vec<Value>;
     /// Handles a timer; returns outputs.
-    fn timer(&self, key: &str, state: &mut Self::State, at: i64, timers: &mut Timers) -> Vec<Value>;
+    fn timer(&self, key: &str, state: &mut Self::State, at: i64, timers: &mut Timers)
+        -> Vec<Value>;
 }
 
 /// One key's pending timers.
@@ -39,9 +47,9 @@ pub fn event_time<M: KeyedModel>(
     let mut outputs: HashMap<String, Vec<Value>> = HashMap::new();
     let mut watermark = i64::MIN;
     let fire = |watermark: i64,
-                    states: &mut HashMap<String, M::State>,
-                    timers: &mut HashMap<String, Timers>,
-                    outputs: &mut HashMap<String, Vec<Value>>| loop {
+                states: &mut HashMap<String, M::State>,
+                timers: &mut HashMap<String, Timers>,
+                outputs: &mut HashMap<String, Vec<Value>>| loop {
         let next = timers
             .iter()
             .filter_map(|(k, t)| t.pending.first().map(|&at| (at, k.clone())))
@@ -107,7 +115,14 @@ impl KeyedModel for ChangeOnlyCounter {
     type State = CounterState;
     type Input = ();
 
-    fn element(&self, key: &str, state: &mut CounterState, _: &(), ts: i64, timers: &mut Timers) -> Vec<Value> {
+    fn element(
+        &self,
+        key: &str,
+        state: &mut CounterState,
+        _: &(),
+        ts: i64,
+        timers: &mut Timers,
+    ) -> Vec<Value> {
         state.clicks.push(ts);
         timers.pending.insert(ts + self.window);
         Self::changed(key, state, ts)
@@ -147,7 +162,14 @@ impl KeyedModel for OrderTimeout {
     type State = OrderState;
     type Input = OrderEvent;
 
-    fn element(&self, _: &str, state: &mut OrderState, e: &OrderEvent, ts: i64, timers: &mut Timers) -> Vec<Value> {
+    fn element(
+        &self,
+        _: &str,
+        state: &mut OrderState,
+        e: &OrderEvent,
+        ts: i64,
+        timers: &mut Timers,
+    ) -> Vec<Value> {
         state.order.get_or_insert_with(|| e.order.clone());
         state.total += e.cost;
         state.items.push(e.item.clone());
@@ -160,8 +182,12 @@ impl KeyedModel for OrderTimeout {
     }
 
     fn timer(&self, _: &str, state: &mut OrderState, _: i64, _: &mut Timers) -> Vec<Value> {
-        let Some(order) = state.order.take() else { return vec![] };
-        let total = state.total.round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero);
+        let Some(order) = state.order.take() else {
+            return vec![];
+        };
+        let total = state
+            .total
+            .round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero);
         let out = json!({"orderId": order, "total": format!("{total:.2}"), "items": std::mem::take(&mut state.items)});
         *state = OrderState::default();
         vec![out]
@@ -173,14 +199,19 @@ impl KeyedModel for OrderTimeout {
 pub fn orders_all_at_once(events: &[(Value, String, Decimal)]) -> BTreeMap<String, Value> {
     let mut acc: BTreeMap<String, (Value, Decimal, Vec<String>)> = BTreeMap::new();
     for (order, item, cost) in events {
-        let entry = acc.entry(order.to_string()).or_insert_with(|| (order.clone(), Decimal::ZERO, Vec::new()));
+        let entry = acc
+            .entry(order.to_string())
+            .or_insert_with(|| (order.clone(), Decimal::ZERO, Vec::new()));
         entry.1 += cost;
         entry.2.push(item.clone());
     }
     acc.into_iter()
         .map(|(k, (order, total, items))| {
             let total = total.round_dp_with_strategy(2, RoundingStrategy::MidpointAwayFromZero);
-            (k, json!({"orderId": order, "total": format!("{total:.2}"), "items": items}))
+            (
+                k,
+                json!({"orderId": order, "total": format!("{total:.2}"), "items": items}),
+            )
         })
         .collect()
 }

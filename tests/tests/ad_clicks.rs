@@ -46,10 +46,21 @@ fn counts_match_the_model_per_ad() {
         assert_eq!(got.get(ad).unwrap_or(&vec![]), records, "records of {ad}");
     }
     // The input exercised what it is meant to: late records, drops to zero.
-    assert!(stderr.contains("source clicks: 6000 records read"), "{stderr}");
-    let late: u64 = stderr.lines().find_map(|l| l.trim().strip_prefix("late records: ")).unwrap().parse().unwrap();
+    assert!(
+        stderr.contains("source clicks: 6000 records read"),
+        "{stderr}"
+    );
+    let late: u64 = stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("late records: "))
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(late > 50, "expected late records in the input, got {late}");
-    assert!(out.iter().filter(|r| r["clicks"] == 0).count() > 25, "counts fall back to 0 in quiet gaps");
+    assert!(
+        out.iter().filter(|r| r["clicks"] == 0).count() > 25,
+        "counts fall back to 0 in quiet gaps"
+    );
 }
 
 #[test]
@@ -67,14 +78,25 @@ fn window_comes_from_config_override() {
 #[test]
 fn the_sample_demo_input_gives_exact_records() {
     // The README's demo: two bursts of clicks separated by a quiet gap of 20 minutes.
-    let run = weir(&["run", "examples/ad-clicks/pipeline.toml", "--dead-letter", "/dev/null", "-q"]);
+    let run = weir(&[
+        "run",
+        "examples/ad-clicks/pipeline.toml",
+        "--dead-letter",
+        "/dev/null",
+        "-q",
+    ]);
     run.assert_success();
     let out = weir_e2e::parse_jsonl(&run.stdout);
     assert_eq!(out.len(), 34);
     let ad1: Vec<(i64, &str)> = out
         .iter()
         .filter(|r| r["ad_id"] == "ad-1")
-        .map(|r| (r["clicks"].as_i64().unwrap(), r["updated_at"].as_str().unwrap()))
+        .map(|r| {
+            (
+                r["clicks"].as_i64().unwrap(),
+                r["updated_at"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         ad1,

@@ -55,11 +55,19 @@ fn malformed_lines_become_dead_letters_and_the_run_goes_on() {
     let run = weir(&["run", &pipeline]);
     run.assert_success();
     let out = read_jsonl(work.path("out.jsonl"));
-    assert_eq!(out, vec![json!({"user": {"id": "u1"}, "ts": 1000, "n": 1}), json!({"user": {"id": 7}, "ts": "1003", "n": 2})]);
+    assert_eq!(
+        out,
+        vec![
+            json!({"user": {"id": "u1"}, "ts": 1000, "n": 1}),
+            json!({"user": {"id": 7}, "ts": "1003", "n": 2})
+        ]
+    );
 
     let dead = read_jsonl(work.path("dead.jsonl"));
-    let summary: Vec<(u64, &str)> =
-        dead.iter().map(|d| (d["line"].as_u64().unwrap(), d["raw"].as_str().unwrap())).collect();
+    let summary: Vec<(u64, &str)> = dead
+        .iter()
+        .map(|d| (d["line"].as_u64().unwrap(), d["raw"].as_str().unwrap()))
+        .collect();
     assert_eq!(
         summary.iter().map(|(line, _)| *line).collect::<Vec<_>>(),
         vec![2, 3, 4, 5, 6, 7, 10],
@@ -70,13 +78,27 @@ fn malformed_lines_become_dead_letters_and_the_run_goes_on() {
     assert!(reasons[0].starts_with("not valid JSON"), "{}", reasons[0]);
     assert_eq!(reasons[1], r#"missing key field "/user/id""#);
     assert_eq!(reasons[2], r#"missing timestamp field "ts""#);
-    assert!(reasons[3].starts_with(r#"timestamp field "ts": "yesterday" is not epoch milliseconds"#), "{}", reasons[3]);
+    assert!(
+        reasons[3].starts_with(r#"timestamp field "ts": "yesterday" is not epoch milliseconds"#),
+        "{}",
+        reasons[3]
+    );
     assert_eq!(reasons[4], r#"key field "/user/id" is null"#);
-    assert!(reasons[5].starts_with("not a JSON object"), "{}", reasons[5]);
+    assert!(
+        reasons[5].starts_with("not a JSON object"),
+        "{}",
+        reasons[5]
+    );
     assert!(reasons[6].starts_with("not UTF-8"), "{}", reasons[6]);
-    assert!(dead.iter().all(|d| d["source"] == "events" && d["offset"].is_u64()));
+    assert!(dead
+        .iter()
+        .all(|d| d["source"] == "events" && d["offset"].is_u64()));
     assert!(run.stderr.contains("dead letters: 7"), "{}", run.stderr);
-    assert!(run.stderr.contains("source events: 9 records read"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("source events: 9 records read"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -85,24 +107,53 @@ fn pipeline_file_mistakes_name_the_field() {
     work.write("in.jsonl", "");
     let good = std::fs::read_to_string(echo_pipeline(&work, "in.jsonl")).unwrap();
     let cases = [
-        (good.replace("timestamp_format", "timestamp_fmt"), "unknown field `timestamp_fmt`"),
-        (good.replace("\"epoch_ms\"", "\"unix\""), "unknown variant `unix`"),
-        (good.replace("[udf]\n", "[udf]\ncall_timeout = \"soon\"\n"), "call_timeout"),
-        (good.replace("key = \"/user/id\"\n", ""), "missing field `key`"),
-        (good.replace("path = \"in.jsonl\"", "path = \"nowhere.jsonl\""), "cannot open input file"),
-        (good.replace(".wasm\"", ".wasmx\""), "cannot read UDF component"),
-        (good.replace("type = \"file\"\npath = \"out.jsonl\"", "type = \"kafka\""), "unknown variant `kafka`"),
+        (
+            good.replace("timestamp_format", "timestamp_fmt"),
+            "unknown field `timestamp_fmt`",
+        ),
+        (
+            good.replace("\"epoch_ms\"", "\"unix\""),
+            "unknown variant `unix`",
+        ),
+        (
+            good.replace("[udf]\n", "[udf]\ncall_timeout = \"soon\"\n"),
+            "call_timeout",
+        ),
+        (
+            good.replace("key = \"/user/id\"\n", ""),
+            "missing field `key`",
+        ),
+        (
+            good.replace("path = \"in.jsonl\"", "path = \"nowhere.jsonl\""),
+            "cannot open input file",
+        ),
+        (
+            good.replace(".wasm\"", ".wasmx\""),
+            "cannot read UDF component",
+        ),
+        (
+            good.replace("type = \"file\"\npath = \"out.jsonl\"", "type = \"kafka\""),
+            "unknown variant `kafka`",
+        ),
     ];
     for (text, expected) in cases {
         let path = work.write("bad.toml", &text);
         let run = weir(&["run", &path]);
         assert!(!run.success(), "{expected}: should fail");
-        assert!(run.stderr.contains(expected), "expected {expected:?} in:\n{}", run.stderr);
+        assert!(
+            run.stderr.contains(expected),
+            "expected {expected:?} in:\n{}",
+            run.stderr
+        );
         assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
     }
     let run = weir(&["run", &work.path("missing.toml").display().to_string()]);
     assert_eq!(run.code, Some(2));
-    assert!(run.stderr.contains("cannot read pipeline file"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot read pipeline file"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -112,6 +163,11 @@ fn an_output_without_a_sink_is_a_startup_error() {
     let pipeline = echo_pipeline(&work, "in.jsonl");
     let run = weir(&["run", &pipeline, "--config", "side=audit"]);
     assert_eq!(run.code, Some(1));
-    assert!(run.stderr.contains("outputs with no sink in the pipeline file: audit"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("outputs with no sink in the pipeline file: audit"),
+        "{}",
+        run.stderr
+    );
     assert!(!work.path("out.jsonl").exists() || read_jsonl(work.path("out.jsonl")).is_empty());
 }

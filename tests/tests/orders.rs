@@ -20,11 +20,22 @@ fn run(work: &Workdir, events: &[Purchase], extra: &[String]) -> Vec<Value> {
     let input = work.write_jsonl("orders.jsonl", &records);
     let output = work.path("totals.jsonl").display().to_string();
     let dead = work.path("dead.jsonl").display().to_string();
-    let mut args: Vec<String> = ["run", "examples/orders/pipeline.toml", "-q", "--dead-letter", &dead]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(["--input".into(), format!("orders={input}"), "--output".into(), format!("main={output}")]);
+    let mut args: Vec<String> = [
+        "run",
+        "examples/orders/pipeline.toml",
+        "-q",
+        "--dead-letter",
+        &dead,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend([
+        "--input".into(),
+        format!("orders={input}"),
+        "--output".into(),
+        format!("main={output}"),
+    ]);
     args.extend_from_slice(extra);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     weir(&args).assert_success();
@@ -37,16 +48,27 @@ fn event_time_aggregates_match_the_model_per_order() {
     let work = Workdir::new();
     let out = run(&work, &events, &[]);
     let records = events.iter().map(|e| {
-        let input = OrderEvent { order: Value::from(e.order), item: e.item.clone(), cost: cost(e) };
+        let input = OrderEvent {
+            order: Value::from(e.order),
+            item: e.item.clone(),
+            cost: cost(e),
+        };
         (e.order.to_string(), e.ts, input)
     });
     let expected = model::event_time(&OrderTimeout { timeout: 1_000 }, records, 0);
     let got = model::by_key(&out, "orderId");
     let expected_total: usize = expected.values().map(Vec::len).sum();
     assert_eq!(out.len(), expected_total);
-    assert!(expected_total > 2_500, "some orders time out and start again");
+    assert!(
+        expected_total > 2_500,
+        "some orders time out and start again"
+    );
     for (order, aggregates) in &expected {
-        assert_eq!(got.get(order).unwrap_or(&vec![]), aggregates, "order {order}");
+        assert_eq!(
+            got.get(order).unwrap_or(&vec![]),
+            aggregates,
+            "order {order}"
+        );
     }
 }
 
@@ -56,18 +78,38 @@ fn processing_time_emits_each_order_once_at_end_of_input() {
     // still pending when the input ends, and fires then with all the order's events.
     let events = gen::purchases(400, 5, 0.2, 0.05);
     let work = Workdir::new();
-    let out = run(&work, &events, &["--config".into(), "time=processing".into(), "--config".into(), "timeout=5s".into()]);
-    let all: Vec<(Value, String, Decimal)> = events.iter().map(|e| (Value::from(e.order), e.item.clone(), cost(e))).collect();
+    let out = run(
+        &work,
+        &events,
+        &[
+            "--config".into(),
+            "time=processing".into(),
+            "--config".into(),
+            "timeout=5s".into(),
+        ],
+    );
+    let all: Vec<(Value, String, Decimal)> = events
+        .iter()
+        .map(|e| (Value::from(e.order), e.item.clone(), cost(e)))
+        .collect();
     let expected = model::orders_all_at_once(&all);
-    let got: std::collections::BTreeMap<String, Value> =
-        out.iter().map(|r| (r["orderId"].to_string(), r.clone())).collect();
+    let got: std::collections::BTreeMap<String, Value> = out
+        .iter()
+        .map(|r| (r["orderId"].to_string(), r.clone()))
+        .collect();
     assert_eq!(out.len(), expected.len(), "one aggregate per order");
     assert_eq!(got, expected);
 }
 
 #[test]
 fn sample_orders_give_exact_totals() {
-    let run = weir(&["run", "examples/orders/pipeline.toml", "-q", "--dead-letter", "/dev/null"]);
+    let run = weir(&[
+        "run",
+        "examples/orders/pipeline.toml",
+        "-q",
+        "--dead-letter",
+        "/dev/null",
+    ]);
     run.assert_success();
     let out = weir_e2e::parse_jsonl(&run.stdout);
     let expected: Vec<Value> = [

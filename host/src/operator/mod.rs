@@ -20,17 +20,27 @@ use std::fmt;
 pub enum Activity {
     Init,
     Element,
-    Timer { domain: TimeDomain, timestamp: Timestamp, key: String },
+    Timer {
+        domain: TimeDomain,
+        timestamp: Timestamp,
+        key: String,
+    },
 }
 
 #[derive(Debug)]
 pub enum OperatorError {
     /// A UDF call failed.
-    Udf { activity: Activity, error: CallError },
+    Udf {
+        activity: Activity,
+        error: CallError,
+    },
     /// The UDF declared outputs that have no sink.
     Unrouted(Vec<String>),
     /// A sink failed.
-    Sink { output: String, error: anyhow::Error },
+    Sink {
+        output: String,
+        error: anyhow::Error,
+    },
 }
 
 impl fmt::Display for OperatorError {
@@ -38,7 +48,11 @@ impl fmt::Display for OperatorError {
         match self {
             OperatorError::Udf { error, .. } => write!(f, "{error}"),
             OperatorError::Unrouted(outputs) => {
-                write!(f, "the UDF declares outputs with no sink in the pipeline file: {}", outputs.join(", "))
+                write!(
+                    f,
+                    "the UDF declares outputs with no sink in the pipeline file: {}",
+                    outputs.join(", ")
+                )
             }
             OperatorError::Sink { output, error } => write!(f, "output {output:?}: {error:#}"),
         }
@@ -68,8 +82,15 @@ pub struct KeyedOperator {
 impl KeyedOperator {
     /// An operator over `function` whose sources hold back the watermark by their
     /// out-of-orderness (one entry per source).
-    pub fn new(function: Box<dyn ProcessFunction>, out_of_orderness_ms: &[i64], now: Timestamp) -> Self {
-        let sources = out_of_orderness_ms.iter().map(|&ms| BoundedOutOfOrderness::new(ms)).collect();
+    pub fn new(
+        function: Box<dyn ProcessFunction>,
+        out_of_orderness_ms: &[i64],
+        now: Timestamp,
+    ) -> Self {
+        let sources = out_of_orderness_ms
+            .iter()
+            .map(|&ms| BoundedOutOfOrderness::new(ms))
+            .collect();
         Self {
             function,
             host: HostServices::new(now),
@@ -87,7 +108,10 @@ impl KeyedOperator {
     pub fn init(&mut self, info: &InitInfo) -> Result<Vec<String>, OperatorError> {
         self.function
             .init(&mut self.host, info)
-            .map_err(|error| OperatorError::Udf { activity: Activity::Init, error })?;
+            .map_err(|error| OperatorError::Udf {
+                activity: Activity::Init,
+                error,
+            })?;
         Ok(self.host.outputs.clone())
     }
 
@@ -111,7 +135,11 @@ impl KeyedOperator {
 
     /// Processes one element of source `source`, then advances the watermark and fires
     /// the timers that became due.
-    pub fn process_element(&mut self, source: usize, element: ElementRef<'_>) -> Result<(), OperatorError> {
+    pub fn process_element(
+        &mut self,
+        source: usize,
+        element: ElementRef<'_>,
+    ) -> Result<(), OperatorError> {
         if element.timestamp <= self.watermark.current() {
             self.counters.late += 1;
         }
@@ -119,7 +147,10 @@ impl KeyedOperator {
         self.host.enter(key, element.timestamp);
         let result = self.function.process_element(&mut self.host, element);
         self.host.leave();
-        self.flush_emitted(result.map_err(|error| OperatorError::Udf { activity: Activity::Element, error }))?;
+        self.flush_emitted(result.map_err(|error| OperatorError::Udf {
+            activity: Activity::Element,
+            error,
+        }))?;
         self.counters.elements += 1;
         if let Some(watermark) = self.watermark.observe(source, element.timestamp) {
             self.fire_event_timers(watermark)?;
@@ -151,7 +182,10 @@ impl KeyedOperator {
             self.fire(TimeDomain::ProcessingTime, at, key)?;
         }
         for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
-            sink.flush().map_err(|error| OperatorError::Sink { output: name.clone(), error })?;
+            sink.flush().map_err(|error| OperatorError::Sink {
+                output: name.clone(),
+                error,
+            })?;
         }
         Ok(())
     }
@@ -182,7 +216,11 @@ impl KeyedOperator {
         self.host.enter(key, at);
         // The key's bytes are needed by the UDF while the table may change; copy them.
         let key_bytes = crate::state::Key::from_slice(self.host.keys.entry(key).key());
-        let timer = FiredTimer { domain, timestamp: at, key: &key_bytes };
+        let timer = FiredTimer {
+            domain,
+            timestamp: at,
+            key: &key_bytes,
+        };
         let result = self.function.on_timer(&mut self.host, timer);
         self.host.leave();
         self.flush_emitted(result.map_err(|error| OperatorError::Udf {
@@ -206,9 +244,15 @@ impl KeyedOperator {
         for record in emitted.drain(..) {
             let output = record.output as usize;
             let sink = &mut self.sinks[output];
-            let out = OutputRecord { key: record.key.as_deref(), value: &record.value, timestamp: record.timestamp };
-            sink.write(&out)
-                .map_err(|error| OperatorError::Sink { output: self.host.outputs[output].clone(), error })?;
+            let out = OutputRecord {
+                key: record.key.as_deref(),
+                value: &record.value,
+                timestamp: record.timestamp,
+            };
+            sink.write(&out).map_err(|error| OperatorError::Sink {
+                output: self.host.outputs[output].clone(),
+                error,
+            })?;
             self.counters.emitted[output] += 1;
         }
         // Keep the buffer's capacity for the next call.

@@ -159,12 +159,14 @@ impl PipelineSpec {
     pub fn load(path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
-        Self::parse(&text, path, overrides).with_context(|| format!("pipeline file {}", path.display()))
+        Self::parse(&text, path, overrides)
+            .with_context(|| format!("pipeline file {}", path.display()))
     }
 
     /// Checks and resolves pipeline text; relative paths are relative to `path`'s folder.
     pub fn parse(text: &str, path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
-        let file: PipelineFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+        let file: PipelineFile =
+            toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &str| base.join(p);
 
@@ -191,7 +193,10 @@ impl PipelineSpec {
             if sinks.iter().any(|s: &SinkSpec| s.output == entry.output) {
                 bail!("two sinks for output {:?}", entry.output);
             }
-            sinks.push(SinkSpec { output: entry.output, target });
+            sinks.push(SinkSpec {
+                output: entry.output,
+                target,
+            });
         }
 
         let dead_letter = match file.dead_letter {
@@ -199,7 +204,13 @@ impl PipelineSpec {
             None => path.with_extension("dead-letter.jsonl"),
         };
         let name = file.name.unwrap_or_else(|| default_name(path));
-        let mut spec = PipelineSpec { name, sources, udf, sinks, dead_letter };
+        let mut spec = PipelineSpec {
+            name,
+            sources,
+            udf,
+            sinks,
+            dead_letter,
+        };
         spec.apply(overrides)?;
         Ok(spec)
     }
@@ -223,7 +234,10 @@ impl PipelineSpec {
             };
             match self.sinks.iter_mut().find(|s| &s.output == output) {
                 Some(sink) => sink.target = target,
-                None => self.sinks.push(SinkSpec { output: output.clone(), target }),
+                None => self.sinks.push(SinkSpec {
+                    output: output.clone(),
+                    target,
+                }),
             }
         }
         for (key, value) in &overrides.config {
@@ -253,7 +267,10 @@ impl PipelineSpec {
     }
 }
 
-fn resolve_source(entry: &SourceEntry, resolve: &impl Fn(&str) -> PathBuf) -> anyhow::Result<SourceSpec> {
+fn resolve_source(
+    entry: &SourceEntry,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> anyhow::Result<SourceSpec> {
     let location = match (entry.kind, &entry.path) {
         (SourceKind::File, Some(path)) => SourceLocation::File(resolve(path)),
         (SourceKind::File, None) => bail!("path: a file source needs a path"),
@@ -278,37 +295,59 @@ fn resolve_source(entry: &SourceEntry, resolve: &impl Fn(&str) -> PathBuf) -> an
     })
 }
 
-fn resolve_udf(entry: &UdfEntry, resolve: &impl Fn(&str) -> PathBuf, pipeline: &Path) -> anyhow::Result<UdfSpec> {
+fn resolve_udf(
+    entry: &UdfEntry,
+    resolve: &impl Fn(&str) -> PathBuf,
+    pipeline: &Path,
+) -> anyhow::Result<UdfSpec> {
     let path = resolve(&entry.path);
     let name = entry.name.clone().unwrap_or_else(|| {
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-        stem.unwrap_or_else(|| default_name(pipeline)).replace('_', "-")
+        stem.unwrap_or_else(|| default_name(pipeline))
+            .replace('_', "-")
     });
     let memory_limit_bytes = match &entry.memory_limit {
         Some(text) => parse_size(text).context("memory_limit")?,
         None => DEFAULT_MEMORY_LIMIT,
     };
     let call_timeout = match &entry.call_timeout {
-        Some(text) => Duration::from_millis(parse_duration_ms(text).context("call_timeout")? as u64),
+        Some(text) => {
+            Duration::from_millis(parse_duration_ms(text).context("call_timeout")? as u64)
+        }
         None => DEFAULT_CALL_TIMEOUT,
     };
-    anyhow::ensure!(!call_timeout.is_zero(), "call_timeout: must be more than zero");
+    anyhow::ensure!(
+        !call_timeout.is_zero(),
+        "call_timeout: must be more than zero"
+    );
     let config = entry
         .config
         .iter()
         .map(|(k, v)| {
             let text = match v {
                 toml::Value::String(s) => s.clone(),
-                toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => v.to_string(),
+                toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+                    v.to_string()
+                }
                 other => serde_json::to_string(other).unwrap_or_default(),
             };
             (k.clone(), text)
         })
         .collect();
-    Ok(UdfSpec { name, path, config, memory_limit_bytes, call_timeout })
+    Ok(UdfSpec {
+        name,
+        path,
+        config,
+        memory_limit_bytes,
+        call_timeout,
+    })
 }
 
-fn sink_target(kind: SinkKind, path: Option<&str>, resolve: &impl Fn(&str) -> PathBuf) -> anyhow::Result<SinkTarget> {
+fn sink_target(
+    kind: SinkKind,
+    path: Option<&str>,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> anyhow::Result<SinkTarget> {
     Ok(match (kind, path) {
         (SinkKind::File, Some(path)) => SinkTarget::File(resolve(path)),
         (SinkKind::File, None) => bail!("path: a file sink needs a path"),
@@ -319,9 +358,16 @@ fn sink_target(kind: SinkKind, path: Option<&str>, resolve: &impl Fn(&str) -> Pa
 }
 
 fn default_name(pipeline: &Path) -> String {
-    let stem = pipeline.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = pipeline
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     if stem == "pipeline" {
-        if let Some(dir) = pipeline.canonicalize().ok().and_then(|p| p.parent().and_then(|d| d.file_name()).map(|d| d.to_string_lossy().into_owned())) {
+        if let Some(dir) = pipeline.canonicalize().ok().and_then(|p| {
+            p.parent()
+                .and_then(|d| d.file_name())
+                .map(|d| d.to_string_lossy().into_owned())
+        }) {
             return dir;
         }
     }
@@ -331,9 +377,13 @@ fn default_name(pipeline: &Path) -> String {
 /// Parses a size such as `64MiB`, `512KiB`, `1GiB`, `100MB` or a byte count.
 pub fn parse_size(text: &str) -> anyhow::Result<usize> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: usize = number.parse().map_err(|_| anyhow::anyhow!("{text:?} is not a size like 64MiB"))?;
+    let number: usize = number
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{text:?} is not a size like 64MiB"))?;
     let factor: usize = match unit.trim() {
         "" | "B" => 1,
         "KiB" => 1 << 10,
@@ -344,7 +394,9 @@ pub fn parse_size(text: &str) -> anyhow::Result<usize> {
         "GB" => 1_000_000_000,
         _ => bail!("{text:?} is not a size like 64MiB (units: B, KiB, MiB, GiB, KB, MB, GB)"),
     };
-    number.checked_mul(factor).ok_or_else(|| anyhow::anyhow!("size {text:?} is too large"))
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| anyhow::anyhow!("size {text:?} is too large"))
 }
 
 #[cfg(test)]
@@ -384,23 +436,38 @@ path = "out/clicks.jsonl"
     fn resolves_paths_and_defaults() {
         let spec = parse(GOOD, &Overrides::default()).unwrap();
         assert_eq!(spec.name, "ad-clicks");
-        assert_eq!(spec.sources[0].location, SourceLocation::File("/p/demo/clicks.jsonl".into()));
+        assert_eq!(
+            spec.sources[0].location,
+            SourceLocation::File("/p/demo/clicks.jsonl".into())
+        );
         assert_eq!(spec.sources[0].input, "clicks");
         assert_eq!(spec.sources[0].out_of_orderness_ms, 5_000);
         assert_eq!(spec.udf.path, PathBuf::from("/p/demo/../udf.wasm"));
         assert_eq!(spec.udf.name, "udf");
         assert_eq!(spec.udf.memory_limit_bytes, 32 << 20);
         assert_eq!(spec.udf.call_timeout, DEFAULT_CALL_TIMEOUT);
-        assert_eq!(spec.udf.config, vec![("limit".into(), "3".into()), ("window".into(), "5m".into())]);
-        assert_eq!(spec.sinks[0].target, SinkTarget::File("/p/demo/out/clicks.jsonl".into()));
-        assert_eq!(spec.dead_letter, PathBuf::from("/p/demo/pipeline.dead-letter.jsonl"));
+        assert_eq!(
+            spec.udf.config,
+            vec![("limit".into(), "3".into()), ("window".into(), "5m".into())]
+        );
+        assert_eq!(
+            spec.sinks[0].target,
+            SinkTarget::File("/p/demo/out/clicks.jsonl".into())
+        );
+        assert_eq!(
+            spec.dead_letter,
+            PathBuf::from("/p/demo/pipeline.dead-letter.jsonl")
+        );
     }
 
     #[test]
     fn overrides() {
         let overrides = Overrides {
             inputs: vec![("clicks".into(), "-".into())],
-            outputs: vec![("main".into(), "o.jsonl".into()), ("late".into(), "-".into())],
+            outputs: vec![
+                ("main".into(), "o.jsonl".into()),
+                ("late".into(), "-".into()),
+            ],
             config: vec![("window".into(), "1m".into())],
             ..Overrides::default()
         };
@@ -410,23 +477,53 @@ path = "out/clicks.jsonl"
         assert_eq!(spec.sinks[1].target, SinkTarget::Stdout);
         assert!(spec.udf.config.contains(&("window".into(), "1m".into())));
 
-        let bad = Overrides { inputs: vec![("clickz".into(), "x".into())], ..Overrides::default() };
+        let bad = Overrides {
+            inputs: vec![("clickz".into(), "x".into())],
+            ..Overrides::default()
+        };
         let err = format!("{:#}", parse(GOOD, &bad).unwrap_err());
-        assert!(err.contains("no source \"clickz\"") && err.contains("clicks"), "{err}");
+        assert!(
+            err.contains("no source \"clickz\"") && err.contains("clicks"),
+            "{err}"
+        );
     }
 
     #[test]
     fn mistakes_name_the_field() {
         let cases = [
-            (GOOD.replace("out_of_orderness", "out_of_order"), "unknown field `out_of_order`"),
+            (
+                GOOD.replace("out_of_orderness", "out_of_order"),
+                "unknown field `out_of_order`",
+            ),
             (GOOD.replace("\"5s\"", "\"5 parsecs\""), "out_of_orderness"),
-            (GOOD.replace("\"datetime\"", "\"rfc822\""), "unknown variant `rfc822`"),
+            (
+                GOOD.replace("\"datetime\"", "\"rfc822\""),
+                "unknown variant `rfc822`",
+            ),
             (GOOD.replace("32MiB", "lots"), "memory_limit"),
-            (GOOD.replace("path = \"clicks.jsonl\"\n", ""), "a file source needs a path"),
-            (GOOD.replace("name = \"ad-clicks\"", "nme = \"ad-clicks\""), "unknown field `nme`"),
-            (GOOD.replace("memory_limit", "memory_limt"), "unknown field `memory_limt`"),
-            (GOOD.replace("key = \"ad_id\"", "key = \"/a//b\""), "empty segment"),
-            (GOOD.replace("type = \"file\"\npath = \"out", "type = \"stdout\"\npath = \"out"), "only file sinks take a path"),
+            (
+                GOOD.replace("path = \"clicks.jsonl\"\n", ""),
+                "a file source needs a path",
+            ),
+            (
+                GOOD.replace("name = \"ad-clicks\"", "nme = \"ad-clicks\""),
+                "unknown field `nme`",
+            ),
+            (
+                GOOD.replace("memory_limit", "memory_limt"),
+                "unknown field `memory_limt`",
+            ),
+            (
+                GOOD.replace("key = \"ad_id\"", "key = \"/a//b\""),
+                "empty segment",
+            ),
+            (
+                GOOD.replace(
+                    "type = \"file\"\npath = \"out",
+                    "type = \"stdout\"\npath = \"out",
+                ),
+                "only file sinks take a path",
+            ),
         ];
         for (text, expected) in cases {
             let err = format!("{:#}", parse(&text, &Overrides::default()).unwrap_err());

@@ -58,9 +58,16 @@ impl fmt::Display for CallError {
             CallError::Returned(message) => write!(f, "returned an error: {message}"),
             CallError::Trapped(detail) => write!(f, "trapped: {detail}"),
             CallError::Timeout(limit) => {
-                write!(f, "ran longer than its call timeout of {} ms and was stopped", limit.as_millis())
+                write!(
+                    f,
+                    "ran longer than its call timeout of {} ms and was stopped",
+                    limit.as_millis()
+                )
             }
-            CallError::OutOfMemory { limit_bytes, detail } => write!(
+            CallError::OutOfMemory {
+                limit_bytes,
+                detail,
+            } => write!(
                 f,
                 "ran out of memory: it tried to grow past its limit of {} MiB ({detail})",
                 limit_bytes >> 20
@@ -81,8 +88,13 @@ pub trait ProcessFunction: Send {
     fn init(&mut self, host: &mut HostServices, info: &InitInfo) -> Result<(), CallError>;
 
     /// Handles one element; `host` is scoped to the element's key.
-    fn process_element(&mut self, host: &mut HostServices, element: ElementRef<'_>) -> Result<(), CallError>;
+    fn process_element(
+        &mut self,
+        host: &mut HostServices,
+        element: ElementRef<'_>,
+    ) -> Result<(), CallError>;
 
     /// Handles one firing timer; `host` is scoped to the timer's key.
-    fn on_timer(&mut self, host: &mut HostServices, timer: FiredTimer<'_>) -> Result<(), CallError>;
+    fn on_timer(&mut self, host: &mut HostServices, timer: FiredTimer<'_>)
+        -> Result<(), CallError>;
 }

@@ -123,7 +123,9 @@ impl Services {
         match self.states.get(state) {
             Some((_, declared)) if declared == kind => Ok(()),
             Some((name, declared)) => {
-                anyhow::bail!("state {name:?} is a {declared:?} state and cannot be used as a {kind:?} state")
+                anyhow::bail!(
+                    "state {name:?} is a {declared:?} state and cannot be used as a {kind:?} state"
+                )
             }
             None => anyhow::bail!("state id {state} was never declared"),
         }
@@ -153,7 +155,10 @@ impl Services {
 
     pub fn list_append(&mut self, state: StateId, item: Vec<u8>) -> Result<(), ContractError> {
         self.check(state, StateKind::List)?;
-        if let Slot::List(items) = self.entry()?.slot_or_insert(state, || Slot::List(Vec::new())) {
+        if let Slot::List(items) = self
+            .entry()?
+            .slot_or_insert(state, || Slot::List(Vec::new()))
+        {
             items.push(item);
         }
         Ok(())
@@ -178,9 +183,17 @@ impl Services {
         })
     }
 
-    pub fn map_put(&mut self, state: StateId, key: Vec<u8>, value: Vec<u8>) -> Result<(), ContractError> {
+    pub fn map_put(
+        &mut self,
+        state: StateId,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<(), ContractError> {
         self.check(state, StateKind::Map)?;
-        if let Slot::Map(map) = self.entry()?.slot_or_insert(state, || Slot::Map(BTreeMap::new())) {
+        if let Slot::Map(map) = self
+            .entry()?
+            .slot_or_insert(state, || Slot::Map(BTreeMap::new()))
+        {
             map.insert(key, value);
         }
         Ok(())
@@ -198,7 +211,10 @@ impl Services {
         Ok(())
     }
 
-    pub fn map_entries(&mut self, state: StateId) -> Result<Option<&BTreeMap<Vec<u8>, Vec<u8>>>, ContractError> {
+    pub fn map_entries(
+        &mut self,
+        state: StateId,
+    ) -> Result<Option<&BTreeMap<Vec<u8>, Vec<u8>>>, ContractError> {
         self.check(state, StateKind::Map)?;
         Ok(match self.entry()?.slot(state) {
             Some(Slot::Map(map)) => Some(map),
@@ -207,7 +223,10 @@ impl Services {
     }
 
     pub fn clear(&mut self, state: StateId) -> Result<(), ContractError> {
-        anyhow::ensure!(self.states.get(state).is_some(), "state id {state} was never declared");
+        anyhow::ensure!(
+            self.states.get(state).is_some(),
+            "state id {state} was never declared"
+        );
         self.entry()?.clear(state);
         Ok(())
     }
@@ -219,7 +238,11 @@ impl Services {
 
     // ---- timers --------------------------------------------------------------------
 
-    pub fn register_timer(&mut self, domain: TimeDomain, at: Timestamp) -> Result<(), ContractError> {
+    pub fn register_timer(
+        &mut self,
+        domain: TimeDomain,
+        at: Timestamp,
+    ) -> Result<(), ContractError> {
         let key = self.scope()?.key;
         if self.timers.register(domain, key, at) {
             self.keys.timer_added(key);
@@ -266,9 +289,17 @@ impl Services {
         key: Option<Vec<u8>>,
         timestamp: Option<Timestamp>,
     ) -> Result<(), ContractError> {
-        anyhow::ensure!((output as usize) < self.outputs.len(), "output id {output} was never declared");
+        anyhow::ensure!(
+            (output as usize) < self.outputs.len(),
+            "output id {output} was never declared"
+        );
         let scope = self.scope()?;
-        self.emitted.push(Emitted { output, key, value, timestamp: timestamp.unwrap_or(scope.timestamp) });
+        self.emitted.push(Emitted {
+            output,
+            key,
+            value,
+            timestamp: timestamp.unwrap_or(scope.timestamp),
+        });
         Ok(())
     }
 }
@@ -297,7 +328,11 @@ mod tests {
         host.enter(b, 11);
         assert_eq!(host.value_get(count).unwrap(), None);
         host.leave();
-        assert_eq!(host.keys.find(b"b"), None, "a key left with nothing is released");
+        assert_eq!(
+            host.keys.find(b"b"),
+            None,
+            "a key left with nothing is released"
+        );
 
         host.enter(a, 12);
         assert_eq!(host.value_get(count).unwrap(), Some(&[1u8][..]));
@@ -317,12 +352,19 @@ mod tests {
     #[test]
     fn outputs_are_declared_in_init_only() {
         let mut host = HostServices::new(0);
-        assert!(host.declare_output("main").unwrap_err().contains("must be declared in init"));
+        assert!(host
+            .declare_output("main")
+            .unwrap_err()
+            .contains("must be declared in init"));
         host.declaring = true;
         assert_eq!(host.declare_output("main").unwrap(), 0);
         assert_eq!(host.declare_output("late").unwrap(), 1);
         host.declaring = false;
-        assert_eq!(host.declare_output("late").unwrap(), 1, "looking up a declared output is fine");
+        assert_eq!(
+            host.declare_output("late").unwrap(),
+            1,
+            "looking up a declared output is fine"
+        );
         let key = host.keys.intern(b"k");
         host.enter(key, 42);
         host.emit(1, b"{}".to_vec(), None, None).unwrap();

@@ -26,7 +26,10 @@ pub struct DeadLetters {
 
 impl DeadLetters {
     pub fn create(path: &Path) -> anyhow::Result<Self> {
-        Ok(Self { sink: JsonLinesSink::create(path)?, count: 0 })
+        Ok(Self {
+            sink: JsonLinesSink::create(path)?,
+            count: 0,
+        })
     }
 
     pub fn to_sink(sink: JsonLinesSink) -> Self {

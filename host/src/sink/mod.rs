@@ -37,9 +37,11 @@ pub struct JsonLinesSink {
 impl JsonLinesSink {
     pub fn create(path: &Path) -> anyhow::Result<Self> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create directory {}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create directory {}", dir.display()))?;
         }
-        let file = File::create(path).with_context(|| format!("cannot create output file {}", path.display()))?;
+        let file = File::create(path)
+            .with_context(|| format!("cannot create output file {}", path.display()))?;
         Ok(Self::new(path.display().to_string(), Box::new(file)))
     }
 
@@ -48,7 +50,10 @@ impl JsonLinesSink {
     }
 
     pub fn new(location: String, out: Box<dyn Write + Send>) -> Self {
-        Self { location, out: BufWriter::with_capacity(1 << 17, out) }
+        Self {
+            location,
+            out: BufWriter::with_capacity(1 << 17, out),
+        }
     }
 
     /// Writes one JSON document on one line. A document spread over several lines is
@@ -58,7 +63,10 @@ impl JsonLinesSink {
         let valid = serde_json::from_slice::<&serde_json::value::RawValue>(value);
         if let Err(e) = valid {
             let shown = String::from_utf8_lossy(&value[..value.len().min(200)]).into_owned();
-            anyhow::bail!("a record for {} is not JSON ({e}): {shown:?}", self.location);
+            anyhow::bail!(
+                "a record for {} is not JSON ({e}): {shown:?}",
+                self.location
+            );
         }
         let result = if value.contains(&b'\n') {
             let parsed: serde_json::Value = serde_json::from_slice(value)?;
@@ -66,7 +74,9 @@ impl JsonLinesSink {
         } else {
             self.out.write_all(value)
         };
-        result.and_then(|()| self.out.write_all(b"\n")).with_context(|| format!("cannot write to {}", self.location))
+        result
+            .and_then(|()| self.out.write_all(b"\n"))
+            .with_context(|| format!("cannot write to {}", self.location))
     }
 }
 
@@ -80,7 +90,9 @@ impl Sink for JsonLinesSink {
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {
-        self.out.flush().with_context(|| format!("cannot write to {}", self.location))
+        self.out
+            .flush()
+            .with_context(|| format!("cannot write to {}", self.location))
     }
 }
 
@@ -110,12 +122,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/out.jsonl");
         let mut sink = JsonLinesSink::create(&path).unwrap();
-        let rec = |value: &'static [u8]| OutputRecord { key: None, value, timestamp: 0 };
+        let rec = |value: &'static [u8]| OutputRecord {
+            key: None,
+            value,
+            timestamp: 0,
+        };
         sink.write(&rec(br#"{"a":1}"#)).unwrap();
         sink.write(&rec(b"{\n  \"b\": [1,\n 2]\n}")).unwrap();
         let err = sink.write(&rec(b"not json")).unwrap_err().to_string();
         assert!(err.contains("is not JSON"), "{err}");
         sink.flush().unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"a\":1}\n{\"b\":[1,2]}\n");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"a\":1}\n{\"b\":[1,2]}\n"
+        );
     }
 }

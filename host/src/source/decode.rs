@@ -23,7 +23,11 @@ pub struct Decoded<'a> {
 }
 
 impl RecordDecoder {
-    pub fn new(key: &str, timestamp: &str, timestamp_format: TimestampFormat) -> Result<Self, String> {
+    pub fn new(
+        key: &str,
+        timestamp: &str,
+        timestamp_format: TimestampFormat,
+    ) -> Result<Self, String> {
         Ok(Self {
             paths: FieldPaths::new(&[key, timestamp])?,
             key_path: key.to_string(),
@@ -53,7 +57,8 @@ fn key_bytes(raw: &str) -> Result<Cow<'_, [u8]>, String> {
     match raw.as_bytes().first() {
         Some(b'"') if !raw.contains('\\') => Ok(Cow::Borrowed(raw[1..raw.len() - 1].as_bytes())),
         Some(b'"') => {
-            let text: String = serde_json::from_str(raw).map_err(|e| format!("is not a string: {e}"))?;
+            let text: String =
+                serde_json::from_str(raw).map_err(|e| format!("is not a string: {e}"))?;
             Ok(Cow::Owned(text.into_bytes()))
         }
         Some(b'-' | b'0'..=b'9') => Ok(Cow::Borrowed(raw.as_bytes())),
@@ -73,11 +78,23 @@ mod tests {
     #[test]
     fn decodes_string_and_number_keys() {
         let d = decoder();
-        let rec = d.decode(r#"{"ad_id": "ad-1", "clicked_at": "1970-01-01 00:00:01.5"}"#).unwrap();
-        assert_eq!(rec, Decoded { key: Cow::Borrowed(b"ad-1"), timestamp: 1_500 });
-        let rec = d.decode(r#"{"clicked_at": "1970-01-01 00:00:00", "ad_id": 17}"#).unwrap();
+        let rec = d
+            .decode(r#"{"ad_id": "ad-1", "clicked_at": "1970-01-01 00:00:01.5"}"#)
+            .unwrap();
+        assert_eq!(
+            rec,
+            Decoded {
+                key: Cow::Borrowed(b"ad-1"),
+                timestamp: 1_500
+            }
+        );
+        let rec = d
+            .decode(r#"{"clicked_at": "1970-01-01 00:00:00", "ad_id": 17}"#)
+            .unwrap();
         assert_eq!(&*rec.key, b"17");
-        let rec = d.decode(r#"{"ad_id": "caf\u00e9", "clicked_at": "1970-01-01 00:00:00"}"#).unwrap();
+        let rec = d
+            .decode(r#"{"ad_id": "caf\u00e9", "clicked_at": "1970-01-01 00:00:00"}"#)
+            .unwrap();
         assert_eq!(&*rec.key, "café".as_bytes());
     }
 
@@ -85,11 +102,26 @@ mod tests {
     fn reasons_name_the_field() {
         let d = decoder();
         let cases = [
-            (r#"{"clicked_at": "1970-01-01 00:00:00"}"#, r#"missing key field "ad_id""#),
-            (r#"{"ad_id": "a"}"#, r#"missing timestamp field "/clicked_at""#),
-            (r#"{"ad_id": null, "clicked_at": "1970-01-01 00:00:00"}"#, r#"key field "ad_id" is null"#),
-            (r#"{"ad_id": [1], "clicked_at": "1970-01-01 00:00:00"}"#, "must be a string or a number"),
-            (r#"{"ad_id": "a", "clicked_at": "noon"}"#, r#"timestamp field "/clicked_at": "noon" is not a date-time"#),
+            (
+                r#"{"clicked_at": "1970-01-01 00:00:00"}"#,
+                r#"missing key field "ad_id""#,
+            ),
+            (
+                r#"{"ad_id": "a"}"#,
+                r#"missing timestamp field "/clicked_at""#,
+            ),
+            (
+                r#"{"ad_id": null, "clicked_at": "1970-01-01 00:00:00"}"#,
+                r#"key field "ad_id" is null"#,
+            ),
+            (
+                r#"{"ad_id": [1], "clicked_at": "1970-01-01 00:00:00"}"#,
+                "must be a string or a number",
+            ),
+            (
+                r#"{"ad_id": "a", "clicked_at": "noon"}"#,
+                r#"timestamp field "/clicked_at": "noon" is not a date-time"#,
+            ),
             (r#"{"ad_id": "a", "#, "not valid JSON"),
         ];
         for (line, reason) in cases {

@@ -17,20 +17,32 @@ pub struct FieldPaths {
 impl FieldPaths {
     /// Parses each path; a bare name `ad_id` means the top-level field `/ad_id`.
     pub fn new(paths: &[&str]) -> Result<Self, String> {
-        let paths = paths.iter().map(|p| parse_pointer(p)).collect::<Result<_, _>>()?;
+        let paths = paths
+            .iter()
+            .map(|p| parse_pointer(p))
+            .collect::<Result<_, _>>()?;
         Ok(Self { paths })
     }
 
     /// Finds the fields in `json`; `found[i]` is the raw text of path `i`, if present.
     /// Fails if `json` is not one well-formed JSON object.
-    pub fn extract<'de>(&self, json: &'de str, found: &mut [Option<&'de RawValue>]) -> Result<(), String> {
+    pub fn extract<'de>(
+        &self,
+        json: &'de str,
+        found: &mut [Option<&'de RawValue>],
+    ) -> Result<(), String> {
         debug_assert_eq!(found.len(), self.paths.len());
         found.iter_mut().for_each(|f| *f = None);
         let selected: Vec<usize> = (0..self.paths.len()).collect();
         let mut de = serde_json::Deserializer::from_str(json);
-        ObjectSeed { paths: &self.paths, selected: &selected, depth: 0, found }
-            .deserialize(&mut de)
-            .map_err(|e| describe(&e))?;
+        ObjectSeed {
+            paths: &self.paths,
+            selected: &selected,
+            depth: 0,
+            found,
+        }
+        .deserialize(&mut de)
+        .map_err(|e| describe(&e))?;
         de.end().map_err(|e| describe(&e))
     }
 }
@@ -108,7 +120,11 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_, 'de> {
             match (leaf, deeper.is_empty()) {
                 (Some(i), true) => self.found[i] = Some(map.next_value::<&'de RawValue>()?),
                 (None, false) => {
-                    let seed = NestedSeed { paths: self.paths, selected: &deeper, depth: self.depth + 1 };
+                    let seed = NestedSeed {
+                        paths: self.paths,
+                        selected: &deeper,
+                        depth: self.depth + 1,
+                    };
                     let nested = map.next_value_seed(seed)?;
                     for (i, raw) in nested {
                         self.found[i] = Some(raw);
@@ -120,7 +136,11 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_, 'de> {
                     let raw = map.next_value::<&'de RawValue>()?;
                     self.found[i] = Some(raw);
                     let mut inner = serde_json::Deserializer::from_str(raw.get());
-                    let seed = NestedSeed { paths: self.paths, selected: &deeper, depth: self.depth + 1 };
+                    let seed = NestedSeed {
+                        paths: self.paths,
+                        selected: &deeper,
+                        depth: self.depth + 1,
+                    };
                     if let Ok(nested) = seed.deserialize(&mut inner) {
                         for (j, raw) in nested {
                             self.found[j] = Some(raw);
@@ -159,9 +179,18 @@ impl<'de> Visitor<'de> for NestedSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
         let mut found = vec![None; self.paths.len()];
-        ObjectSeed { paths: self.paths, selected: self.selected, depth: self.depth, found: &mut found }
-            .visit_map(map)?;
-        Ok(found.into_iter().enumerate().filter_map(|(i, f)| f.map(|raw| (i, raw))).collect())
+        ObjectSeed {
+            paths: self.paths,
+            selected: self.selected,
+            depth: self.depth,
+            found: &mut found,
+        }
+        .visit_map(map)?;
+        Ok(found
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.map(|raw| (i, raw)))
+            .collect())
     }
 
     // A scalar or array where the path expects an object: the deeper fields are missing.
@@ -197,7 +226,10 @@ mod tests {
         let paths = FieldPaths::new(paths).unwrap();
         let mut found = vec![None; paths.paths.len()];
         paths.extract(json, &mut found)?;
-        Ok(found.into_iter().map(|f| f.map(|raw| raw.get().to_string())).collect())
+        Ok(found
+            .into_iter()
+            .map(|f| f.map(|raw| raw.get().to_string()))
+            .collect())
     }
 
     #[test]
@@ -205,10 +237,23 @@ mod tests {
         let json = r#"{"ad_id": "a\"1", "n": {"x": 1, "clicked_at": 17}, "skip": [1, {"a": 2}], "ts": "2026"}"#;
         assert_eq!(
             extract(&["ad_id", "/n/clicked_at", "/ts"], json).unwrap(),
-            vec![Some(r#""a\"1""#.into()), Some("17".into()), Some(r#""2026""#.into())]
+            vec![
+                Some(r#""a\"1""#.into()),
+                Some("17".into()),
+                Some(r#""2026""#.into())
+            ]
         );
-        assert_eq!(extract(&["/n", "/n/x"], json).unwrap(), vec![Some(r#"{"x": 1, "clicked_at": 17}"#.into()), Some("1".into())]);
-        assert_eq!(extract(&["missing", "/skip/a"], json).unwrap(), vec![None, None]);
+        assert_eq!(
+            extract(&["/n", "/n/x"], json).unwrap(),
+            vec![
+                Some(r#"{"x": 1, "clicked_at": 17}"#.into()),
+                Some("1".into())
+            ]
+        );
+        assert_eq!(
+            extract(&["missing", "/skip/a"], json).unwrap(),
+            vec![None, None]
+        );
     }
 
     #[test]
@@ -219,13 +264,19 @@ mod tests {
         }
         for not_object in [r#"[1, 2]"#, "17", r#""text""#] {
             let err = extract(&["a"], not_object).unwrap_err();
-            assert!(err.starts_with("not a JSON object"), "{not_object:?}: {err}");
+            assert!(
+                err.starts_with("not a JSON object"),
+                "{not_object:?}: {err}"
+            );
         }
     }
 
     #[test]
     fn pointer_escapes() {
-        assert_eq!(extract(&["/a~1b"], r#"{"a/b": 3}"#).unwrap(), vec![Some("3".into())]);
+        assert_eq!(
+            extract(&["/a~1b"], r#"{"a/b": 3}"#).unwrap(),
+            vec![Some("3".into())]
+        );
         assert!(FieldPaths::new(&["/a//b"]).is_err());
     }
 }

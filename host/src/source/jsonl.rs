@@ -45,10 +45,15 @@ pub struct FileSource {
 
 impl FileSource {
     pub fn open(path: &Path) -> anyhow::Result<Self> {
-        let file = File::open(path).with_context(|| format!("cannot open input file {}", path.display()))?;
+        let file = File::open(path)
+            .with_context(|| format!("cannot open input file {}", path.display()))?;
         Ok(Self {
             location: path.display().to_string(),
-            lines: LineReader { reader: BufReader::with_capacity(1 << 18, file), line: 0, offset: 0 },
+            lines: LineReader {
+                reader: BufReader::with_capacity(1 << 18, file),
+                line: 0,
+                offset: 0,
+            },
         })
     }
 }
@@ -59,7 +64,10 @@ impl Source for FileSource {
     }
 
     fn poll(&mut self, record: &mut SourceRecord, _wait: Duration) -> anyhow::Result<Polled> {
-        let more = self.lines.next(record).with_context(|| format!("cannot read {}", self.location))?;
+        let more = self
+            .lines
+            .next(record)
+            .with_context(|| format!("cannot read {}", self.location))?;
         Ok(if more { Polled::Record } else { Polled::End })
     }
 }
@@ -81,7 +89,11 @@ impl StdinSource {
         std::thread::Builder::new()
             .name(format!("weir-{location}"))
             .spawn(move || {
-                let mut lines = LineReader { reader: BufReader::new(reader), line: 0, offset: 0 };
+                let mut lines = LineReader {
+                    reader: BufReader::new(reader),
+                    line: 0,
+                    offset: 0,
+                };
                 loop {
                     let mut record = SourceRecord::default();
                     match lines.next(&mut record) {
@@ -99,7 +111,10 @@ impl StdinSource {
                 }
             })
             .expect("cannot start the stdin reader thread");
-        Self { location: location.to_string(), lines: rx }
+        Self {
+            location: location.to_string(),
+            lines: rx,
+        }
     }
 }
 
@@ -134,17 +149,27 @@ mod tests {
         let mut rec = SourceRecord::default();
         let mut seen = Vec::new();
         while source.poll(&mut rec, Duration::ZERO).unwrap() == Polled::Record {
-            seen.push((String::from_utf8(rec.data.clone()).unwrap(), rec.line, rec.offset));
+            seen.push((
+                String::from_utf8(rec.data.clone()).unwrap(),
+                rec.line,
+                rec.offset,
+            ));
         }
         assert_eq!(
             seen,
-            vec![("{\"a\":1}".into(), 1, 0), ("{\"a\":2}".into(), 4, 13), ("{\"a\":3}".into(), 5, 21)]
+            vec![
+                ("{\"a\":1}".into(), 1, 0),
+                ("{\"a\":2}".into(), 4, 13),
+                ("{\"a\":3}".into(), 5, 21)
+            ]
         );
     }
 
     #[test]
     fn missing_file_names_the_path() {
-        let err = FileSource::open(Path::new("/no/such/input.jsonl")).err().unwrap();
+        let err = FileSource::open(Path::new("/no/such/input.jsonl"))
+            .err()
+            .unwrap();
         assert!(format!("{err:#}").contains("/no/such/input.jsonl"));
     }
 
@@ -153,11 +178,20 @@ mod tests {
         let (reader, mut writer) = std::io::pipe().unwrap();
         let mut source = StdinSource::from_reader("pipe", reader);
         let mut rec = SourceRecord::default();
-        assert_eq!(source.poll(&mut rec, Duration::from_millis(20)).unwrap(), Polled::Idle);
+        assert_eq!(
+            source.poll(&mut rec, Duration::from_millis(20)).unwrap(),
+            Polled::Idle
+        );
         std::io::Write::write_all(&mut writer, b"{\"x\":1}\n").unwrap();
-        assert_eq!(source.poll(&mut rec, Duration::from_secs(5)).unwrap(), Polled::Record);
+        assert_eq!(
+            source.poll(&mut rec, Duration::from_secs(5)).unwrap(),
+            Polled::Record
+        );
         assert_eq!(rec.data, b"{\"x\":1}");
         drop(writer);
-        assert_eq!(source.poll(&mut rec, Duration::from_secs(5)).unwrap(), Polled::End);
+        assert_eq!(
+            source.poll(&mut rec, Duration::from_secs(5)).unwrap(),
+            Polled::End
+        );
     }
 }

@@ -59,11 +59,17 @@ impl KeyEntry {
     }
 
     pub fn slot(&self, state: StateId) -> Option<&Slot> {
-        self.slots.iter().find(|(id, _)| *id == state).map(|(_, slot)| slot)
+        self.slots
+            .iter()
+            .find(|(id, _)| *id == state)
+            .map(|(_, slot)| slot)
     }
 
     pub fn slot_mut(&mut self, state: StateId) -> Option<&mut Slot> {
-        self.slots.iter_mut().find(|(id, _)| *id == state).map(|(_, slot)| slot)
+        self.slots
+            .iter_mut()
+            .find(|(id, _)| *id == state)
+            .map(|(_, slot)| slot)
     }
 
     /// The slot of `state`, created by `init` if the key has none yet.
@@ -122,7 +128,10 @@ impl KeyTable {
     pub fn intern(&mut self, key: &[u8]) -> KeyId {
         let hash = self.hasher.hash_one(key);
         let entries = &self.entries;
-        if let Some(&id) = self.index.find(hash, |&id| entries[id as usize].key.as_slice() == key) {
+        if let Some(&id) = self
+            .index
+            .find(hash, |&id| entries[id as usize].key.as_slice() == key)
+        {
             return id;
         }
         let id = match self.free.pop() {
@@ -137,15 +146,18 @@ impl KeyTable {
         entry.in_use = true;
         self.live += 1;
         let (entries, hasher) = (&self.entries, &self.hasher);
-        self.index
-            .insert_unique(hash, id, |&other| hasher.hash_one(entries[other as usize].key.as_slice()));
+        self.index.insert_unique(hash, id, |&other| {
+            hasher.hash_one(entries[other as usize].key.as_slice())
+        });
         id
     }
 
     /// Looks a key up without interning it.
     pub fn find(&self, key: &[u8]) -> Option<KeyId> {
         let hash = self.hasher.hash_one(key);
-        self.index.find(hash, |&id| self.entries[id as usize].key.as_slice() == key).copied()
+        self.index
+            .find(hash, |&id| self.entries[id as usize].key.as_slice() == key)
+            .copied()
     }
 
     pub fn entry(&self, id: KeyId) -> &KeyEntry {
@@ -193,12 +205,19 @@ impl KeyTable {
 
     /// Live keys with their entries, in id order.
     pub fn iter(&self) -> impl Iterator<Item = (KeyId, &KeyEntry)> {
-        self.entries.iter().enumerate().filter(|(_, e)| e.in_use).map(|(id, e)| (id as KeyId, e))
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.in_use)
+            .map(|(id, e)| (id as KeyId, e))
     }
 
     /// Bytes of state held over all keys.
     pub fn state_bytes(&self) -> usize {
-        self.iter().flat_map(|(_, e)| e.slots()).map(|(_, slot)| slot.size_bytes()).sum()
+        self.iter()
+            .flat_map(|(_, e)| e.slots())
+            .map(|(_, slot)| slot.size_bytes())
+            .sum()
     }
 }
 
@@ -213,7 +232,10 @@ mod tests {
         let b = table.intern(b"a key longer than twenty-four bytes, kept on the heap");
         assert_ne!(a, b);
         assert_eq!(table.intern(b"ad-1"), a);
-        assert_eq!(table.find(b"a key longer than twenty-four bytes, kept on the heap"), Some(b));
+        assert_eq!(
+            table.find(b"a key longer than twenty-four bytes, kept on the heap"),
+            Some(b)
+        );
         assert_eq!(table.len(), 2);
 
         table.entry_mut(a).set_slot(0, Slot::Value(b"x".to_vec()));
@@ -223,7 +245,11 @@ mod tests {
         table.entry_mut(a).clear_all();
         table.timer_added(a);
         table.release_if_unused(a);
-        assert_eq!(table.find(b"ad-1"), Some(a), "a key with a pending timer is kept");
+        assert_eq!(
+            table.find(b"ad-1"),
+            Some(a),
+            "a key with a pending timer is kept"
+        );
 
         table.timer_removed(a);
         table.release_if_unused(a);
@@ -238,7 +264,9 @@ mod tests {
     #[test]
     fn many_keys_survive_growth() {
         let mut table = KeyTable::new();
-        let ids: Vec<_> = (0..10_000).map(|i| table.intern(format!("k{i}").as_bytes())).collect();
+        let ids: Vec<_> = (0..10_000)
+            .map(|i| table.intern(format!("k{i}").as_bytes()))
+            .collect();
         for (i, id) in ids.iter().enumerate() {
             assert_eq!(table.find(format!("k{i}").as_bytes()), Some(*id));
         }

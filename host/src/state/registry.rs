@@ -34,7 +34,9 @@ impl StateRegistry {
             return if declared == kind {
                 Ok(id)
             } else {
-                Err(format!("state {name:?} is a {declared:?} state, declared again as {kind:?}"))
+                Err(format!(
+                    "state {name:?} is a {declared:?} state, declared again as {kind:?}"
+                ))
             };
         }
         let id = StateId::try_from(self.declared.len()).map_err(|_| "too many states")?;
@@ -45,7 +47,9 @@ impl StateRegistry {
 
     /// The name and kind of a declared state.
     pub fn get(&self, id: StateId) -> Option<(&str, StateKind)> {
-        self.declared.get(id as usize).map(|(name, kind)| (name.as_str(), *kind))
+        self.declared
+            .get(id as usize)
+            .map(|(name, kind)| (name.as_str(), *kind))
     }
 
     pub fn len(&self) -> usize {
@@ -67,7 +71,10 @@ mod tests {
         let clicks = registry.declare("clicks", StateKind::Value).unwrap();
         let seen = registry.declare("seen", StateKind::Map).unwrap();
         assert_ne!(clicks, seen);
-        assert_eq!(registry.declare("clicks", StateKind::Value).unwrap(), clicks);
+        assert_eq!(
+            registry.declare("clicks", StateKind::Value).unwrap(),
+            clicks
+        );
         let err = registry.declare("clicks", StateKind::List).unwrap_err();
         assert!(err.contains("\"clicks\" is a Value state"), "{err}");
         assert!(registry.declare("", StateKind::Value).is_err());

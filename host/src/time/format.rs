@@ -64,12 +64,21 @@ pub fn parse_datetime(text: &str) -> Result<Timestamp, String> {
     if let Ok(dt) = DateTime::parse_from_rfc3339(text) {
         return Ok(dt.timestamp_millis());
     }
-    for layout in ["%Y-%m-%d %H:%M:%S%.f%:z", "%Y-%m-%dT%H:%M:%S%.f%z", "%Y-%m-%d %H:%M:%S%.f%z"] {
+    for layout in [
+        "%Y-%m-%d %H:%M:%S%.f%:z",
+        "%Y-%m-%dT%H:%M:%S%.f%z",
+        "%Y-%m-%d %H:%M:%S%.f%z",
+    ] {
         if let Ok(dt) = DateTime::parse_from_str(text, layout) {
             return Ok(dt.timestamp_millis());
         }
     }
-    for layout in ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M"] {
+    for layout in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+        "%Y-%m-%dT%H:%M",
+    ] {
         if let Ok(naive) = NaiveDateTime::parse_from_str(text, layout) {
             return Ok(naive.and_utc().timestamp_millis());
         }
@@ -108,7 +117,11 @@ fn fast_datetime(b: &[u8]) -> Option<Timestamp> {
             return None;
         }
         for i in 0..3 {
-            millis = millis * 10 + frac.get(i).filter(|_| i < digits).map_or(0, |c| i64::from(c - b'0'));
+            millis = millis * 10
+                + frac
+                    .get(i)
+                    .filter(|_| i < digits)
+                    .map_or(0, |c| i64::from(c - b'0'));
         }
         rest = &frac[digits..];
     }
@@ -178,12 +191,28 @@ mod tests {
         let base = 1_795_946_400_000; // 2026-11-29 10:00:00 UTC
         assert_eq!(parse_datetime("2026-11-29 10:00:00").unwrap(), base);
         assert_eq!(parse_datetime("2026-11-29 10:00:00.1").unwrap(), base + 100);
-        assert_eq!(parse_datetime("2026-11-29 10:00:00.123456").unwrap(), base + 123);
+        assert_eq!(
+            parse_datetime("2026-11-29 10:00:00.123456").unwrap(),
+            base + 123
+        );
         assert_eq!(parse_datetime("2026-11-29T10:00:00Z").unwrap(), base);
-        assert_eq!(parse_datetime("2026-11-29T10:00:00.5+02:00").unwrap(), base - 7_200_000 + 500);
-        assert_eq!(parse_datetime("2026-11-29T10:00:00-0130").unwrap(), base + 5_400_000);
+        assert_eq!(
+            parse_datetime("2026-11-29T10:00:00.5+02:00").unwrap(),
+            base - 7_200_000 + 500
+        );
+        assert_eq!(
+            parse_datetime("2026-11-29T10:00:00-0130").unwrap(),
+            base + 5_400_000
+        );
         assert_eq!(parse_datetime("2026-11-29 10:00").unwrap(), base);
-        for bad in ["2026-02-30 10:00:00", "2026-11-29 24:00:00", "yesterday", "", "2026-11-29 10:00:00.", "2026-13-01 00:00:00"] {
+        for bad in [
+            "2026-02-30 10:00:00",
+            "2026-11-29 24:00:00",
+            "yesterday",
+            "",
+            "2026-11-29 10:00:00.",
+            "2026-13-01 00:00:00",
+        ] {
             let err = parse_datetime(bad).unwrap_err();
             assert!(err.contains("is not a date-time"), "{bad}: {err}");
         }
@@ -193,7 +222,10 @@ mod tests {
     fn json_forms() {
         let f = TimestampFormat::EpochMs;
         assert_eq!(f.parse_json("1700000000123").unwrap(), 1_700_000_000_123);
-        assert_eq!(f.parse_json("\"1700000000123\"").unwrap(), 1_700_000_000_123);
+        assert_eq!(
+            f.parse_json("\"1700000000123\"").unwrap(),
+            1_700_000_000_123
+        );
         assert_eq!(f.parse_json("1.7e12").unwrap(), 1_700_000_000_000);
         assert!(f.parse_json("\"soon\"").is_err());
         assert!(f.parse_json("12.5").is_err());

@@ -27,9 +27,11 @@ pub fn parse_duration_ms(text: &str) -> anyhow::Result<i64> {
         anyhow::ensure!(ms >= 0, "a duration cannot be negative: {text:?}");
         return Ok(ms);
     }
-    let duration = humantime::parse_duration(text)
-        .map_err(|e| anyhow::anyhow!("{text:?} is not a duration like 500ms, 5s, 5m or 1h ({e})"))?;
-    i64::try_from(duration.as_millis()).map_err(|_| anyhow::anyhow!("duration {text:?} is too long"))
+    let duration = humantime::parse_duration(text).map_err(|e| {
+        anyhow::anyhow!("{text:?} is not a duration like 500ms, 5s, 5m or 1h ({e})")
+    })?;
+    i64::try_from(duration.as_millis())
+        .map_err(|_| anyhow::anyhow!("duration {text:?} is too long"))
 }
 
 /// The wall clock, in milliseconds since the Unix epoch.
@@ -63,7 +65,10 @@ mod tests {
         assert_eq!(parse_duration_ms("1h").unwrap(), 3_600_000);
         assert_eq!(parse_duration_ms("250ms").unwrap(), 250);
         assert_eq!(parse_duration_ms("0").unwrap(), 0);
-        assert!(parse_duration_ms("five").unwrap_err().to_string().contains("five"));
+        assert!(parse_duration_ms("five")
+            .unwrap_err()
+            .to_string()
+            .contains("five"));
         assert!(parse_duration_ms("-3").is_err());
     }
 

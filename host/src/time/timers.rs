@@ -37,7 +37,11 @@ pub struct TimerService {
 impl TimerService {
     /// A timer service whose processing-time wheel starts at `now`.
     pub fn new(now: Timestamp) -> Self {
-        Self { event: BTreeSet::new(), processing: TimingWheel::new(now), staged: VecDeque::new() }
+        Self {
+            event: BTreeSet::new(),
+            processing: TimingWheel::new(now),
+            staged: VecDeque::new(),
+        }
     }
 
     /// Registers a timer; returns false if it already existed.
@@ -120,8 +124,14 @@ mod tests {
         assert!(timers.register(EventTime, 2, 300));
         assert!(timers.register(EventTime, 1, 300));
         assert!(timers.register(EventTime, 1, 100));
-        assert!(!timers.register(EventTime, 1, 100), "same key, domain and time: one timer");
-        assert!(timers.register(ProcessingTime, 1, 100), "other domain: another timer");
+        assert!(
+            !timers.register(EventTime, 1, 100),
+            "same key, domain and time: one timer"
+        );
+        assert!(
+            timers.register(ProcessingTime, 1, 100),
+            "other domain: another timer"
+        );
         assert_eq!(timers.pending(EventTime), 3);
         assert_eq!(timers.pop_event_due(99), None);
         assert_eq!(timers.pop_event_due(300), Some((100, 1)));

@@ -18,7 +18,11 @@ pub struct BoundedOutOfOrderness {
 
 impl BoundedOutOfOrderness {
     pub fn new(out_of_orderness_ms: Timestamp) -> Self {
-        Self { out_of_orderness: out_of_orderness_ms, watermark: MIN_WATERMARK, ended: false }
+        Self {
+            out_of_orderness: out_of_orderness_ms,
+            watermark: MIN_WATERMARK,
+            ended: false,
+        }
     }
 
     /// Accounts for a record's timestamp.
@@ -56,7 +60,10 @@ pub struct PipelineWatermark {
 
 impl PipelineWatermark {
     pub fn new(sources: Vec<BoundedOutOfOrderness>) -> Self {
-        let mut this = Self { sources, current: MIN_WATERMARK };
+        let mut this = Self {
+            sources,
+            current: MIN_WATERMARK,
+        };
         this.current = this.combined();
         this
     }
@@ -82,7 +89,11 @@ impl PipelineWatermark {
     }
 
     fn combined(&self) -> Timestamp {
-        self.sources.iter().map(BoundedOutOfOrderness::current).min().unwrap_or(END_OF_TIME)
+        self.sources
+            .iter()
+            .map(BoundedOutOfOrderness::current)
+            .min()
+            .unwrap_or(END_OF_TIME)
     }
 
     fn recompute(&mut self) -> Option<Timestamp> {
@@ -103,7 +114,11 @@ mod tests {
         let mut wm = PipelineWatermark::new(vec![BoundedOutOfOrderness::new(5_000)]);
         assert_eq!(wm.current(), MIN_WATERMARK);
         assert_eq!(wm.observe(0, 10_000), Some(5_000));
-        assert_eq!(wm.observe(0, 9_000), None, "an older record never moves it back");
+        assert_eq!(
+            wm.observe(0, 9_000),
+            None,
+            "an older record never moves it back"
+        );
         assert_eq!(wm.observe(0, 10_000), None, "no advance, no event");
         assert_eq!(wm.observe(0, 12_000), Some(7_000));
         assert_eq!(wm.end(0), Some(END_OF_TIME));

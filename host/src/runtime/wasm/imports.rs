@@ -22,17 +22,27 @@ fn trap(e: anyhow::Error) -> wasmtime::Error {
 impl types::Host for StoreData {}
 
 impl state::Host for StoreData {
-    fn declare(&mut self, name: String, kind: types::StateKind) -> Result<Result<u32, types::Error>> {
+    fn declare(
+        &mut self,
+        name: String,
+        kind: types::StateKind,
+    ) -> Result<Result<u32, types::Error>> {
         let kind = match kind {
             types::StateKind::Value => StateKind::Value,
             types::StateKind::List => StateKind::List,
             types::StateKind::Map => StateKind::Map,
         };
-        Ok(self.host.declare_state(&name, kind).map_err(|message| types::Error { message }))
+        Ok(self
+            .host
+            .declare_state(&name, kind)
+            .map_err(|message| types::Error { message }))
     }
 
     fn value_get(&mut self, state: u32) -> Result<Option<Vec<u8>>> {
-        self.host.value_get(state).map(|v| v.map(<[u8]>::to_vec)).map_err(trap)
+        self.host
+            .value_get(state)
+            .map(|v| v.map(<[u8]>::to_vec))
+            .map_err(trap)
     }
 
     fn value_set(&mut self, state: u32, value: Vec<u8>) -> Result<()> {
@@ -40,7 +50,10 @@ impl state::Host for StoreData {
     }
 
     fn list_get(&mut self, state: u32) -> Result<Vec<Vec<u8>>> {
-        self.host.list_get(state).map(<[Vec<u8>]>::to_vec).map_err(trap)
+        self.host
+            .list_get(state)
+            .map(<[Vec<u8>]>::to_vec)
+            .map_err(trap)
     }
 
     fn list_append(&mut self, state: u32, item: Vec<u8>) -> Result<()> {
@@ -52,7 +65,10 @@ impl state::Host for StoreData {
     }
 
     fn map_get(&mut self, state: u32, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
-        self.host.map_get(state, &key).map(|v| v.map(<[u8]>::to_vec)).map_err(trap)
+        self.host
+            .map_get(state, &key)
+            .map(|v| v.map(<[u8]>::to_vec))
+            .map_err(trap)
     }
 
     fn map_put(&mut self, state: u32, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
@@ -65,7 +81,9 @@ impl state::Host for StoreData {
 
     fn map_entries(&mut self, state: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let entries = self.host.map_entries(state).map_err(trap)?;
-        Ok(entries.map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default())
+        Ok(entries
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default())
     }
 
     fn clear(&mut self, state: u32) -> Result<()> {
@@ -97,17 +115,29 @@ impl timers::Host for StoreData {
 
 impl output::Host for StoreData {
     fn declare(&mut self, name: String) -> Result<Result<u32, types::Error>> {
-        Ok(self.host.declare_output(&name).map_err(|message| types::Error { message }))
+        Ok(self
+            .host
+            .declare_output(&name)
+            .map_err(|message| types::Error { message }))
     }
 
-    fn emit(&mut self, output: u32, value: Vec<u8>, key: Option<Vec<u8>>, timestamp: Option<i64>) -> Result<()> {
+    fn emit(
+        &mut self,
+        output: u32,
+        value: Vec<u8>,
+        key: Option<Vec<u8>>,
+        timestamp: Option<i64>,
+    ) -> Result<()> {
         self.host.emit(output, value, key, timestamp).map_err(trap)
     }
 }
 
 impl logging::Host for StoreData {
     fn log(&mut self, level: types::LogLevel, message: String) -> Result<()> {
-        let key = self.host.scope.map(|s| String::from_utf8_lossy(self.host.keys.entry(s.key).key()).into_owned());
+        let key = self
+            .host
+            .scope
+            .map(|s| String::from_utf8_lossy(self.host.keys.entry(s.key).key()).into_owned());
         let key = key.as_deref().unwrap_or("-");
         let udf = &*self.udf;
         match level {

@@ -43,7 +43,10 @@ pub struct StoreData {
 
 impl WasiView for StoreData {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -63,7 +66,8 @@ pub struct LoadedComponent {
 impl LoadedComponent {
     /// Compiles a component file and checks it against the contract.
     pub fn from_file(name: &str, path: &Path) -> anyhow::Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read UDF component {}", path.display()))?;
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read UDF component {}", path.display()))?;
         Self::from_bytes(name, &bytes).with_context(|| format!("UDF component {}", path.display()))
     }
 
@@ -76,11 +80,16 @@ impl LoadedComponent {
             );
         }
         let engine = sandbox::engine();
-        let component = Component::new(engine, bytes).map_err(anyhow::Error::from).context("not a valid wasm component")?;
+        let component = Component::new(engine, bytes)
+            .map_err(anyhow::Error::from)
+            .context("not a valid wasm component")?;
         let mut linker = Linker::<StoreData>::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
-        bindings::KeyedProcess::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |data| data)
-            .map_err(anyhow::Error::from)?;
+        bindings::KeyedProcess::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |data| data,
+        )
+        .map_err(anyhow::Error::from)?;
         let instance_pre = linker
             .instantiate_pre(&component)
             .map_err(anyhow::Error::from)
@@ -88,7 +97,10 @@ impl LoadedComponent {
         let pre = bindings::KeyedProcessPre::new(instance_pre)
             .map_err(anyhow::Error::from)
             .context("the component does not implement the weir:udf/keyed-process world (it must export weir:udf/process-function@0.1.0)")?;
-        Ok(Self { name: name.to_string(), pre })
+        Ok(Self {
+            name: name.to_string(),
+            pre,
+        })
     }
 }
 
@@ -116,8 +128,19 @@ pub struct WasmFunction {
 
 impl WasmFunction {
     pub fn new(component: LoadedComponent, limits: Limits) -> Self {
-        let scratch = types::Element { input: 0, key: Vec::new(), value: Vec::new(), timestamp: 0 };
-        Self { component, limits, info: InitInfo::default(), instance: None, scratch }
+        let scratch = types::Element {
+            input: 0,
+            key: Vec::new(),
+            value: Vec::new(),
+            timestamp: 0,
+        };
+        Self {
+            component,
+            limits,
+            info: InitInfo::default(),
+            instance: None,
+            scratch,
+        }
     }
 
     /// The live instance, creating and initialising one if there is none.
@@ -135,17 +158,26 @@ impl WasmFunction {
             store.limiter(|data| &mut data.limits);
             store.epoch_deadline_trap();
             store.set_epoch_deadline(sandbox::deadline_ticks(self.limits.call_timeout));
-            let bindings = self
-                .component
-                .pre
-                .instantiate(&mut store)
-                .map_err(|e| CallError::Trapped(format!("cannot instantiate the component: {e:#}")))?;
-            let mut instance = Instance { store, bindings, stderr };
-            let context = types::InitContext { config: self.info.config.clone(), inputs: self.info.inputs.clone() };
+            let bindings = self.component.pre.instantiate(&mut store).map_err(|e| {
+                CallError::Trapped(format!("cannot instantiate the component: {e:#}"))
+            })?;
+            let mut instance = Instance {
+                store,
+                bindings,
+                stderr,
+            };
+            let context = types::InitContext {
+                config: self.info.config.clone(),
+                inputs: self.info.inputs.clone(),
+            };
             host.declaring = true;
-            let result = call(&mut instance, host, self.limits.call_timeout, &self.limits, |b, s| {
-                b.weir_udf_process_function().call_init(s, &context)
-            });
+            let result = call(
+                &mut instance,
+                host,
+                self.limits.call_timeout,
+                &self.limits,
+                |b, s| b.weir_udf_process_function().call_init(s, &context),
+            );
             host.declaring = false;
             result?;
             self.instance = Some(instance);
@@ -156,14 +188,23 @@ impl WasmFunction {
     fn run<R>(
         &mut self,
         host: &mut HostServices,
-        f: impl FnOnce(&bindings::KeyedProcess, &mut Store<StoreData>, &types::Element) -> wasmtime::Result<Result<R, types::Error>>,
+        f: impl FnOnce(
+            &bindings::KeyedProcess,
+            &mut Store<StoreData>,
+            &types::Element,
+        ) -> wasmtime::Result<Result<R, types::Error>>,
     ) -> Result<R, CallError> {
         let limits = self.limits.clone();
         self.instance(host)?;
         let scratch = &self.scratch;
         let instance = self.instance.as_mut().expect("created above");
-        let result = call(instance, host, limits.call_timeout, &limits, |b, s| f(b, s, scratch));
-        if matches!(result, Err(CallError::Trapped(_) | CallError::Timeout(_) | CallError::OutOfMemory { .. })) {
+        let result = call(instance, host, limits.call_timeout, &limits, |b, s| {
+            f(b, s, scratch)
+        });
+        if matches!(
+            result,
+            Err(CallError::Trapped(_) | CallError::Timeout(_) | CallError::OutOfMemory { .. })
+        ) {
             // A trapped store cannot be used again; the next call gets a fresh instance.
             self.instance = None;
         }
@@ -177,7 +218,10 @@ fn call<R>(
     host: &mut HostServices,
     timeout: Duration,
     limits: &Limits,
-    f: impl FnOnce(&bindings::KeyedProcess, &mut Store<StoreData>) -> wasmtime::Result<Result<R, types::Error>>,
+    f: impl FnOnce(
+        &bindings::KeyedProcess,
+        &mut Store<StoreData>,
+    ) -> wasmtime::Result<Result<R, types::Error>>,
 ) -> Result<R, CallError> {
     let store = &mut instance.store;
     std::mem::swap(&mut store.data_mut().host, host);
@@ -190,28 +234,85 @@ fn call<R>(
             Ok(value)
         }
         Ok(Err(error)) => Err(CallError::Returned(error.message)),
-        Err(trap) => Err(classify_trap(trap.into(), &instance.stderr, timeout, limits)),
+        Err(trap) => Err(classify_trap(
+            trap.into(),
+            &instance.stderr,
+            timeout,
+            limits,
+        )),
     }
 }
 
-fn classify_trap(error: anyhow::Error, stderr: &GuestStderr, timeout: Duration, limits: &Limits) -> CallError {
+fn classify_trap(
+    error: anyhow::Error,
+    stderr: &GuestStderr,
+    timeout: Duration,
+    limits: &Limits,
+) -> CallError {
     if let Some(wasmtime::Trap::Interrupt) = error.downcast_ref::<wasmtime::Trap>() {
         return CallError::Timeout(timeout);
     }
-    let detail = format!("{error:?}");
-    if detail.contains("forcing trap when growing memory") || detail.contains("forcing a memory growth failure") {
-        return CallError::OutOfMemory { limit_bytes: limits.memory_bytes, detail: first_line(&detail) };
+    let cause = error.root_cause().to_string();
+    if cause.contains("forcing trap when growing memory") {
+        return CallError::OutOfMemory {
+            limit_bytes: limits.memory_bytes,
+            detail: cause,
+        };
     }
-    let guest_said = stderr.tail();
-    if guest_said.is_empty() {
-        CallError::Trapped(detail.trim().to_string())
-    } else {
-        CallError::Trapped(format!("{}\nguest stderr:\n{guest_said}", detail.trim()))
+    let mut report = cause;
+    if let Some(wasmtime::Trap::UnreachableCodeReached) = error.downcast_ref::<wasmtime::Trap>() {
+        report += " (the guest panicked or aborted)";
     }
+    let tail = stderr.tail();
+    let guest_said: Vec<&str> = tail
+        .lines()
+        .filter(|l| !l.starts_with("note: run with `RUST_BACKTRACE=1`"))
+        .collect();
+    if !guest_said.is_empty() {
+        report += "\nguest stderr:";
+        for line in guest_said {
+            report += "\n    ";
+            report += line;
+        }
+    }
+    if let Some(backtrace) = error.downcast_ref::<wasmtime::WasmBacktrace>() {
+        let frames: Vec<String> = backtrace
+            .frames()
+            .iter()
+            .filter_map(|f| {
+                f.func_name()
+                    .map(|name| format!("{:#}", rustc_demangle::demangle(name)))
+            })
+            .filter(|name| !is_runtime_frame(name))
+            .collect();
+        if !frames.is_empty() {
+            report += "\nguest backtrace (innermost first):";
+            for frame in frames {
+                report += "\n    ";
+                report += &frame;
+            }
+        }
+    }
+    CallError::Trapped(report)
 }
 
-fn first_line(text: &str) -> String {
-    text.lines().next().unwrap_or_default().to_string()
+/// Frames of the guest's panic machinery and of the generated glue, which say nothing
+/// about where the UDF went wrong.
+fn is_runtime_frame(name: &str) -> bool {
+    const RUNTIME: [&str; 8] = [
+        "std",
+        "core",
+        "alloc",
+        "__rust",
+        "__rustc",
+        "abort",
+        "rust_",
+        "weir_sdk::__private",
+    ];
+    RUNTIME.iter().any(|prefix| name.starts_with(prefix))
+        || name.contains("_cabi")
+        || name.starts_with("<std")
+        || name.starts_with("weir:udf/")
 }
 
 impl ProcessFunction for WasmFunction {
@@ -225,7 +326,11 @@ impl ProcessFunction for WasmFunction {
         self.instance(host).map(|_| ())
     }
 
-    fn process_element(&mut self, host: &mut HostServices, element: ElementRef<'_>) -> Result<(), CallError> {
+    fn process_element(
+        &mut self,
+        host: &mut HostServices,
+        element: ElementRef<'_>,
+    ) -> Result<(), CallError> {
         let scratch = &mut self.scratch;
         scratch.input = element.input;
         scratch.timestamp = element.timestamp;
@@ -233,10 +338,17 @@ impl ProcessFunction for WasmFunction {
         scratch.key.extend_from_slice(element.key);
         scratch.value.clear();
         scratch.value.extend_from_slice(element.value);
-        self.run(host, |b, store, element| b.weir_udf_process_function().call_process_element(store, element))
+        self.run(host, |b, store, element| {
+            b.weir_udf_process_function()
+                .call_process_element(store, element)
+        })
     }
 
-    fn on_timer(&mut self, host: &mut HostServices, timer: FiredTimer<'_>) -> Result<(), CallError> {
+    fn on_timer(
+        &mut self,
+        host: &mut HostServices,
+        timer: FiredTimer<'_>,
+    ) -> Result<(), CallError> {
         let timer = types::Timer {
             domain: match timer.domain {
                 TimeDomain::EventTime => types::TimeDomain::EventTime,
@@ -245,6 +357,8 @@ impl ProcessFunction for WasmFunction {
             timestamp: timer.timestamp,
             key: timer.key.to_vec(),
         };
-        self.run(host, |b, store, _| b.weir_udf_process_function().call_on_timer(store, &timer))
+        self.run(host, |b, store, _| {
+            b.weir_udf_process_function().call_on_timer(store, &timer)
+        })
     }
 }

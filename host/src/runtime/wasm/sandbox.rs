@@ -10,7 +10,7 @@
 //!   filesystem interfaces. They are satisfied with a context that grants nothing: no
 //!   preopened directories, no network, no environment or arguments, clocks frozen at
 //!   the epoch, deterministic randomness. The guest's stderr is kept (its last few KiB)
-//!   so a panic message can be reported, and forwarded to the host's log.
+//!   so a panic message can be reported, and forwarded to the host's log at debug level (`WEIR_LOG=debug`).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -131,7 +131,10 @@ impl GuestStderr {
     const KEEP: usize = 8 << 10;
 
     pub fn new(udf: &str) -> Self {
-        Self { udf: udf.into(), inner: Arc::default() }
+        Self {
+            udf: udf.into(),
+            inner: Arc::default(),
+        }
     }
 
     /// What the guest wrote last, trimmed.
@@ -155,7 +158,7 @@ impl GuestStderr {
         for &b in bytes {
             if b == b'\n' {
                 let line = std::mem::take(&mut buffer.line);
-                tracing::info!(target: "weir::udf", udf = %self.udf, "{}", String::from_utf8_lossy(&line));
+                tracing::debug!(target: "weir::udf", udf = %self.udf, "stderr: {}", String::from_utf8_lossy(&line));
             } else if buffer.line.len() < Self::KEEP {
                 buffer.line.push(b);
             }
@@ -176,7 +179,11 @@ impl StdoutStream for GuestStderr {
 }
 
 impl tokio::io::AsyncWrite for GuestStderr {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.write(buf);
         Poll::Ready(Ok(buf.len()))
     }

@@ -24,7 +24,9 @@ impl ProcessFunction for Misbehaving {
         if ctx.config_value("fail_init").is_some() {
             bail!("init failed as configured");
         }
-        Ok(Self { out: ctx.main_output()? })
+        Ok(Self {
+            out: ctx.main_output()?,
+        })
     }
 
     fn process_element(&mut self, _ctx: &mut Context, element: &Element) -> Result<()> {
