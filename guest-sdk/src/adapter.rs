@@ -5,6 +5,7 @@
 
 use std::marker::PhantomData;
 
+use crate::__private::bindings::exports::weir::udf::batch::Guest as BatchGuest;
 use crate::__private::bindings::exports::weir::udf::process_function::Guest;
 use crate::__private::bindings::weir::udf::types;
 use crate::backend::{Active, Backend};
@@ -88,6 +89,15 @@ impl<S: Slot> Guest for Adapter<S> {
             let result = udf.on_timer(&mut ctx, &timer);
             Active::call_finished();
             result.map_err(error)
+        })
+    }
+}
+
+impl<S: Slot> BatchGuest for Adapter<S> {
+    fn process_batch(batch: Vec<u8>) -> Result<Vec<u8>, types::Error> {
+        S::with(|slot| {
+            let Instance { udf, inputs } = slot.as_mut().ok_or_else(not_initialized)?;
+            crate::batch::run(udf, inputs, &batch).map_err(error)
         })
     }
 }

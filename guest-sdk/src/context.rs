@@ -152,8 +152,9 @@ impl InitContext {
 pub struct Element<'a> {
     input: &'a str,
     input_index: u32,
-    key: Vec<u8>,
-    value: Vec<u8>,
+    // Borrowed from the batch buffer on the batched path, owned on the per-call path.
+    key: std::borrow::Cow<'a, [u8]>,
+    value: std::borrow::Cow<'a, [u8]>,
     timestamp: i64,
 }
 
@@ -161,15 +162,15 @@ impl<'a> Element<'a> {
     pub(crate) fn new(
         input: &'a str,
         input_index: u32,
-        key: Vec<u8>,
-        value: Vec<u8>,
+        key: impl Into<std::borrow::Cow<'a, [u8]>>,
+        value: impl Into<std::borrow::Cow<'a, [u8]>>,
         timestamp: i64,
     ) -> Self {
         Element {
             input,
             input_index,
-            key,
-            value,
+            key: key.into(),
+            value: value.into(),
             timestamp,
         }
     }

@@ -54,6 +54,8 @@ pub mod testing;
 
 #[cfg(target_arch = "wasm32")]
 mod adapter;
+#[cfg(target_arch = "wasm32")]
+mod batch;
 
 pub use ::anyhow::{self, anyhow, bail, ensure};
 pub use context::{Context, Element, InitContext, LogLevel, TimeDomain, Timer};
@@ -142,13 +144,14 @@ pub mod __private {
     #[cfg(target_arch = "wasm32")]
     pub use crate::adapter::{Adapter, Instance, Slot};
 
-    /// The `wit-bindgen` bindings of the `keyed-process` world.
+    /// The `wit-bindgen` bindings of the `keyed-process-batched` world: every Rust UDF
+    /// also takes batches (see the `batch` module).
     #[cfg(target_arch = "wasm32")]
     #[allow(missing_docs, clippy::all)]
     pub mod bindings {
         wit_bindgen::generate!({
             path: "../wit",
-            world: "keyed-process",
+            world: "keyed-process-batched",
             pub_export_macro: true,
             export_macro_name: "export_component",
             default_bindings_module: "weir_sdk::__private::bindings",

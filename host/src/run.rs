@@ -15,6 +15,7 @@ use crate::source::decode::RecordDecoder;
 use crate::source::{FileSource, Polled, Source, SourceRecord, StdinSource};
 use crate::time::{display, wall_clock_ms, Timestamp};
 use anyhow::Context as _;
+use std::collections::VecDeque;
 use std::io::IsTerminal;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -108,22 +109,36 @@ pub fn run(spec: &PipelineSpec, options: &RunOptions) -> Result<RunReport, RunFa
     )
 }
 
-/// One source with its decoder and the record it has ready.
+/// One source with its decoder and the records it has read ahead.
 struct Input {
     name: String,
     input_index: u32,
     source: Box<dyn Source>,
     decoder: RecordDecoder,
-    record: SourceRecord,
-    ready: Option<Ready>,
+    queue: VecDeque<Pending>,
+    /// The source said it has no more records (some may still be queued).
+    exhausted: bool,
+    /// The source is exhausted and its queue drained: it no longer holds the watermark.
     ended: bool,
     read: u64,
 }
 
 /// A decoded record waiting its turn.
-struct Ready {
+struct Pending {
+    record: SourceRecord,
     key: KeyBytes,
     timestamp: Timestamp,
+    /// The record's number in its source (1-based, dead letters included).
+    number: u64,
+}
+
+impl Pending {
+    fn key(&self) -> &[u8] {
+        match &self.key {
+            KeyBytes::InLine(range) => &self.record.data[range.clone()],
+            KeyBytes::Owned(bytes) => bytes,
+        }
+    }
 }
 
 /// Where the key is: inside the record's line (no copy), or unescaped into its own buffer.
@@ -131,6 +146,10 @@ enum KeyBytes {
     InLine(Range<usize>),
     Owned(Vec<u8>),
 }
+
+/// How many records a source reads ahead, and the most records handed to the operator
+/// at once (which it may send to the UDF as one batch).
+const READ_AHEAD: usize = 512;
 
 /// Runs a pipeline with any process function (the wasm one, or a native one in benchmarks).
 pub fn run_with(
@@ -158,6 +177,8 @@ pub fn run_with(
 struct Runner {
     pipeline: String,
     inputs: Vec<Input>,
+    /// Record buffers to reuse.
+    spare: Vec<SourceRecord>,
     operator: KeyedOperator,
     outputs: Vec<String>,
     dead_letters: DeadLetters,
@@ -182,8 +203,8 @@ impl Runner {
                     .expect("input named by a source") as u32,
                 source,
                 decoder,
-                record: SourceRecord::default(),
-                ready: None,
+                queue: VecDeque::new(),
+                exhausted: false,
                 ended: false,
                 read: 0,
             });
@@ -241,6 +262,7 @@ impl Runner {
         Ok(Self {
             pipeline: spec.name.clone(),
             inputs,
+            spare: Vec::new(),
             operator,
             outputs,
             dead_letters,
@@ -249,22 +271,48 @@ impl Runner {
 
     fn run(&mut self, options: &RunOptions) -> anyhow::Result<()> {
         let progress = (options.progress && std::io::stderr().is_terminal()).then(progress_bar);
+        let mut chunk: Vec<(usize, Pending)> = Vec::with_capacity(READ_AHEAD);
+        let mut reported = 0;
         loop {
             self.fill()?;
+            self.end_drained_sources()?;
             if self.inputs.iter().all(|i| i.ended) {
                 break;
             }
-            // The ready record with the smallest timestamp goes next; ties in file order.
-            let next = (0..self.inputs.len())
-                .filter(|&i| self.inputs[i].ready.is_some())
-                .min_by_key(|&i| (self.inputs[i].ready.as_ref().map(|r| r.timestamp), i));
-            match next {
-                Some(i) => self.process(i)?,
-                None => self
-                    .operator
+            self.take_chunk(&mut chunk);
+            if chunk.is_empty() {
+                // Live input is idle: fire what is due and show what was written.
+                self.operator
                     .fire_processing_timers(wall_clock_ms())
-                    .map_err(|e| self.describe(e, None))?,
+                    .map_err(|e| self.describe(e, None))?;
+                self.operator.flush().map_err(|e| self.describe(e, None))?;
+                continue;
             }
+            let elements: Vec<(usize, ElementRef<'_>)> = chunk
+                .iter()
+                .map(|(source, p)| {
+                    let input = self.inputs[*source].input_index;
+                    let element = ElementRef {
+                        input,
+                        key: p.key(),
+                        value: &p.record.data,
+                        timestamp: p.timestamp,
+                    };
+                    (*source, element)
+                })
+                .collect();
+            let result = self.operator.process_elements(&elements);
+            drop(elements);
+            if let Err((index, error)) = result {
+                let (source, pending) = &chunk[index];
+                let origin = Origin {
+                    source: *source,
+                    number: pending.number,
+                    line: pending.record.line,
+                };
+                return Err(self.describe(error, Some(origin)));
+            }
+            self.spare.extend(chunk.drain(..).map(|(_, p)| p.record));
             if self.operator.has_processing_timers() {
                 self.operator
                     .fire_processing_timers(wall_clock_ms())
@@ -272,7 +320,8 @@ impl Runner {
             }
             if let Some(bar) = &progress {
                 let processed = self.operator.counters().elements;
-                if processed % 65_536 == 0 {
+                if processed - reported >= 65_536 {
+                    reported = processed;
                     bar.set_position(processed);
                     bar.set_message(format!("watermark {}", display(self.operator.watermark())));
                 }
@@ -286,35 +335,81 @@ impl Runner {
         Ok(())
     }
 
-    /// Makes sure every source that can has a decoded record ready.
+    /// Reads ahead on every source that has room in its queue. Waits for input only when
+    /// nothing at all is ready, and then no longer than until the next processing-time timer.
     fn fill(&mut self) -> anyhow::Result<()> {
-        let any_ready = self.inputs.iter().any(|i| i.ready.is_some());
+        let mut any_ready = self.inputs.iter().any(|i| !i.queue.is_empty());
         for index in 0..self.inputs.len() {
-            while !self.inputs[index].ended && self.inputs[index].ready.is_none() {
+            while !self.inputs[index].exhausted && self.inputs[index].queue.len() < READ_AHEAD {
                 let wait = if any_ready {
                     Duration::ZERO
                 } else {
                     self.idle_wait()
                 };
+                let mut record = self.spare.pop().unwrap_or_default();
                 let input = &mut self.inputs[index];
-                match input.source.poll(&mut input.record, wait)? {
+                match input.source.poll(&mut record, wait)? {
                     Polled::Record => {
                         input.read += 1;
-                        if let Err(reason) = decode(input) {
-                            self.dead_letter(index, &reason)?;
+                        match decode(&input.decoder, &record) {
+                            Ok((key, timestamp)) => {
+                                let number = input.read;
+                                input.queue.push_back(Pending {
+                                    record,
+                                    key,
+                                    timestamp,
+                                    number,
+                                });
+                                any_ready = true;
+                            }
+                            Err(reason) => {
+                                self.dead_letter(index, &record, &reason)?;
+                                self.spare.push(record);
+                            }
                         }
                     }
-                    Polled::Idle => break,
+                    Polled::Idle => {
+                        self.spare.push(record);
+                        break;
+                    }
                     Polled::End => {
-                        input.ended = true;
-                        self.operator
-                            .end_source(index)
-                            .map_err(|e| self.describe(e, Some(index)))?;
+                        self.spare.push(record);
+                        input.exhausted = true;
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Ends the sources that are exhausted and have nothing queued; the watermark may advance.
+    fn end_drained_sources(&mut self) -> anyhow::Result<()> {
+        for index in 0..self.inputs.len() {
+            let input = &mut self.inputs[index];
+            if input.exhausted && !input.ended && input.queue.is_empty() {
+                input.ended = true;
+                self.operator
+                    .end_source(index)
+                    .map_err(|e| self.describe(e, None))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes ready records in timestamp order (ties in pipeline-file order). Stops when a
+    /// source that may still deliver runs dry, since its next record could come first.
+    fn take_chunk(&mut self, chunk: &mut Vec<(usize, Pending)>) {
+        while chunk.len() < READ_AHEAD {
+            let next = (0..self.inputs.len())
+                .filter(|&i| !self.inputs[i].queue.is_empty())
+                .min_by_key(|&i| (self.inputs[i].queue.front().map(|p| p.timestamp), i));
+            let Some(index) = next else { break };
+            let input = &mut self.inputs[index];
+            chunk.push((index, input.queue.pop_front().expect("non-empty")));
+            if input.queue.is_empty() && !input.exhausted {
+                break;
+            }
+        }
     }
 
     /// How long to wait for input when nothing is ready: until the next processing-time
@@ -327,31 +422,18 @@ impl Runner {
         }
     }
 
-    fn process(&mut self, index: usize) -> anyhow::Result<()> {
-        let input = &mut self.inputs[index];
-        let ready = input.ready.take().expect("chosen because ready");
-        let key = match &ready.key {
-            KeyBytes::InLine(range) => &input.record.data[range.clone()],
-            KeyBytes::Owned(bytes) => bytes.as_slice(),
-        };
-        let element = ElementRef {
-            input: input.input_index,
-            key,
-            value: &input.record.data,
-            timestamp: ready.timestamp,
-        };
-        self.operator
-            .process_element(index, element)
-            .map_err(|e| self.describe(e, Some(index)))
-    }
-
-    fn dead_letter(&mut self, index: usize, reason: &str) -> anyhow::Result<()> {
+    fn dead_letter(
+        &mut self,
+        index: usize,
+        record: &SourceRecord,
+        reason: &str,
+    ) -> anyhow::Result<()> {
         let input = &self.inputs[index];
-        let raw = String::from_utf8_lossy(&input.record.data);
+        let raw = String::from_utf8_lossy(&record.data);
         let letter = DeadLetter {
             source: &input.name,
-            line: input.record.line,
-            offset: input.record.offset,
+            line: record.line,
+            offset: record.offset,
             reason,
             raw: &raw,
         };
@@ -359,15 +441,15 @@ impl Runner {
     }
 
     /// Turns an operator error into a message naming the UDF and where the run was.
-    fn describe(&self, error: OperatorError, index: Option<usize>) -> anyhow::Error {
+    fn describe(&self, error: OperatorError, origin: Option<Origin>) -> anyhow::Error {
         let udf = self.operator.function_name();
-        let origin = |i: usize| {
-            let input = &self.inputs[i];
+        let at = |o: &Origin| {
+            let input = &self.inputs[o.source];
             format!(
                 "record {} of source {:?} (line {} of {})",
-                input.read,
+                o.number,
                 input.name,
-                input.record.line,
+                o.line,
                 input.source.location()
             )
         };
@@ -376,7 +458,7 @@ impl Runner {
                 activity: Activity::Element,
                 ..
             } => {
-                let at = index.map(origin).unwrap_or_default();
+                let at = origin.as_ref().map(at).unwrap_or_default();
                 anyhow::anyhow!("UDF {udf:?} failed on {at}: {error}")
             }
             OperatorError::Udf {
@@ -388,10 +470,10 @@ impl Runner {
                     },
                 ..
             } => {
-                let after = match index {
-                    Some(i) => format!(" (after {})", origin(i)),
-                    None => String::new(),
-                };
+                let after = origin
+                    .as_ref()
+                    .map(|o| format!(" (after {})", at(o)))
+                    .unwrap_or_default();
                 anyhow::anyhow!(
                     "UDF {udf:?} failed on its {} timer at {} for key {key:?}{after}: {error}",
                     domain.label(),
@@ -429,11 +511,17 @@ impl Runner {
     }
 }
 
-/// Decodes the record just read into `input.ready`.
-fn decode(input: &mut Input) -> Result<(), String> {
-    let line =
-        std::str::from_utf8(&input.record.data).map_err(|e| format!("not UTF-8 text: {e}"))?;
-    let decoded = input.decoder.decode(line)?;
+/// Where a record came from, for messages.
+struct Origin {
+    source: usize,
+    number: u64,
+    line: u64,
+}
+
+/// Decodes a record's key and timestamp; the error is the dead letter's reason.
+fn decode(decoder: &RecordDecoder, record: &SourceRecord) -> Result<(KeyBytes, Timestamp), String> {
+    let line = std::str::from_utf8(&record.data).map_err(|e| format!("not UTF-8 text: {e}"))?;
+    let decoded = decoder.decode(line)?;
     let key = match decoded.key {
         std::borrow::Cow::Borrowed(bytes) => {
             let start = bytes.as_ptr() as usize - line.as_ptr() as usize;
@@ -441,11 +529,7 @@ fn decode(input: &mut Input) -> Result<(), String> {
         }
         std::borrow::Cow::Owned(bytes) => KeyBytes::Owned(bytes),
     };
-    input.ready = Some(Ready {
-        key,
-        timestamp: decoded.timestamp,
-    });
-    Ok(())
+    Ok((key, decoded.timestamp))
 }
 
 fn progress_bar() -> indicatif::ProgressBar {

@@ -1,7 +1,9 @@
-//! The component backend: each call is the generated import, nothing more.
+//! The component backend: each call is the generated import, unless a batch is running,
+//! in which case it goes to the batch's guest-side overlay (see `crate::batch`).
 
 use super::{Backend, StateKind};
 use crate::__private::bindings::weir::udf::{logging, output, state, timers, types};
+use crate::batch;
 use crate::{LogLevel, TimeDomain};
 
 pub(crate) struct Wasm;
@@ -25,72 +27,76 @@ impl Backend for Wasm {
     }
     #[inline]
     fn value_get(s: u32) -> Option<Vec<u8>> {
-        state::value_get(s)
+        batch::with(|o| o.value_get(s)).unwrap_or_else(|| state::value_get(s))
     }
     #[inline]
     fn value_set(s: u32, value: &[u8]) {
-        state::value_set(s, value)
+        batch::with(|o| o.value_set(s, value)).unwrap_or_else(|| state::value_set(s, value))
     }
     #[inline]
     fn list_get(s: u32) -> Vec<Vec<u8>> {
-        state::list_get(s)
+        batch::with(|o| o.list_get(s)).unwrap_or_else(|| state::list_get(s))
     }
     #[inline]
     fn list_append(s: u32, item: &[u8]) {
-        state::list_append(s, item)
+        batch::with(|o| o.list_append(s, item)).unwrap_or_else(|| state::list_append(s, item))
     }
     #[inline]
     fn list_set(s: u32, items: &[Vec<u8>]) {
-        state::list_set(s, items)
+        batch::with(|o| o.list_set(s, items)).unwrap_or_else(|| state::list_set(s, items))
     }
     #[inline]
     fn map_get(s: u32, key: &[u8]) -> Option<Vec<u8>> {
-        state::map_get(s, key)
+        batch::with(|o| o.map_get(s, key)).unwrap_or_else(|| state::map_get(s, key))
     }
     #[inline]
     fn map_put(s: u32, key: &[u8], value: &[u8]) {
-        state::map_put(s, key, value)
+        batch::with(|o| o.map_put(s, key, value)).unwrap_or_else(|| state::map_put(s, key, value))
     }
     #[inline]
     fn map_remove(s: u32, key: &[u8]) {
-        state::map_remove(s, key)
+        batch::with(|o| o.map_remove(s, key)).unwrap_or_else(|| state::map_remove(s, key))
     }
     #[inline]
     fn map_entries(s: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
-        state::map_entries(s)
+        batch::with(|o| o.map_entries(s)).unwrap_or_else(|| state::map_entries(s))
     }
     #[inline]
     fn clear(s: u32) {
-        state::clear(s)
+        batch::with(|o| o.clear(s)).unwrap_or_else(|| state::clear(s))
     }
     #[inline]
     fn clear_all() {
-        state::clear_all()
+        batch::with(|o| o.clear_all()).unwrap_or_else(state::clear_all)
     }
     #[inline]
     fn register_timer(d: TimeDomain, at: i64) {
-        timers::register(domain(d), at)
+        batch::with(|o| o.register_timer(d, at)).unwrap_or_else(|| timers::register(domain(d), at))
     }
     #[inline]
     fn delete_timer(d: TimeDomain, at: i64) {
-        timers::delete(domain(d), at)
+        batch::with(|o| o.delete_timer(d, at)).unwrap_or_else(|| timers::delete(domain(d), at))
     }
     #[inline]
     fn current_watermark() -> i64 {
-        timers::current_watermark()
+        batch::with(|o| o.current_watermark()).unwrap_or_else(timers::current_watermark)
     }
     #[inline]
     fn current_processing_time() -> i64 {
-        timers::current_processing_time()
+        batch::with(|o| o.current_processing_time()).unwrap_or_else(timers::current_processing_time)
     }
     fn declare_output(name: &str) -> Result<u32, String> {
         output::declare(name).map_err(|e| e.message)
     }
     #[inline]
     fn emit(out: u32, value: &[u8], key: Option<&[u8]>, timestamp: Option<i64>) {
-        output::emit(out, value, key, timestamp)
+        batch::with(|o| o.emit(out, value, key, timestamp))
+            .unwrap_or_else(|| output::emit(out, value, key, timestamp))
     }
     fn log(level: LogLevel, message: &str) {
+        if batch::with(|o| o.log(level, message)).is_some() {
+            return;
+        }
         let level = match level {
             LogLevel::Trace => types::LogLevel::Trace,
             LogLevel::Debug => types::LogLevel::Debug,

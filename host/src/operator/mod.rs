@@ -6,8 +6,16 @@
 //! timers registered while firing). Processing-time timers fire from the wall clock,
 //! between elements and while the input is idle. Elements and timers run one at a time,
 //! so a key never sees two calls at once.
+//!
+//! A function that [takes batches](ProcessFunction::takes_batches) gets a run of elements
+//! and the event-time timers that fall due between them in one call, in exactly the
+//! order above; the function stops early where a timer it registered falls due, and the
+//! operator goes on from there. If a batch fails, its elements are run again one call at
+//! a time, so the failure is reported for the exact record it happened on.
 
-use crate::runtime::{CallError, ElementRef, FiredTimer, HostServices, InitInfo, ProcessFunction};
+use crate::runtime::{
+    BatchEntry, CallError, ElementRef, FiredTimer, HostServices, InitInfo, ProcessFunction,
+};
 use crate::sink::{OutputRecord, Sink};
 use crate::state::KeyId;
 use crate::time::timers::TimeDomain;
@@ -70,6 +78,10 @@ pub struct OperatorCounters {
     pub processing_timers: u64,
     pub emitted: Vec<u64>,
 }
+
+/// The most entries (elements and timers) in one batch: large enough that the cost of a
+/// call is spread thin, small enough that the batch buffer stays in cache.
+const MAX_BATCH: usize = 512;
 
 pub struct KeyedOperator {
     function: Box<dyn ProcessFunction>,
@@ -158,6 +170,123 @@ impl KeyedOperator {
         Ok(())
     }
 
+    /// Processes a run of elements (source index, element) in order: in batches when the
+    /// function takes them, else one call each. A failure says which element it was on.
+    pub fn process_elements(
+        &mut self,
+        elements: &[(usize, ElementRef<'_>)],
+    ) -> Result<(), (usize, OperatorError)> {
+        if elements.is_empty() {
+            return Ok(());
+        }
+        let mut next = 0;
+        while next < elements.len() {
+            next = if self.function.takes_batches() {
+                self.process_batch(elements, next)?
+            } else {
+                let (source, element) = elements[next];
+                self.process_element(source, element)
+                    .map_err(|e| (next, e))?;
+                next + 1
+            };
+        }
+        // A batch that stopped early may leave timers due; they must not wait for more input.
+        let watermark = self.watermark.current();
+        self.fire_event_timers(watermark)
+            .map_err(|e| (elements.len() - 1, e))
+    }
+
+    /// Sends `elements[start..]` (as much as fits) with the timers due between them as one
+    /// batch; returns where the next batch starts.
+    fn process_batch(
+        &mut self,
+        elements: &[(usize, ElementRef<'_>)],
+        start: usize,
+    ) -> Result<usize, (usize, OperatorError)> {
+        let mut entries = Vec::with_capacity(MAX_BATCH.min(2 * (elements.len() - start) + 8));
+        let mut watermark = self.watermark.clone();
+        let mut last_timer = None;
+        // Timers left due by an earlier batch that stopped early fire first.
+        self.push_due_timers(&mut entries, &mut last_timer, watermark.current());
+        let mut taken = 0;
+        for &(source, element) in &elements[start..] {
+            if entries.len() >= MAX_BATCH {
+                break;
+            }
+            let key = self.host.keys.intern(element.key);
+            let before = watermark.current();
+            let after = watermark
+                .observe(source, element.timestamp)
+                .unwrap_or(before);
+            entries.push(BatchEntry::Element {
+                element,
+                key,
+                watermark: before,
+                watermark_after: after,
+            });
+            taken += 1;
+            if after > before {
+                self.push_due_timers(&mut entries, &mut last_timer, after);
+            }
+        }
+        let result = self.function.process_batch(&mut self.host, &entries);
+        let Ok(batch) = result else {
+            // Nothing of the batch was applied: run it again one call at a time, which
+            // either reports the failure on its exact record or goes through.
+            self.host.emitted.clear();
+            let watermark = self.watermark.current();
+            self.fire_event_timers(watermark).map_err(|e| (start, e))?;
+            for (i, &(source, element)) in elements[start..start + taken].iter().enumerate() {
+                self.process_element(source, element)
+                    .map_err(|e| (start + i, e))?;
+            }
+            return Ok(start + taken);
+        };
+        let mut consumed_elements = 0;
+        for entry in &entries[..batch.consumed] {
+            match *entry {
+                BatchEntry::Element {
+                    element, watermark, ..
+                } => {
+                    if element.timestamp <= watermark {
+                        self.counters.late += 1;
+                    }
+                    self.counters.elements += 1;
+                    let (source, _) = elements[start + consumed_elements];
+                    self.watermark.observe(source, element.timestamp);
+                    consumed_elements += 1;
+                }
+                BatchEntry::Timer { domain, .. } => match domain {
+                    TimeDomain::EventTime => self.counters.event_timers += 1,
+                    TimeDomain::ProcessingTime => self.counters.processing_timers += 1,
+                },
+            }
+        }
+        self.counters.event_timers -= batch.skipped as u64;
+        self.host.watermark = self.watermark.current();
+        self.flush_emitted(Ok(()))
+            .map_err(|e| (start + consumed_elements.saturating_sub(1), e))?;
+        Ok(start + consumed_elements)
+    }
+
+    /// Appends the event-time timers due at `watermark` that are not in the batch yet.
+    fn push_due_timers(
+        &mut self,
+        entries: &mut Vec<BatchEntry<'_>>,
+        last: &mut Option<(Timestamp, KeyId)>,
+        watermark: Timestamp,
+    ) {
+        for (at, key) in self.host.timers.event_due_between(*last, watermark) {
+            entries.push(BatchEntry::Timer {
+                domain: TimeDomain::EventTime,
+                timestamp: at,
+                key,
+                watermark,
+            });
+            *last = Some((at, key));
+        }
+    }
+
     /// Marks a source as ended; the watermark may advance (to the end of time once all end).
     pub fn end_source(&mut self, source: usize) -> Result<(), OperatorError> {
         if let Some(watermark) = self.watermark.end(source) {
@@ -181,6 +310,17 @@ impl KeyedOperator {
         while let Some((at, key)) = self.host.timers.pop_any_processing() {
             self.fire(TimeDomain::ProcessingTime, at, key)?;
         }
+        for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
+            sink.flush().map_err(|error| OperatorError::Sink {
+                output: name.clone(),
+                error,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Writes out what the sinks hold, so live outputs appear while the input is idle.
+    pub fn flush(&mut self) -> Result<(), OperatorError> {
         for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
             sink.flush().map_err(|error| OperatorError::Sink {
                 output: name.clone(),

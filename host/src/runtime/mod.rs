@@ -78,6 +78,34 @@ impl fmt::Display for CallError {
 
 impl std::error::Error for CallError {}
 
+/// One entry of a batch: an element, or a timer that fires.
+#[derive(Debug, Clone, Copy)]
+pub enum BatchEntry<'a> {
+    Element {
+        element: ElementRef<'a>,
+        key: crate::state::KeyId,
+        /// The watermark while the element is processed.
+        watermark: Timestamp,
+        /// The watermark once it has been processed.
+        watermark_after: Timestamp,
+    },
+    Timer {
+        domain: TimeDomain,
+        timestamp: Timestamp,
+        key: crate::state::KeyId,
+        watermark: Timestamp,
+    },
+}
+
+/// How much of a batch a function took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchTaken {
+    /// Entries processed, from the start.
+    pub consumed: usize,
+    /// Consumed timer entries that did not fire because the UDF deleted them first.
+    pub skipped: usize,
+}
+
 /// A keyed process function, as the operator sees it.
 pub trait ProcessFunction: Send {
     /// The UDF's name, for messages.
@@ -97,4 +125,26 @@ pub trait ProcessFunction: Send {
     /// Handles one firing timer; `host` is scoped to the timer's key.
     fn on_timer(&mut self, host: &mut HostServices, timer: FiredTimer<'_>)
         -> Result<(), CallError>;
+
+    /// Whether [`process_batch`](Self::process_batch) is available.
+    fn takes_batches(&self) -> bool {
+        false
+    }
+
+    /// Processes a prefix of `entries` in one call, with the same meaning as calling
+    /// `process_element` and `on_timer` for each; says how many entries it took.
+    /// Timer entries are still pending in `host`; the consumed ones are removed before
+    /// the effects are applied. Effects reach `host` only if the call succeeds (the
+    /// operator then replays the entries one call at a time, which reports a failure
+    /// exactly).
+    fn process_batch(
+        &mut self,
+        host: &mut HostServices,
+        entries: &[BatchEntry<'_>],
+    ) -> Result<BatchTaken, CallError> {
+        let _ = (host, entries);
+        Err(CallError::Trapped(
+            "this function does not take batches".into(),
+        ))
+    }
 }

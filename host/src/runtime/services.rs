@@ -244,18 +244,25 @@ impl Services {
         at: Timestamp,
     ) -> Result<(), ContractError> {
         let key = self.scope()?.key;
-        if self.timers.register(domain, key, at) {
-            self.keys.timer_added(key);
-        }
+        self.timer_for(key, domain, at, true);
         Ok(())
     }
 
     pub fn delete_timer(&mut self, domain: TimeDomain, at: Timestamp) -> Result<(), ContractError> {
         let key = self.scope()?.key;
-        if self.timers.delete(domain, key, at) {
+        self.timer_for(key, domain, at, false);
+        Ok(())
+    }
+
+    /// Registers (or deletes) a timer of `key`, keeping the key's count of timers.
+    pub fn timer_for(&mut self, key: KeyId, domain: TimeDomain, at: Timestamp, register: bool) {
+        if register {
+            if self.timers.register(domain, key, at) {
+                self.keys.timer_added(key);
+            }
+        } else if self.timers.delete(domain, key, at) {
             self.keys.timer_removed(key);
         }
-        Ok(())
     }
 
     pub fn current_watermark(&self) -> Timestamp {

@@ -77,6 +77,21 @@ impl TimerService {
         }
     }
 
+    /// Event-time timers after `after` (exclusive) and at or before `upto`, in firing
+    /// order, without removing them: a batch sends them ahead and removes them only once
+    /// they have fired.
+    pub fn event_due_between(
+        &self,
+        after: Option<(Timestamp, KeyId)>,
+        upto: Timestamp,
+    ) -> impl Iterator<Item = (Timestamp, KeyId)> + '_ {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let lower = after.map_or(Unbounded, Excluded);
+        self.event
+            .range((lower, Included((upto, KeyId::MAX))))
+            .copied()
+    }
+
     /// Pops the earliest processing-time timer at or before `now`.
     pub fn pop_processing_due(&mut self, now: Timestamp) -> Option<(Timestamp, KeyId)> {
         if self.staged.is_empty() {

@@ -31,7 +31,7 @@ fn main() -> anyhow::Result<()> {
     let data = repo_root().join("target/bench-data");
     std::fs::create_dir_all(&data)?;
 
-    let clicks = data.join("clicks-2m.jsonl");
+    let clicks = data.join("clicks-2m-10ms.jsonl");
     ensure_clicks(&clicks)?;
     let spec = counter_pipeline(&data, &clicks)?;
     // `weir-bench native` / `weir-bench wasm`: one path only, for profiling.
@@ -110,8 +110,9 @@ fn ensure_clicks(path: &Path) -> anyhow::Result<()> {
         return Ok(());
     }
     eprintln!("generating {}", path.display());
-    // About 1 ms of event time per click: a 5-minute window holds ~30 clicks per ad.
-    let clicks = gen::clicks(CLICKS, ADS, 42, 2, 4_000, 0.001, 0.0);
+    // About 10 ms of event time per click (100 clicks/s over 10,000 ads, 5.5 hours):
+    // a 5-minute window holds ~3 clicks per ad.
+    let clicks = gen::clicks(CLICKS, ADS, 42, 20, 4_000, 0.001, 0.0);
     let mut out = BufWriter::new(std::fs::File::create(path)?);
     for c in &clicks {
         writeln!(

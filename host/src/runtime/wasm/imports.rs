@@ -134,19 +134,22 @@ impl output::Host for StoreData {
 
 impl logging::Host for StoreData {
     fn log(&mut self, level: types::LogLevel, message: String) -> Result<()> {
-        let key = self
-            .host
-            .scope
-            .map(|s| String::from_utf8_lossy(self.host.keys.entry(s.key).key()).into_owned());
-        let key = key.as_deref().unwrap_or("-");
-        let udf = &*self.udf;
-        match level {
-            types::LogLevel::Trace => tracing::trace!(target: "weir::udf", udf, key, "{message}"),
-            types::LogLevel::Debug => tracing::debug!(target: "weir::udf", udf, key, "{message}"),
-            types::LogLevel::Info => tracing::info!(target: "weir::udf", udf, key, "{message}"),
-            types::LogLevel::Warn => tracing::warn!(target: "weir::udf", udf, key, "{message}"),
-            types::LogLevel::Error => tracing::error!(target: "weir::udf", udf, key, "{message}"),
-        }
+        let scope = self.host.scope;
+        let key = scope.map_or(&b"-"[..], |s| self.host.keys.entry(s.key).key());
+        log(&self.udf, key, level as u8, &message);
         Ok(())
+    }
+}
+
+/// Writes a UDF's log line with its name and key; `level` counts from trace (0) to error (4).
+pub(super) fn log(udf: &str, key: &[u8], level: u8, message: &str) {
+    let key = String::from_utf8_lossy(key);
+    let key = &*key;
+    match level {
+        0 => tracing::trace!(target: "weir::udf", udf, key, "{message}"),
+        1 => tracing::debug!(target: "weir::udf", udf, key, "{message}"),
+        2 => tracing::info!(target: "weir::udf", udf, key, "{message}"),
+        3 => tracing::warn!(target: "weir::udf", udf, key, "{message}"),
+        _ => tracing::error!(target: "weir::udf", udf, key, "{message}"),
     }
 }

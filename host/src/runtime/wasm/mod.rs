@@ -7,16 +7,20 @@
 //! is created (and initialised) on the next call: state lives in the host, so nothing
 //! is lost.
 
+mod batch;
 mod imports;
 pub mod sandbox;
 
-use super::{CallError, ElementRef, FiredTimer, HostServices, InitInfo, ProcessFunction};
+use super::{
+    BatchEntry, BatchTaken, CallError, ElementRef, FiredTimer, HostServices, InitInfo,
+    ProcessFunction,
+};
 use crate::time::timers::TimeDomain;
 use anyhow::Context as _;
 use sandbox::GuestStderr;
 use std::path::Path;
 use std::time::Duration;
-use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::component::{Component, ComponentExportIndex, Linker, ResourceTable, TypedFunc};
 use wasmtime::{Store, StoreLimits};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -61,7 +65,12 @@ pub struct Limits {
 pub struct LoadedComponent {
     pub name: String,
     pre: bindings::KeyedProcessPre<StoreData>,
+    /// `weir:udf/batch#process-batch`, if the component exports it.
+    batch: Option<ComponentExportIndex>,
 }
+
+/// The batched export: an encoded batch in, encoded effects out.
+type BatchFunc = TypedFunc<(Vec<u8>,), (Result<Vec<u8>, types::Error>,)>;
 
 impl LoadedComponent {
     /// Compiles a component file and checks it against the contract.
@@ -97,9 +106,13 @@ impl LoadedComponent {
         let pre = bindings::KeyedProcessPre::new(instance_pre)
             .map_err(anyhow::Error::from)
             .context("the component does not implement the weir:udf/keyed-process world (it must export weir:udf/process-function@0.1.0)")?;
+        let batch = component
+            .get_export_index(None, "weir:udf/batch@0.1.0")
+            .and_then(|interface| component.get_export_index(Some(&interface), "process-batch"));
         Ok(Self {
             name: name.to_string(),
             pre,
+            batch,
         })
     }
 }
@@ -112,8 +125,14 @@ fn wasmparser_is_core_module(bytes: &[u8]) -> bool {
 
 struct Instance {
     store: Store<StoreData>,
-    bindings: bindings::KeyedProcess,
+    exports: Exports,
     stderr: GuestStderr,
+}
+
+/// The instance's exports.
+struct Exports {
+    bindings: bindings::KeyedProcess,
+    batch: Option<BatchFunc>,
 }
 
 /// A UDF component instance, recreated after any trap.
@@ -158,12 +177,24 @@ impl WasmFunction {
             store.limiter(|data| &mut data.limits);
             store.epoch_deadline_trap();
             store.set_epoch_deadline(sandbox::deadline_ticks(self.limits.call_timeout));
-            let bindings = self.component.pre.instantiate(&mut store).map_err(|e| {
+            let cannot = |e: wasmtime::Error| {
                 CallError::Trapped(format!("cannot instantiate the component: {e:#}"))
-            })?;
+            };
+            let raw = self
+                .component
+                .pre
+                .instance_pre()
+                .instantiate(&mut store)
+                .map_err(cannot)?;
+            let bindings = bindings::KeyedProcess::new(&mut store, &raw).map_err(cannot)?;
+            let batch = match &self.component.batch {
+                Some(index) => Some(raw.get_typed_func(&mut store, index).map_err(cannot)?),
+                None => None,
+            };
+            let exports = Exports { bindings, batch };
             let mut instance = Instance {
                 store,
-                bindings,
+                exports,
                 stderr,
             };
             let context = types::InitContext {
@@ -176,7 +207,11 @@ impl WasmFunction {
                 host,
                 self.limits.call_timeout,
                 &self.limits,
-                |b, s| b.weir_udf_process_function().call_init(s, &context),
+                |e, s| {
+                    e.bindings
+                        .weir_udf_process_function()
+                        .call_init(s, &context)
+                },
             );
             host.declaring = false;
             result?;
@@ -189,7 +224,7 @@ impl WasmFunction {
         &mut self,
         host: &mut HostServices,
         f: impl FnOnce(
-            &bindings::KeyedProcess,
+            &Exports,
             &mut Store<StoreData>,
             &types::Element,
         ) -> wasmtime::Result<Result<R, types::Error>>,
@@ -218,15 +253,12 @@ fn call<R>(
     host: &mut HostServices,
     timeout: Duration,
     limits: &Limits,
-    f: impl FnOnce(
-        &bindings::KeyedProcess,
-        &mut Store<StoreData>,
-    ) -> wasmtime::Result<Result<R, types::Error>>,
+    f: impl FnOnce(&Exports, &mut Store<StoreData>) -> wasmtime::Result<Result<R, types::Error>>,
 ) -> Result<R, CallError> {
     let store = &mut instance.store;
     std::mem::swap(&mut store.data_mut().host, host);
     store.set_epoch_deadline(sandbox::deadline_ticks(timeout));
-    let result = f(&instance.bindings, store);
+    let result = f(&instance.exports, store);
     std::mem::swap(&mut store.data_mut().host, host);
     match result {
         Ok(Ok(value)) => {
@@ -339,7 +371,8 @@ impl ProcessFunction for WasmFunction {
         scratch.value.clear();
         scratch.value.extend_from_slice(element.value);
         self.run(host, |b, store, element| {
-            b.weir_udf_process_function()
+            b.bindings
+                .weir_udf_process_function()
                 .call_process_element(store, element)
         })
     }
@@ -358,7 +391,36 @@ impl ProcessFunction for WasmFunction {
             key: timer.key.to_vec(),
         };
         self.run(host, |b, store, _| {
-            b.weir_udf_process_function().call_on_timer(store, &timer)
+            b.bindings
+                .weir_udf_process_function()
+                .call_on_timer(store, &timer)
         })
+    }
+
+    fn takes_batches(&self) -> bool {
+        self.component.batch.is_some()
+    }
+
+    fn process_batch(
+        &mut self,
+        host: &mut HostServices,
+        entries: &[BatchEntry<'_>],
+    ) -> Result<BatchTaken, CallError> {
+        let (buffer, keys) = batch::encode(host, entries, crate::time::wall_clock_ms());
+        let effects = self.run(host, |exports, store, _| {
+            let func = exports
+                .batch
+                .as_ref()
+                .expect("only called when takes_batches");
+            func.call(store, (buffer,)).map(|(result,)| result)
+        })?;
+        let effects =
+            batch::decode(host, &keys, entries.len(), &effects).map_err(CallError::Trapped)?;
+        let taken = BatchTaken {
+            consumed: effects.consumed,
+            skipped: effects.skipped,
+        };
+        batch::apply(host, effects, entries, &keys, &self.component.name);
+        Ok(taken)
     }
 }

@@ -1,0 +1,514 @@
+//! The batched path (`weir:udf/batch`): many elements and timers per component call.
+//!
+//! The host sends a run of entries with the state of every key they touch (layout in
+//! the `weir-wire` crate). While the batch runs, an [`Overlay`] is installed and every
+//! backend call (state, timers, outputs, logs) acts on it instead of crossing the
+//! component boundary. The UDF's own code is the same per-element and per-timer code;
+//! only where its calls go changes. At the end the overlay becomes the effects buffer.
+//!
+//! Timer semantics stay the host's: a timer the batch registers that becomes due inside
+//! the batch ends the batch right there, so the host fires it in order; a timer entry
+//! still ahead in the batch that the UDF deletes is skipped, and registering it again
+//! is a no-op, exactly as if the host held it.
+
+use crate::{Context, Element, LogLevel, ProcessFunction, TimeDomain, Timer};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use weir_wire::{Reader, SlotRef, WireError, Writer};
+
+thread_local! {
+    static OVERLAY: RefCell<Option<Overlay>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on the installed overlay, or returns `None` outside a batch.
+#[inline]
+pub(crate) fn with<R>(f: impl FnOnce(&mut Overlay) -> R) -> Option<R> {
+    OVERLAY.with_borrow_mut(|overlay| overlay.as_mut().map(f))
+}
+
+/// One state of one key, as the batch sees it.
+enum Contents {
+    Absent,
+    Value(Vec<u8>),
+    List(Vec<Vec<u8>>),
+    Map(BTreeMap<Vec<u8>, Vec<u8>>),
+}
+
+struct Slot {
+    state: u32,
+    contents: Contents,
+    dirty: bool,
+}
+
+struct KeyState<'b> {
+    key: &'b [u8],
+    slots: Vec<Slot>,
+}
+
+/// The guest-side view of host state and the effects of the batch so far.
+pub(crate) struct Overlay {
+    /// Slots per batch key index (the key bytes stay in the batch buffer).
+    slots: Vec<Vec<Slot>>,
+    current: usize,
+    timestamp: i64,
+    watermark: i64,
+    processing_time: i64,
+    /// Timer entries not processed yet: (key, domain, time) -> entry index.
+    pending: HashMap<(u32, u8, i64), usize>,
+    skipped: Vec<bool>,
+    /// The earliest event-time timer this batch registered.
+    earliest_registered: i64,
+    timer_ops: Writer,
+    timer_op_count: u32,
+    emits: Writer,
+    emit_count: u32,
+    logs: Writer,
+    log_count: u32,
+}
+
+fn domain_code(d: TimeDomain) -> u8 {
+    match d {
+        TimeDomain::EventTime => weir_wire::EVENT_TIME,
+        TimeDomain::ProcessingTime => weir_wire::PROCESSING_TIME,
+    }
+}
+
+impl Overlay {
+    fn slot(&mut self, state: u32) -> Option<&mut Slot> {
+        self.slots[self.current]
+            .iter_mut()
+            .find(|s| s.state == state)
+    }
+
+    fn slot_or_absent(&mut self, state: u32) -> &mut Slot {
+        let slots = &mut self.slots[self.current];
+        let pos = match slots.iter().position(|s| s.state == state) {
+            Some(pos) => pos,
+            None => {
+                slots.push(Slot {
+                    state,
+                    contents: Contents::Absent,
+                    dirty: false,
+                });
+                slots.len() - 1
+            }
+        };
+        &mut slots[pos]
+    }
+
+    fn set(&mut self, state: u32, contents: Contents) {
+        let slot = self.slot_or_absent(state);
+        slot.contents = contents;
+        slot.dirty = true;
+    }
+
+    pub(crate) fn value_get(&mut self, state: u32) -> Option<Vec<u8>> {
+        match &self.slot(state)?.contents {
+            Contents::Value(v) => Some(v.clone()),
+            Contents::Absent => None,
+            _ => panic!("state #{state} is not a value state"),
+        }
+    }
+
+    pub(crate) fn value_set(&mut self, state: u32, value: &[u8]) {
+        self.set(state, Contents::Value(value.to_vec()));
+    }
+
+    pub(crate) fn list_get(&mut self, state: u32) -> Vec<Vec<u8>> {
+        match self.slot(state).map(|s| &s.contents) {
+            Some(Contents::List(items)) => items.clone(),
+            None | Some(Contents::Absent) => Vec::new(),
+            _ => panic!("state #{state} is not a list state"),
+        }
+    }
+
+    pub(crate) fn list_append(&mut self, state: u32, item: &[u8]) {
+        let slot = self.slot_or_absent(state);
+        slot.dirty = true;
+        match &mut slot.contents {
+            Contents::List(items) => items.push(item.to_vec()),
+            Contents::Absent => slot.contents = Contents::List(vec![item.to_vec()]),
+            _ => panic!("state #{state} is not a list state"),
+        }
+    }
+
+    pub(crate) fn list_set(&mut self, state: u32, items: &[Vec<u8>]) {
+        let contents = if items.is_empty() {
+            Contents::Absent
+        } else {
+            Contents::List(items.to_vec())
+        };
+        self.set(state, contents);
+    }
+
+    pub(crate) fn map_get(&mut self, state: u32, key: &[u8]) -> Option<Vec<u8>> {
+        match &self.slot(state)?.contents {
+            Contents::Map(map) => map.get(key).cloned(),
+            Contents::Absent => None,
+            _ => panic!("state #{state} is not a map state"),
+        }
+    }
+
+    pub(crate) fn map_put(&mut self, state: u32, key: &[u8], value: &[u8]) {
+        let slot = self.slot_or_absent(state);
+        slot.dirty = true;
+        match &mut slot.contents {
+            Contents::Map(map) => {
+                map.insert(key.to_vec(), value.to_vec());
+            }
+            Contents::Absent => {
+                slot.contents = Contents::Map(BTreeMap::from([(key.to_vec(), value.to_vec())]))
+            }
+            _ => panic!("state #{state} is not a map state"),
+        }
+    }
+
+    pub(crate) fn map_remove(&mut self, state: u32, key: &[u8]) {
+        let Some(slot) = self.slot(state) else { return };
+        let now_empty = match &mut slot.contents {
+            Contents::Map(map) => {
+                map.remove(key);
+                map.is_empty()
+            }
+            Contents::Absent => false,
+            _ => panic!("state #{state} is not a map state"),
+        };
+        slot.dirty = true;
+        if now_empty {
+            slot.contents = Contents::Absent;
+        }
+    }
+
+    pub(crate) fn map_entries(&mut self, state: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+        match self.slot(state).map(|s| &s.contents) {
+            Some(Contents::Map(map)) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            None | Some(Contents::Absent) => Vec::new(),
+            _ => panic!("state #{state} is not a map state"),
+        }
+    }
+
+    pub(crate) fn clear(&mut self, state: u32) {
+        self.set(state, Contents::Absent);
+    }
+
+    pub(crate) fn clear_all(&mut self) {
+        for slot in &mut self.slots[self.current] {
+            slot.contents = Contents::Absent;
+            slot.dirty = true;
+        }
+    }
+
+    pub(crate) fn register_timer(&mut self, domain: TimeDomain, at: i64) {
+        let code = domain_code(domain);
+        let key = self.current as u32;
+        if self.pending.contains_key(&(key, code, at)) {
+            return; // the host holds this timer (it is ahead in the batch): one timer
+        }
+        if domain == TimeDomain::EventTime {
+            self.earliest_registered = self.earliest_registered.min(at);
+        }
+        self.timer_op(key, code, weir_wire::REGISTER, at);
+    }
+
+    pub(crate) fn delete_timer(&mut self, domain: TimeDomain, at: i64) {
+        let code = domain_code(domain);
+        let key = self.current as u32;
+        if let Some(entry) = self.pending.remove(&(key, code, at)) {
+            self.skipped[entry] = true;
+        }
+        self.timer_op(key, code, weir_wire::DELETE, at);
+    }
+
+    fn timer_op(&mut self, key: u32, code: u8, op: u8, at: i64) {
+        self.timer_ops.u32(key);
+        self.timer_ops.u8(code);
+        self.timer_ops.u8(op);
+        self.timer_ops.i64(at);
+        self.timer_op_count += 1;
+    }
+
+    pub(crate) fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    pub(crate) fn current_processing_time(&self) -> i64 {
+        self.processing_time
+    }
+
+    pub(crate) fn emit(
+        &mut self,
+        output: u32,
+        value: &[u8],
+        key: Option<&[u8]>,
+        timestamp: Option<i64>,
+    ) {
+        let w = &mut self.emits;
+        w.u32(output);
+        w.i64(timestamp.unwrap_or(self.timestamp));
+        match key {
+            Some(key) => {
+                w.u8(1);
+                w.bytes(key);
+            }
+            None => w.u8(0),
+        }
+        w.bytes(value);
+        self.emit_count += 1;
+    }
+
+    pub(crate) fn log(&mut self, level: LogLevel, message: &str) {
+        self.logs.u32(self.current as u32);
+        self.logs.u8(level as u8);
+        self.logs.bytes(message.as_bytes());
+        self.log_count += 1;
+    }
+}
+
+/// One decoded entry.
+enum Entry<'b> {
+    Element {
+        key: u32,
+        input: u32,
+        timestamp: i64,
+        watermark: i64,
+        watermark_after: i64,
+        value: &'b [u8],
+    },
+    Timer {
+        key: u32,
+        domain: u8,
+        timestamp: i64,
+        watermark: i64,
+    },
+}
+
+struct Batch<'b> {
+    processing_time: i64,
+    keys: Vec<KeyState<'b>>,
+    entries: Vec<Entry<'b>>,
+}
+
+fn decode(buf: &[u8]) -> Result<Batch<'_>, WireError> {
+    let mut r = Reader::new(buf);
+    let processing_time = r.i64()?;
+    let n_keys = r.count(8)?;
+    let mut keys = Vec::with_capacity(n_keys);
+    for _ in 0..n_keys {
+        let key = r.bytes()?;
+        let n_slots = r.count(5)?;
+        let mut slots = Vec::with_capacity(n_slots);
+        for _ in 0..n_slots {
+            let state = r.u32()?;
+            let contents = match r.slot()? {
+                SlotRef::Value(v) => Contents::Value(v.to_vec()),
+                SlotRef::List(items) => {
+                    Contents::List(items.into_iter().map(<[u8]>::to_vec).collect())
+                }
+                SlotRef::Map(entries) => Contents::Map(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                        .collect(),
+                ),
+            };
+            slots.push(Slot {
+                state,
+                contents,
+                dirty: false,
+            });
+        }
+        keys.push(KeyState { key, slots });
+    }
+    let n_entries = r.count(21)?;
+    let mut entries = Vec::with_capacity(n_entries);
+    for _ in 0..n_entries {
+        let entry = match r.u8()? {
+            weir_wire::ELEMENT => Entry::Element {
+                key: r.u32()?,
+                input: r.u32()?,
+                timestamp: r.i64()?,
+                watermark: r.i64()?,
+                watermark_after: r.i64()?,
+                value: r.bytes()?,
+            },
+            weir_wire::TIMER => Entry::Timer {
+                key: r.u32()?,
+                domain: r.u8()?,
+                timestamp: r.i64()?,
+                watermark: r.i64()?,
+            },
+            _ => return Err(WireError("unknown entry tag")),
+        };
+        let key = match entry {
+            Entry::Element { key, .. } | Entry::Timer { key, .. } => key,
+        };
+        if key as usize >= keys.len() {
+            return Err(WireError("entry names a key outside the batch"));
+        }
+        entries.push(entry);
+    }
+    Ok(Batch {
+        processing_time,
+        keys,
+        entries,
+    })
+}
+
+/// Runs a batch through `udf`; returns the encoded effects, or the first error.
+pub(crate) fn run<T: ProcessFunction>(
+    udf: &mut T,
+    inputs: &[String],
+    buf: &[u8],
+) -> anyhow::Result<Vec<u8>> {
+    let Batch {
+        processing_time,
+        keys,
+        entries,
+    } = decode(buf)?;
+    let mut pending = HashMap::new();
+    for (index, entry) in entries.iter().enumerate() {
+        if let Entry::Timer {
+            key,
+            domain,
+            timestamp,
+            ..
+        } = *entry
+        {
+            pending.insert((key, domain, timestamp), index);
+        }
+    }
+    let (key_bytes, slots): (Vec<&[u8]>, Vec<Vec<Slot>>) =
+        keys.into_iter().map(|k| (k.key, k.slots)).unzip();
+    let overlay = Overlay {
+        slots,
+        current: 0,
+        timestamp: 0,
+        watermark: i64::MIN,
+        processing_time,
+        pending,
+        skipped: vec![false; entries.len()],
+        earliest_registered: i64::MAX,
+        timer_ops: Writer::new(),
+        timer_op_count: 0,
+        emits: Writer::with_capacity(entries.len() * 64),
+        emit_count: 0,
+        logs: Writer::new(),
+        log_count: 0,
+    };
+    OVERLAY.with_borrow_mut(|o| *o = Some(overlay));
+    let result = run_entries(udf, inputs, &key_bytes, &entries);
+    let overlay = OVERLAY
+        .with_borrow_mut(Option::take)
+        .expect("installed above");
+    let consumed = result?;
+    let skipped = overlay.skipped[..consumed as usize]
+        .iter()
+        .filter(|s| **s)
+        .count() as u32;
+    Ok(encode(consumed, skipped, overlay))
+}
+
+fn run_entries<T: ProcessFunction>(
+    udf: &mut T,
+    inputs: &[String],
+    keys: &[&[u8]],
+    entries: &[Entry<'_>],
+) -> anyhow::Result<u32> {
+    for (index, entry) in entries.iter().enumerate() {
+        if with(|o| o.skipped[index]).unwrap_or(false) {
+            continue;
+        }
+        let due_after = match *entry {
+            Entry::Element {
+                key,
+                input,
+                timestamp,
+                watermark,
+                watermark_after,
+                value,
+            } => {
+                let input_name = inputs.get(input as usize).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "element from input #{input}, but only {} are connected",
+                        inputs.len()
+                    )
+                })?;
+                with(|o| {
+                    o.current = key as usize;
+                    o.timestamp = timestamp;
+                    o.watermark = watermark;
+                });
+                let element = Element::new(input_name, input, keys[key as usize], value, timestamp);
+                let mut ctx = Context::new(keys[key as usize], timestamp);
+                udf.process_element(&mut ctx, &element)?;
+                watermark_after
+            }
+            Entry::Timer {
+                key,
+                domain,
+                timestamp,
+                watermark,
+            } => {
+                with(|o| {
+                    o.pending.remove(&(key, domain, timestamp));
+                    o.current = key as usize;
+                    o.timestamp = timestamp;
+                    o.watermark = watermark;
+                });
+                let domain = if domain == weir_wire::EVENT_TIME {
+                    TimeDomain::EventTime
+                } else {
+                    TimeDomain::ProcessingTime
+                };
+                let timer = Timer::new(domain, timestamp, keys[key as usize].to_vec());
+                let mut ctx = Context::new(keys[key as usize], timestamp);
+                udf.on_timer(&mut ctx, &timer)?;
+                watermark
+            }
+        };
+        // A timer registered here that is already due must fire before anything after
+        // this entry: stop, and let the host fire it and send the rest again.
+        if with(|o| o.earliest_registered <= due_after).unwrap_or(false) {
+            return Ok(index as u32 + 1);
+        }
+    }
+    Ok(entries.len() as u32)
+}
+
+fn encode(consumed: u32, skipped: u32, overlay: Overlay) -> Vec<u8> {
+    let mut w = Writer::with_capacity(64 + overlay.emits.buf.len() + overlay.timer_ops.buf.len());
+    w.u32(consumed);
+    w.u32(skipped);
+    let writes = w.placeholder();
+    let mut n_writes = 0;
+    for (key, slots) in overlay.slots.iter().enumerate() {
+        for slot in slots.iter().filter(|s| s.dirty) {
+            w.u32(key as u32);
+            w.u32(slot.state);
+            match &slot.contents {
+                Contents::Absent => w.u8(0),
+                Contents::Value(v) => {
+                    w.u8(1);
+                    w.value_slot(v);
+                }
+                Contents::List(items) => {
+                    w.u8(1);
+                    w.list_slot(items.iter().map(Vec::as_slice));
+                }
+                Contents::Map(map) => {
+                    w.u8(1);
+                    w.map_slot(map.iter().map(|(k, v)| (k.as_slice(), v.as_slice())));
+                }
+            }
+            n_writes += 1;
+        }
+    }
+    w.patch_u32(writes, n_writes);
+    w.u32(overlay.timer_op_count);
+    w.buf.extend_from_slice(&overlay.timer_ops.buf);
+    w.u32(overlay.emit_count);
+    w.buf.extend_from_slice(&overlay.emits.buf);
+    w.u32(overlay.log_count);
+    w.buf.extend_from_slice(&overlay.logs.buf);
+    w.buf
+}
