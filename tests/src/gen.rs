@@ -47,7 +47,7 @@ impl Click {
 
 /// `n` clicks over `ads` ads. Time moves forward by up to `step_ms` per click; clicks
 /// are out of order by up to `jitter_ms`; with probability `late` a click is older by up
-/// to a minute (late for a 5 s watermark bound); with probability `gap` the stream goes
+/// to ten minutes (late for a 5 s watermark bound, sometimes by more than a window); with probability `gap` the stream goes
 /// quiet for 6 to 20 minutes, long enough for 5-minute windows to drain.
 pub fn clicks(
     n: usize,
@@ -68,7 +68,9 @@ pub fn clicks(
             }
             let mut ts = clock - rng.below(jitter_ms + 1) as i64;
             if rng.chance(late) {
-                ts -= 5_000 + rng.below(55_000) as i64;
+                // Late for the watermark, and sometimes older than a whole window, so
+                // that its timer is already behind the watermark when it is registered.
+                ts -= 5_000 + rng.below(595_000) as i64;
             }
             Click {
                 ad: format!("ad-{}", rng.below(ads)),

@@ -149,3 +149,12 @@ pub fn datetime_millis(ms: i64) -> String {
         .format("%Y-%m-%d %H:%M:%S%.3f")
         .to_string()
 }
+
+/// Milliseconds since midnight of a `HH:MM:SS` time.
+pub fn seconds_of_day(hms: &str) -> i64 {
+    let parts: Vec<i64> = hms
+        .split(':')
+        .map(|p| p.parse().expect("HH:MM:SS"))
+        .collect();
+    ((parts[0] * 60 + parts[1]) * 60 + parts[2]) * 1000
+}

@@ -122,3 +122,22 @@ fn the_sample_demo_input_gives_exact_records() {
         ]
     );
 }
+
+#[test]
+fn a_late_click_whose_window_has_passed_waits_for_the_next_advance() {
+    // 10:01 arrives when the watermark is already 10:09:55: its timer (10:06) is behind
+    // the watermark, so it fires at the next advance (here the end of input), not at once.
+    let at = |hms: &str| gen::BASE_MS + weir_e2e::seconds_of_day(hms);
+    let clicks: Vec<Click> = ["10:10:00", "10:01:00", "10:09:00"]
+        .iter()
+        .map(|t| Click {
+            ad: "ad-1".into(),
+            ts: at(t) - 10 * 3_600_000,
+        })
+        .collect();
+    let work = Workdir::new();
+    let (out, _) = run_example(&work, &clicks, &[]);
+    let counts: Vec<i64> = out.iter().map(|r| r["clicks"].as_i64().unwrap()).collect();
+    assert_eq!(counts, vec![1, 2, 3, 2, 1, 0]);
+    assert_eq!(model::by_key(&out, "ad_id"), expected(&clicks, 300_000));
+}

@@ -16,7 +16,7 @@
 use crate::runtime::{
     BatchEntry, CallError, ElementRef, FiredTimer, HostServices, InitInfo, ProcessFunction,
 };
-use crate::sink::{OutputRecord, Sink};
+use crate::sink::Sink;
 use crate::state::KeyId;
 use crate::time::timers::TimeDomain;
 use crate::time::watermark::{BoundedOutOfOrderness, PipelineWatermark};
@@ -84,6 +84,10 @@ pub struct OperatorCounters {
 const MAX_BATCH: usize = 512;
 
 pub struct KeyedOperator {
+    /// The watermark a batch stopped inside of, whose due timers have not all fired.
+    unfinished_advance: Option<Timestamp>,
+    /// The most entries in the next batch ([`MAX_BATCH`], halved after a batch times out).
+    batch_limit: usize,
     function: Box<dyn ProcessFunction>,
     host: HostServices,
     watermark: PipelineWatermark,
@@ -109,6 +113,8 @@ impl KeyedOperator {
             watermark: PipelineWatermark::new(sources),
             sinks: Vec::new(),
             counters: OperatorCounters::default(),
+            unfinished_advance: None,
+            batch_limit: MAX_BATCH,
         }
     }
 
@@ -190,10 +196,14 @@ impl KeyedOperator {
                 next + 1
             };
         }
-        // A batch that stopped early may leave timers due; they must not wait for more input.
-        let watermark = self.watermark.current();
-        self.fire_event_timers(watermark)
-            .map_err(|e| (elements.len() - 1, e))
+        // A batch that stopped inside an advance leaves timers of that advance to fire;
+        // they must not wait for more input.
+        match self.unfinished_advance.take() {
+            Some(watermark) => self
+                .fire_event_timers(watermark)
+                .map_err(|e| (elements.len() - 1, e)),
+            None => Ok(()),
+        }
     }
 
     /// Sends `elements[start..]` (as much as fits) with the timers due between them as one
@@ -203,14 +213,18 @@ impl KeyedOperator {
         elements: &[(usize, ElementRef<'_>)],
         start: usize,
     ) -> Result<usize, (usize, OperatorError)> {
-        let mut entries = Vec::with_capacity(MAX_BATCH.min(2 * (elements.len() - start) + 8));
+        let limit = self.batch_limit;
+        let mut entries = Vec::with_capacity(limit.min(2 * (elements.len() - start) + 8));
         let mut watermark = self.watermark.clone();
         let mut last_timer = None;
-        // Timers left due by an earlier batch that stopped early fire first.
-        self.push_due_timers(&mut entries, &mut last_timer, watermark.current());
+        // An advance that an earlier batch stopped inside finishes first.
+        let unfinished = self.unfinished_advance.take();
+        if let Some(advance) = unfinished {
+            self.push_due_timers(&mut entries, &mut last_timer, advance);
+        }
         let mut taken = 0;
         for &(source, element) in &elements[start..] {
-            if entries.len() >= MAX_BATCH {
+            if entries.len() >= limit {
                 break;
             }
             let key = self.host.keys.intern(element.key);
@@ -230,18 +244,24 @@ impl KeyedOperator {
             }
         }
         let result = self.function.process_batch(&mut self.host, &entries);
-        let Ok(batch) = result else {
-            // Nothing of the batch was applied: run it again one call at a time, which
-            // either reports the failure on its exact record or goes through.
-            self.host.emitted.clear();
-            let watermark = self.watermark.current();
-            self.fire_event_timers(watermark).map_err(|e| (start, e))?;
-            for (i, &(source, element)) in elements[start..start + taken].iter().enumerate() {
-                self.process_element(source, element)
-                    .map_err(|e| (start + i, e))?;
+        let batch = match result {
+            Ok(batch) => batch,
+            Err(error) => {
+                if let CallError::Timeout(_) = error {
+                    // The deadline is per call: a batch of slow but finite calls can miss
+                    // it. Smaller batches from now on; the replay below runs each entry
+                    // with its own deadline.
+                    self.batch_limit = (self.batch_limit / 2).max(1);
+                    tracing::warn!(
+                        "UDF {:?}: a batch ran past the call timeout; batches now hold at most {} entries",
+                        self.function.name(),
+                        self.batch_limit
+                    );
+                }
+                return self.replay(elements, start, taken, unfinished);
             }
-            return Ok(start + taken);
         };
+
         let mut consumed_elements = 0;
         for entry in &entries[..batch.consumed] {
             match *entry {
@@ -264,9 +284,43 @@ impl KeyedOperator {
         }
         self.counters.event_timers -= batch.skipped as u64;
         self.host.watermark = self.watermark.current();
+        // Where the function stopped decides whether an advance is still firing: after an
+        // element that advanced the watermark, or after a timer, the timers due at that
+        // watermark (including ones just registered) fire before anything else. After an
+        // element that did not advance it, a timer it registered at or before the
+        // watermark waits for the next advance.
+        self.unfinished_advance = match entries[batch.consumed - 1] {
+            BatchEntry::Element {
+                watermark,
+                watermark_after,
+                ..
+            } if watermark_after > watermark => Some(watermark_after),
+            BatchEntry::Timer { watermark, .. } => Some(watermark),
+            BatchEntry::Element { .. } => None,
+        };
         self.flush_emitted(Ok(()))
             .map_err(|e| (start + consumed_elements.saturating_sub(1), e))?;
         Ok(start + consumed_elements)
+    }
+
+    /// Runs the elements of a failed batch again one call at a time (nothing of the batch
+    /// was applied), which either reports the failure on its exact record or goes through.
+    fn replay(
+        &mut self,
+        elements: &[(usize, ElementRef<'_>)],
+        start: usize,
+        taken: usize,
+        unfinished: Option<Timestamp>,
+    ) -> Result<usize, (usize, OperatorError)> {
+        self.host.emitted.clear();
+        if let Some(advance) = unfinished {
+            self.fire_event_timers(advance).map_err(|e| (start, e))?;
+        }
+        for (i, &(source, element)) in elements[start..start + taken].iter().enumerate() {
+            self.process_element(source, element)
+                .map_err(|e| (start + i, e))?;
+        }
+        Ok(start + taken)
     }
 
     /// Appends the event-time timers due at `watermark` that are not in the batch yet.
@@ -380,23 +434,17 @@ impl KeyedOperator {
             self.host.emitted.clear();
             return Err(error);
         }
-        let mut emitted = std::mem::take(&mut self.host.emitted);
-        for record in emitted.drain(..) {
-            let output = record.output as usize;
-            let sink = &mut self.sinks[output];
-            let out = OutputRecord {
-                key: record.key.as_deref(),
-                value: &record.value,
-                timestamp: record.timestamp,
-            };
-            sink.write(&out).map_err(|error| OperatorError::Sink {
-                output: self.host.outputs[output].clone(),
-                error,
-            })?;
+        for (output, record) in self.host.emitted.iter() {
+            let output = output as usize;
+            self.sinks[output]
+                .write(&record)
+                .map_err(|error| OperatorError::Sink {
+                    output: self.host.outputs[output].clone(),
+                    error,
+                })?;
             self.counters.emitted[output] += 1;
         }
-        // Keep the buffer's capacity for the next call.
-        self.host.emitted = emitted;
+        self.host.emitted.clear();
         Ok(())
     }
 }

@@ -248,6 +248,10 @@ impl PipelineSpec {
         }
         if let Some(udf) = &overrides.udf {
             self.udf.path = udf.clone();
+            // Another component: messages name it after its file, not the one it replaces.
+            if let Some(stem) = udf.file_stem() {
+                self.udf.name = stem.to_string_lossy().replace('_', "-");
+            }
         }
         if let Some(dead_letter) = &overrides.dead_letter {
             self.dead_letter = dead_letter.clone();
