@@ -42,6 +42,7 @@ fmt:
 
 clippy lint:
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release --target $(WASM_TARGET) $(addprefix -p ,weir-sdk $(UDF_CRATES)) -- -D warnings
 
 clean:
 	$(CARGO) clean

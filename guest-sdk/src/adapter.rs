@@ -97,7 +97,7 @@ impl<S: Slot> BatchGuest for Adapter<S> {
     fn process_batch(batch: Vec<u8>) -> Result<Vec<u8>, types::Error> {
         S::with(|slot| {
             let Instance { udf, inputs } = slot.as_mut().ok_or_else(not_initialized)?;
-            crate::batch::run(udf, inputs, &batch).map_err(error)
+            crate::batch::run(udf, inputs, batch).map_err(error)
         })
     }
 }

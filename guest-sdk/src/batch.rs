@@ -14,6 +14,9 @@
 use crate::{Context, Element, LogLevel, ProcessFunction, TimeDomain, Timer};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::Range;
+use std::rc::Rc;
 use weir_wire::{Reader, SlotRef, WireError, Writer};
 
 thread_local! {
@@ -29,6 +32,8 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Overlay) -> R) -> Option<R> {
 /// One state of one key, as the batch sees it.
 enum Contents {
     Absent,
+    /// A value still in the batch buffer, not copied unless it is read as owned.
+    Stored(Range<usize>),
     Value(Vec<u8>),
     List(Vec<Vec<u8>>),
     Map(BTreeMap<Vec<u8>, Vec<u8>>),
@@ -53,8 +58,12 @@ pub(crate) struct Overlay {
     timestamp: i64,
     watermark: i64,
     processing_time: i64,
+    /// The batch buffer, which `Contents::Stored` values point into.
+    buf: Rc<Vec<u8>>,
     /// Timer entries not processed yet: (key, domain, time) -> entry index.
-    pending: HashMap<(u32, u8, i64), usize>,
+    pending: HashMap<(u32, u8, i64), usize, BuildHasherDefault<EntryHasher>>,
+    /// How many of those each key has, so most timer calls skip the map.
+    pending_per_key: Vec<u32>,
     skipped: Vec<bool>,
     /// The earliest event-time timer this batch registered.
     earliest_registered: i64,
@@ -103,11 +112,21 @@ impl Overlay {
     }
 
     pub(crate) fn value_get(&mut self, state: u32) -> Option<Vec<u8>> {
-        match &self.slot(state)?.contents {
-            Contents::Value(v) => Some(v.clone()),
+        self.value_ref(state).map(<[u8]>::to_vec)
+    }
+
+    pub(crate) fn value_ref(&self, state: u32) -> Option<&[u8]> {
+        let slot = self.slots[self.current].iter().find(|s| s.state == state)?;
+        match &slot.contents {
+            Contents::Value(v) => Some(v),
+            Contents::Stored(range) => Some(&self.buf[range.clone()]),
             Contents::Absent => None,
             _ => panic!("state #{state} is not a value state"),
         }
+    }
+
+    pub(crate) fn value_set_owned(&mut self, state: u32, value: Vec<u8>) {
+        self.set(state, Contents::Value(value));
     }
 
     pub(crate) fn value_set(&mut self, state: u32, value: &[u8]) {
@@ -201,7 +220,7 @@ impl Overlay {
     pub(crate) fn register_timer(&mut self, domain: TimeDomain, at: i64) {
         let code = domain_code(domain);
         let key = self.current as u32;
-        if self.pending.contains_key(&(key, code, at)) {
+        if self.pending_per_key[self.current] > 0 && self.pending.contains_key(&(key, code, at)) {
             return; // the host holds this timer (it is ahead in the batch): one timer
         }
         if domain == TimeDomain::EventTime {
@@ -213,8 +232,11 @@ impl Overlay {
     pub(crate) fn delete_timer(&mut self, domain: TimeDomain, at: i64) {
         let code = domain_code(domain);
         let key = self.current as u32;
-        if let Some(entry) = self.pending.remove(&(key, code, at)) {
-            self.skipped[entry] = true;
+        if self.pending_per_key[self.current] > 0 {
+            if let Some(entry) = self.pending.remove(&(key, code, at)) {
+                self.skipped[entry] = true;
+                self.pending_per_key[self.current] -= 1;
+            }
         }
         self.timer_op(key, code, weir_wire::DELETE, at);
     }
@@ -254,6 +276,35 @@ impl Overlay {
         }
         w.bytes(value);
         self.emit_count += 1;
+    }
+
+    pub(crate) fn emit_with<E>(
+        &mut self,
+        output: u32,
+        key: Option<&[u8]>,
+        timestamp: Option<i64>,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let w = &mut self.emits;
+        let start = w.buf.len();
+        w.u32(output);
+        w.i64(timestamp.unwrap_or(self.timestamp));
+        match key {
+            Some(key) => {
+                w.u8(1);
+                w.bytes(key);
+            }
+            None => w.u8(0),
+        }
+        let length = w.placeholder();
+        if let Err(e) = write(&mut w.buf) {
+            w.buf.truncate(start);
+            return Err(e);
+        }
+        let written = w.buf.len() - length - 4;
+        w.patch_u32(length, written as u32);
+        self.emit_count += 1;
+        Ok(())
     }
 
     pub(crate) fn log(&mut self, level: LogLevel, message: &str) {
@@ -300,7 +351,10 @@ fn decode(buf: &[u8]) -> Result<Batch<'_>, WireError> {
         for _ in 0..n_slots {
             let state = r.u32()?;
             let contents = match r.slot()? {
-                SlotRef::Value(v) => Contents::Value(v.to_vec()),
+                SlotRef::Value(v) => {
+                    let start = v.as_ptr() as usize - buf.as_ptr() as usize;
+                    Contents::Stored(start..start + v.len())
+                }
                 SlotRef::List(items) => {
                     Contents::List(items.into_iter().map(<[u8]>::to_vec).collect())
                 }
@@ -358,14 +412,17 @@ fn decode(buf: &[u8]) -> Result<Batch<'_>, WireError> {
 pub(crate) fn run<T: ProcessFunction>(
     udf: &mut T,
     inputs: &[String],
-    buf: &[u8],
+    buf: Vec<u8>,
 ) -> anyhow::Result<Vec<u8>> {
+    let buf = Rc::new(buf);
     let Batch {
         processing_time,
         keys,
         entries,
-    } = decode(buf)?;
-    let mut pending = HashMap::new();
+    } = decode(&buf)?;
+    let key_count = keys.len();
+    let mut pending = HashMap::default();
+    let mut pending_per_key = vec![0; key_count];
     for (index, entry) in entries.iter().enumerate() {
         if let Entry::Timer {
             key,
@@ -375,20 +432,23 @@ pub(crate) fn run<T: ProcessFunction>(
         } = *entry
         {
             pending.insert((key, domain, timestamp), index);
+            pending_per_key[key as usize] += 1;
         }
     }
     let (key_bytes, slots): (Vec<&[u8]>, Vec<Vec<Slot>>) =
         keys.into_iter().map(|k| (k.key, k.slots)).unzip();
     let overlay = Overlay {
+        buf: Rc::clone(&buf),
         slots,
         current: 0,
         timestamp: 0,
         watermark: i64::MIN,
         processing_time,
         pending,
+        pending_per_key,
         skipped: vec![false; entries.len()],
         earliest_registered: i64::MAX,
-        timer_ops: Writer::new(),
+        timer_ops: Writer::with_capacity(entries.len() * 14),
         timer_op_count: 0,
         emits: Writer::with_capacity(entries.len() * 64),
         emit_count: 0,
@@ -450,7 +510,9 @@ fn run_entries<T: ProcessFunction>(
                 watermark,
             } => {
                 with(|o| {
-                    o.pending.remove(&(key, domain, timestamp));
+                    if o.pending.remove(&(key, domain, timestamp)).is_some() {
+                        o.pending_per_key[key as usize] -= 1;
+                    }
                     o.current = key as usize;
                     o.timestamp = timestamp;
                     o.watermark = watermark;
@@ -460,7 +522,7 @@ fn run_entries<T: ProcessFunction>(
                 } else {
                     TimeDomain::ProcessingTime
                 };
-                let timer = Timer::new(domain, timestamp, keys[key as usize].to_vec());
+                let timer = Timer::new(domain, timestamp, keys[key as usize]);
                 let mut ctx = Context::new(keys[key as usize], timestamp);
                 udf.on_timer(&mut ctx, &timer)?;
                 watermark
@@ -491,6 +553,10 @@ fn encode(consumed: u32, skipped: u32, overlay: Overlay) -> Vec<u8> {
                     w.u8(1);
                     w.value_slot(v);
                 }
+                Contents::Stored(range) => {
+                    w.u8(1);
+                    w.value_slot(&overlay.buf[range.clone()]);
+                }
                 Contents::List(items) => {
                     w.u8(1);
                     w.list_slot(items.iter().map(Vec::as_slice));
@@ -511,4 +577,38 @@ fn encode(consumed: u32, skipped: u32, overlay: Overlay) -> Vec<u8> {
     w.u32(overlay.log_count);
     w.buf.extend_from_slice(&overlay.logs.buf);
     w.buf
+}
+
+/// Hashes the small integer tuples that name pending timer entries. They come from the
+/// host, not from record data, so a fast non-keyed hash is enough (std's SipHash showed
+/// up in profiles).
+#[derive(Default)]
+struct EntryHasher(u64);
+
+impl Hasher for EntryHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_i64(&mut self, n: i64) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
 }

@@ -226,18 +226,23 @@ impl<'a> Element<'a> {
 }
 
 /// A timer that fired.
-pub struct Timer {
+pub struct Timer<'a> {
     domain: TimeDomain,
     timestamp: i64,
-    key: Vec<u8>,
+    // Borrowed from the batch buffer on the batched path.
+    key: std::borrow::Cow<'a, [u8]>,
 }
 
-impl Timer {
-    pub(crate) fn new(domain: TimeDomain, timestamp: i64, key: Vec<u8>) -> Self {
+impl<'a> Timer<'a> {
+    pub(crate) fn new(
+        domain: TimeDomain,
+        timestamp: i64,
+        key: impl Into<std::borrow::Cow<'a, [u8]>>,
+    ) -> Self {
         Timer {
             domain,
             timestamp,
-            key,
+            key: key.into(),
         }
     }
 

@@ -41,21 +41,21 @@ impl<T: Serialize> Output<T> {
     /// Emits `value` without a key, at the timestamp of the element or timer being
     /// processed.
     pub fn emit(&self, value: &T) -> Result<()> {
-        Active::emit(self.id, &self.encode(value)?, None, None);
-        Ok(())
+        self.write(value, None, None)
     }
 
     /// Emits a record with an optional key (the upsert key for upsert sinks) and
     /// timestamp. The value may be owned or borrowed.
     pub fn emit_record<V: Borrow<T>>(&self, record: Record<'_, V>) -> Result<()> {
-        let value = self.encode(record.value.borrow())?;
-        Active::emit(self.id, &value, record.key, record.timestamp);
-        Ok(())
+        self.write(record.value.borrow(), record.key, record.timestamp)
     }
 
-    fn encode(&self, value: &T) -> Result<Vec<u8>> {
-        serde_json::to_vec(value)
-            .map_err(|e| anyhow!("output `{}`: cannot serialize record: {e}", self.name))
+    /// Serializes `value` as JSON straight into the backend's buffer.
+    fn write(&self, value: &T, key: Option<&[u8]>, timestamp: Option<i64>) -> Result<()> {
+        Active::emit_with(self.id, key, timestamp, |buf| {
+            serde_json::to_writer(buf, value)
+        })
+        .map_err(|e| anyhow!("output `{}`: cannot serialize record: {e}", self.name))
     }
 }
 

@@ -61,15 +61,15 @@ impl<T> ValueState<T> {
 impl<T: Serialize + DeserializeOwned> ValueState<T> {
     /// The current key's value, if any.
     pub fn get(&self) -> Result<Option<T>> {
-        match Active::value_get(self.id) {
-            Some(bytes) => decode(&self.name, &bytes).map(Some),
+        Active::value_with(self.id, |bytes| match bytes {
+            Some(bytes) => decode(&self.name, bytes).map(Some),
             None => Ok(None),
-        }
+        })
     }
 
     /// Replaces the current key's value.
     pub fn set(&self, value: &T) -> Result<()> {
-        Active::value_set(self.id, &encode(&self.name, value)?);
+        Active::value_set_owned(self.id, encode(&self.name, value)?);
         Ok(())
     }
 }

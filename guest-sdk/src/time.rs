@@ -71,15 +71,30 @@ fn days_in_month(year: i64, month: u32) -> u32 {
 fn write_date_time(out: &mut String, c: &Civil) {
     // Years outside 0..=9999 carry a sign, as ISO 8601 (and chrono) write them.
     if (0..=9999).contains(&c.year) {
-        let _ = write!(out, "{:04}", c.year);
+        push_digits(out, c.year as u32, 4);
     } else {
         let _ = write!(out, "{:+05}", c.year);
     }
-    let _ = write!(
-        out,
-        "-{:02}-{:02} {:02}:{:02}:{:02}",
-        c.month, c.day, c.hour, c.minute, c.second
-    );
+    // Written digit by digit: this runs once per emitted record, and `core::fmt` padding
+    // costs more than the rest of a typical UDF call.
+    out.push('-');
+    push_digits(out, c.month, 2);
+    out.push('-');
+    push_digits(out, c.day, 2);
+    out.push(' ');
+    push_digits(out, c.hour, 2);
+    out.push(':');
+    push_digits(out, c.minute, 2);
+    out.push(':');
+    push_digits(out, c.second, 2);
+}
+
+/// Appends `value` as exactly `width` decimal digits (zero-padded, high digits dropped).
+fn push_digits(out: &mut String, value: u32, width: u32) {
+    for place in (0..width).rev() {
+        let digit = value / 10u32.pow(place) % 10;
+        out.push(char::from(b'0' + digit as u8));
+    }
 }
 
 /// `YYYY-MM-DD HH:MM:SS.mmm` in UTC, e.g. `2026-11-29 10:00:00.123`.
@@ -87,7 +102,8 @@ pub fn format_millis(ms: i64) -> String {
     let c = civil(ms);
     let mut out = String::with_capacity(23);
     write_date_time(&mut out, &c);
-    let _ = write!(out, ".{:03}", c.milli);
+    out.push('.');
+    push_digits(&mut out, c.milli, 3);
     out
 }
 

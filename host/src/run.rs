@@ -75,7 +75,7 @@ impl RunReport {
 #[derive(Debug)]
 pub struct RunFailure {
     pub error: anyhow::Error,
-    pub report: Option<RunReport>,
+    pub report: Option<Box<RunReport>>,
 }
 
 impl std::fmt::Display for RunFailure {
@@ -169,7 +169,7 @@ pub fn run_with(
         Ok(()) => Ok(report),
         Err(error) => Err(RunFailure {
             error,
-            report: Some(report),
+            report: Some(Box::new(report)),
         }),
     }
 }

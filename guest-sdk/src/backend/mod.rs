@@ -71,6 +71,30 @@ pub(crate) trait Backend {
 
     fn log(level: LogLevel, message: &str);
 
+    /// Runs `f` on the current value without copying it where the backend can lend it.
+    fn value_with<R>(state: u32, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        f(Self::value_get(state).as_deref())
+    }
+
+    /// [`value_set`](Self::value_set) with an owned buffer the backend may keep.
+    fn value_set_owned(state: u32, value: Vec<u8>) {
+        Self::value_set(state, &value)
+    }
+
+    /// Emits a record whose value `write` appends to a buffer, so a backend can have it
+    /// written in place.
+    fn emit_with<E>(
+        output: u32,
+        key: Option<&[u8]>,
+        timestamp: Option<i64>,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut value = Vec::new();
+        write(&mut value)?;
+        Self::emit(output, &value, key, timestamp);
+        Ok(())
+    }
+
     /// Called after every export call (init, element, timer) returns, successful or not;
     /// the place for a buffering backend to flush.
     fn call_finished() {}

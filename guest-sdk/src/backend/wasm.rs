@@ -85,6 +85,36 @@ impl Backend for Wasm {
     fn current_processing_time() -> i64 {
         batch::with(|o| o.current_processing_time()).unwrap_or_else(timers::current_processing_time)
     }
+    fn value_with<R>(s: u32, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        let mut f = Some(f);
+        if let Some(result) = batch::with(|o| (f.take().expect("once"))(o.value_ref(s))) {
+            return result;
+        }
+        (f.take().expect("not used by the overlay"))(state::value_get(s).as_deref())
+    }
+    fn value_set_owned(s: u32, value: Vec<u8>) {
+        let mut value = Some(value);
+        if batch::with(|o| o.value_set_owned(s, value.take().expect("once"))).is_none() {
+            state::value_set(s, &value.expect("not used by the overlay"));
+        }
+    }
+    fn emit_with<E>(
+        out: u32,
+        key: Option<&[u8]>,
+        timestamp: Option<i64>,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut write = Some(write);
+        if let Some(result) =
+            batch::with(|o| o.emit_with(out, key, timestamp, write.take().expect("once")))
+        {
+            return result;
+        }
+        let mut value = Vec::new();
+        (write.take().expect("not used by the overlay"))(&mut value)?;
+        output::emit(out, &value, key, timestamp);
+        Ok(())
+    }
     fn declare_output(name: &str) -> Result<u32, String> {
         output::declare(name).map_err(|e| e.message)
     }

@@ -6,11 +6,12 @@
 //! state as the wrong kind, or an undeclared output is a [`ContractError`] (a trap for a
 //! wasm UDF).
 
-use crate::state::{KeyEntry, KeyId, KeyTable, Slot, StateId, StateKind, StateRegistry};
+use crate::sink::OutputRecord;
+use crate::state::{ByteMap, KeyEntry, KeyId, KeyTable, Slot, StateId, StateKind, StateRegistry};
 use crate::time::timers::{TimeDomain, TimerService};
 use crate::time::{wall_clock_ms, Timestamp, MIN_WATERMARK};
 use std::collections::BTreeMap;
-use std::ops::{Deref, DerefMut};
+use std::ops::{Deref, DerefMut, Range};
 
 /// An output's id: its index in declaration order.
 pub type OutputId = u32;
@@ -26,13 +27,69 @@ pub struct Scope {
     pub timestamp: Timestamp,
 }
 
-/// One record the UDF emitted, waiting for the operator to route it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Records the UDF emitted, waiting for the operator to route them. Their bytes share
+/// one buffer, so emitting allocates nothing per record once the buffer has grown.
+#[derive(Debug, Default)]
 pub struct Emitted {
-    pub output: OutputId,
-    pub key: Option<Vec<u8>>,
-    pub value: Vec<u8>,
-    pub timestamp: Timestamp,
+    bytes: Vec<u8>,
+    records: Vec<EmittedSpan>,
+}
+
+#[derive(Debug, Clone)]
+struct EmittedSpan {
+    output: OutputId,
+    timestamp: Timestamp,
+    key: Option<Range<usize>>,
+    value: Range<usize>,
+}
+
+impl Emitted {
+    pub fn push(
+        &mut self,
+        output: OutputId,
+        key: Option<&[u8]>,
+        value: &[u8],
+        timestamp: Timestamp,
+    ) {
+        let mut append = |data: &[u8]| {
+            let start = self.bytes.len();
+            self.bytes.extend_from_slice(data);
+            start..self.bytes.len()
+        };
+        let key = key.map(&mut append);
+        let value = append(value);
+        self.records.push(EmittedSpan {
+            output,
+            timestamp,
+            key,
+            value,
+        });
+    }
+
+    /// The records in emission order, with their output.
+    pub fn iter(&self) -> impl Iterator<Item = (OutputId, OutputRecord<'_>)> {
+        self.records.iter().map(|r| {
+            let record = OutputRecord {
+                key: r.key.clone().map(|k| &self.bytes[k]),
+                value: &self.bytes[r.value.clone()],
+                timestamp: r.timestamp,
+            };
+            (r.output, record)
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.records.clear();
+    }
 }
 
 /// The host services. Boxed so that moving them in and out of a wasm store costs one
@@ -46,7 +103,7 @@ pub struct Services {
     pub outputs: Vec<String>,
     /// Outputs can be declared only while the UDF initialises.
     pub declaring: bool,
-    pub emitted: Vec<Emitted>,
+    pub emitted: Emitted,
     pub scope: Option<Scope>,
     pub watermark: Timestamp,
 }
@@ -79,7 +136,7 @@ impl HostServices {
             timers: TimerService::new(now),
             outputs: Vec::new(),
             declaring: false,
-            emitted: Vec::new(),
+            emitted: Emitted::default(),
             scope: None,
             watermark: MIN_WATERMARK,
         }))
@@ -211,10 +268,7 @@ impl Services {
         Ok(())
     }
 
-    pub fn map_entries(
-        &mut self,
-        state: StateId,
-    ) -> Result<Option<&BTreeMap<Vec<u8>, Vec<u8>>>, ContractError> {
+    pub fn map_entries(&mut self, state: StateId) -> Result<Option<&ByteMap>, ContractError> {
         self.check(state, StateKind::Map)?;
         Ok(match self.entry()?.slot(state) {
             Some(Slot::Map(map)) => Some(map),
@@ -301,12 +355,8 @@ impl Services {
             "output id {output} was never declared"
         );
         let scope = self.scope()?;
-        self.emitted.push(Emitted {
-            output,
-            key,
-            value,
-            timestamp: timestamp.unwrap_or(scope.timestamp),
-        });
+        let timestamp = timestamp.unwrap_or(scope.timestamp);
+        self.emitted.push(output, key.as_deref(), &value, timestamp);
         Ok(())
     }
 }
@@ -376,6 +426,6 @@ mod tests {
         host.enter(key, 42);
         host.emit(1, b"{}".to_vec(), None, None).unwrap();
         assert!(host.emit(2, b"{}".to_vec(), None, None).is_err());
-        assert_eq!(host.emitted[0].timestamp, 42);
+        assert_eq!(host.emitted.iter().next().unwrap().1.timestamp, 42);
     }
 }

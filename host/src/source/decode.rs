@@ -55,7 +55,7 @@ impl RecordDecoder {
 /// The bytes of a key: a string's text, or a number's JSON text.
 fn key_bytes(raw: &str) -> Result<Cow<'_, [u8]>, String> {
     match raw.as_bytes().first() {
-        Some(b'"') if !raw.contains('\\') => Ok(Cow::Borrowed(raw[1..raw.len() - 1].as_bytes())),
+        Some(b'"') if !raw.contains('\\') => Ok(Cow::Borrowed(&raw.as_bytes()[1..raw.len() - 1])),
         Some(b'"') => {
             let text: String =
                 serde_json::from_str(raw).map_err(|e| format!("is not a string: {e}"))?;

@@ -23,12 +23,15 @@ pub type Key = SmallVec<[u8; 24]>;
 /// A key's index in the [`KeyTable`]; stable for as long as the key has state or timers.
 pub type KeyId = u32;
 
+/// Map state contents: byte keys in byte order.
+pub type ByteMap = BTreeMap<Vec<u8>, Vec<u8>>;
+
 /// The contents of one state of one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Slot {
     Value(Vec<u8>),
     List(Vec<Vec<u8>>),
-    Map(BTreeMap<Vec<u8>, Vec<u8>>),
+    Map(ByteMap),
 }
 
 impl Slot {

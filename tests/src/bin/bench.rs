@@ -269,7 +269,7 @@ impl NativeChangeOnlyCounter {
         let record = ClickCount {
             ad_id,
             clicks: count,
-            updated_at: datetime_millis(at),
+            updated_at: weir_sdk::time::format_millis(at),
         };
         let value = serde_json::to_vec(&record).map_err(|e| CallError::Returned(e.to_string()))?;
         host.emit(self.main, value, Some(key.to_vec()), None)

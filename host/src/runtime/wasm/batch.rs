@@ -1,7 +1,7 @@
 //! The host side of the batched call: encoding entries with the state of their keys,
 //! and applying the effects the guest returns (layout in the `weir-wire` crate).
 
-use crate::runtime::{BatchEntry, Emitted, HostServices};
+use crate::runtime::{BatchEntry, HostServices, OutputId};
 use crate::state::{KeyId, Slot, StateKind};
 use crate::time::timers::TimeDomain;
 use std::collections::{BTreeMap, HashMap};
@@ -94,24 +94,32 @@ fn domain_code(d: TimeDomain) -> u8 {
     }
 }
 
+/// An emitted record, borrowed from the effects buffer.
+struct EmitRef<'a> {
+    output: OutputId,
+    timestamp: i64,
+    key: Option<&'a [u8]>,
+    value: &'a [u8],
+}
+
 /// What the guest's effects say, decoded and checked before anything is applied.
-pub struct Effects {
+pub struct Effects<'a> {
     pub consumed: usize,
     /// Consumed timer entries that did not fire (the UDF deleted them first).
     pub skipped: usize,
-    writes: Vec<(KeyId, u32, Option<Slot>)>,
+    writes: Vec<(KeyId, u32, Option<SlotRef<'a>>)>,
     timer_ops: Vec<(KeyId, TimeDomain, bool, i64)>,
-    emits: Vec<Emitted>,
+    emits: Vec<EmitRef<'a>>,
     logs: Vec<(KeyId, u8, String)>,
 }
 
 /// Decodes and checks the effects buffer of a batch of `entries` over `keys`.
-pub fn decode(
+pub fn decode<'a>(
     host: &HostServices,
     keys: &BatchKeys,
     entries: usize,
-    buf: &[u8],
-) -> Result<Effects, String> {
+    buf: &'a [u8],
+) -> Result<Effects<'a>, String> {
     let bad = |e: WireError| e.to_string();
     let mut r = Reader::new(buf);
     let consumed = r.u32().map_err(bad)? as usize;
@@ -139,23 +147,21 @@ pub fn decode(
         };
         let slot = match r.u8().map_err(bad)? {
             0 => None,
-            1 => Some(match (r.slot().map_err(bad)?, kind) {
-                (SlotRef::Value(v), StateKind::Value) => Slot::Value(v.to_vec()),
-                (SlotRef::List(items), StateKind::List) => {
-                    Slot::List(items.into_iter().map(<[u8]>::to_vec).collect())
-                }
-                (SlotRef::Map(entries), StateKind::Map) => Slot::Map(
-                    entries
-                        .into_iter()
-                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                        .collect::<BTreeMap<_, _>>(),
-                ),
-                _ => {
+            1 => {
+                let slot = r.slot().map_err(bad)?;
+                let matches = matches!(
+                    (&slot, kind),
+                    (SlotRef::Value(_), StateKind::Value)
+                        | (SlotRef::List(_), StateKind::List)
+                        | (SlotRef::Map(_), StateKind::Map)
+                );
+                if !matches {
                     return Err(format!(
                         "effects write state {name:?} as another kind than its {kind:?}"
-                    ))
+                    ));
                 }
-            }),
+                Some(slot)
+            }
             _ => return Err("unknown write op".into()),
         };
         writes.push((k, state, slot));
@@ -188,14 +194,14 @@ pub fn decode(
         let timestamp = r.i64().map_err(bad)?;
         let key = match r.u8().map_err(bad)? {
             0 => None,
-            _ => Some(r.bytes().map_err(bad)?.to_vec()),
+            _ => Some(r.bytes().map_err(bad)?),
         };
-        let value = r.bytes().map_err(bad)?.to_vec();
-        emits.push(Emitted {
+        let value = r.bytes().map_err(bad)?;
+        emits.push(EmitRef {
             output,
+            timestamp,
             key,
             value,
-            timestamp,
         });
     }
 
@@ -246,14 +252,31 @@ pub fn apply(
     for (key, state, slot) in effects.writes {
         let entry = host.keys.entry_mut(key);
         match slot {
-            Some(slot) => entry.set_slot(state, slot),
+            // Reuse the value's buffer: most writes replace a value of the same size.
+            Some(SlotRef::Value(v)) => match entry.slot_mut(state) {
+                Some(Slot::Value(old)) => {
+                    old.clear();
+                    old.extend_from_slice(v);
+                }
+                _ => entry.set_slot(state, Slot::Value(v.to_vec())),
+            },
+            Some(SlotRef::List(items)) => entry.set_slot(
+                state,
+                Slot::List(items.into_iter().map(<[u8]>::to_vec).collect()),
+            ),
+            Some(SlotRef::Map(pairs)) => {
+                let map = pairs.into_iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
+                entry.set_slot(state, Slot::Map(map.collect::<BTreeMap<_, _>>()))
+            }
             None => entry.clear(state),
         }
     }
     for (key, domain, register, at) in effects.timer_ops {
         host.timer_for(key, domain, at, register);
     }
-    host.emitted.extend(effects.emits);
+    for e in effects.emits {
+        host.emitted.push(e.output, e.key, e.value, e.timestamp);
+    }
     for (key, level, message) in effects.logs {
         super::imports::log(udf, host.keys.entry(key).key(), level, &message);
     }

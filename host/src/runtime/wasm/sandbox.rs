@@ -34,6 +34,10 @@ pub fn engine() -> &'static Engine {
         config.epoch_interruption(true);
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
         config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Enable);
+        // `WEIR_PROFILE=perfmap` lets `perf` name the guest's functions.
+        if std::env::var("WEIR_PROFILE").as_deref() == Ok("perfmap") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config).expect("the wasmtime engine configuration is valid");
         let ticker = engine.weak();
         std::thread::Builder::new()
