@@ -31,7 +31,7 @@ demo: build
 
 ## test: unit tests, UDF tests on the SDK's test host, and end-to-end tests of the real components
 test: build
-	$(CARGO) test --release --workspace
+	scripts/test.sh
 
 ## bench: throughput (wasm vs native) and memory figures; the last lines are the results
 bench: build

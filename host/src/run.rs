@@ -36,6 +36,8 @@ pub struct RunReport {
     pub event_timers: u64,
     pub processing_timers: u64,
     pub elapsed: Duration,
+    /// The process's peak resident memory, where the OS tells it (Linux).
+    pub peak_rss_bytes: Option<u64>,
 }
 
 impl RunReport {
@@ -61,6 +63,9 @@ impl RunReport {
             "  timers fired: {} event-time, {} processing-time\n",
             self.event_timers, self.processing_timers
         );
+        if let Some(peak) = self.peak_rss_bytes {
+            s += &format!("  peak memory (RSS): {:.1} MB\n", peak as f64 / 1e6);
+        }
         s += &format!(
             "  processed {} records in {:.3} s ({:.0} records/s)",
             self.processed,
@@ -165,6 +170,7 @@ pub fn run_with(
     let result = runner.run(options);
     let mut report = runner.report();
     report.elapsed = started.elapsed();
+    report.peak_rss_bytes = peak_rss_bytes();
     match result {
         Ok(()) => Ok(report),
         Err(error) => Err(RunFailure {
@@ -507,6 +513,7 @@ impl Runner {
             event_timers: counters.event_timers,
             processing_timers: counters.processing_timers,
             elapsed: Duration::ZERO,
+            peak_rss_bytes: None,
         }
     }
 }
@@ -530,6 +537,14 @@ fn decode(decoder: &RecordDecoder, record: &SourceRecord) -> Result<(KeyBytes, T
         std::borrow::Cow::Owned(bytes) => KeyBytes::Owned(bytes),
     };
     Ok((key, decoded.timestamp))
+}
+
+/// The peak resident set size of this process (`VmHWM`), on Linux.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 fn progress_bar() -> indicatif::ProgressBar {

@@ -124,3 +124,82 @@ fn sample_orders_give_exact_totals() {
     .collect();
     assert_eq!(out, expected);
 }
+
+/// Processing-time timers fire while the input is idle: with stdin still open, an
+/// order's aggregate appears in the output once its timeout has passed on the wall clock.
+#[test]
+fn processing_time_timers_fire_while_stdin_is_idle() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    let work = Workdir::new();
+    let output = work.path("totals.jsonl");
+    let mut child = Command::new(weir_e2e::weir_bin())
+        .current_dir(weir_e2e::repo_root())
+        .args([
+            "run",
+            "examples/orders/pipeline.toml",
+            "-q",
+            "--input",
+            "orders=-",
+        ])
+        .arg("--output")
+        .arg(format!("main={}", output.display()))
+        .arg("--dead-letter")
+        .arg(work.path("dead.jsonl"))
+        .args(["--config", "time=processing", "--config", "timeout=300ms"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weir");
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        r#"{{"orderId": 7, "item": "tea", "cost": "3.50", "timestamp": "2026-11-29 10:00:00"}}"#
+    )
+    .unwrap();
+    writeln!(
+        stdin,
+        r#"{{"orderId": 7, "item": "jam", "cost": "0.25", "timestamp": "2026-11-29 10:00:00"}}"#
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        let text = std::fs::read_to_string(&output).unwrap_or_default();
+        if !text.is_empty() {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the timer did not fire while stdin stayed open"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "weir is still running: the input has not ended"
+    );
+    assert_eq!(
+        weir_e2e::parse_jsonl(&first),
+        vec![serde_json::json!({"orderId": 7, "total": "3.75", "items": ["tea", "jam"]})]
+    );
+
+    writeln!(
+        stdin,
+        r#"{{"orderId": 8, "item": "cake", "cost": "4.00", "timestamp": "2026-11-29 10:00:05"}}"#
+    )
+    .unwrap();
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let all = read_jsonl(&output);
+    assert_eq!(
+        all.len(),
+        2,
+        "the pending order fires at end of input: {all:?}"
+    );
+    assert_eq!(all[1]["orderId"], 8);
+}

@@ -237,3 +237,16 @@ fn the_host_stays_healthy_after_traps_timeouts_and_memory_bombs() {
         host.leave();
     }
 }
+
+#[test]
+fn a_udf_gets_no_files_environment_or_clock() {
+    let work = Workdir::new();
+    let pipeline = pipeline(&work, &[json!({"k": "a", "ts": 1, "fail": "escape"})], "");
+    weir(&["run", &pipeline, "-q"]).assert_success();
+    let out = read_jsonl(work.path("out.jsonl"));
+    assert_eq!(
+        out,
+        vec![json!({"file": null, "dir": null, "env": null, "vars": 0, "clock_ms": 0})],
+        "no preopened directories, no environment, a clock frozen at the epoch"
+    );
+}

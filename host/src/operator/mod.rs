@@ -357,20 +357,27 @@ impl KeyedOperator {
         Ok(())
     }
 
-    /// At end of input: fires every remaining processing-time timer in timestamp order,
-    /// so no aggregate waiting on one is lost.
+    /// At end of input: fires every remaining processing-time timer in timestamp order
+    /// (and any event-time timer those register), so no aggregate waiting on one is lost.
     pub fn finish(&mut self) -> Result<(), OperatorError> {
         debug_assert_eq!(self.watermark.current(), END_OF_TIME);
-        while let Some((at, key)) = self.host.timers.pop_any_processing() {
-            self.fire(TimeDomain::ProcessingTime, at, key)?;
+        // A processing-time timer may register an event-time timer, which is due at once
+        // (the watermark is at the end of time): keep going until both are drained.
+        loop {
+            let mut fired = false;
+            while let Some((at, key)) = self.host.timers.pop_any_processing() {
+                self.fire(TimeDomain::ProcessingTime, at, key)?;
+                fired = true;
+            }
+            while let Some((at, key)) = self.host.timers.pop_event_due(END_OF_TIME) {
+                self.fire(TimeDomain::EventTime, at, key)?;
+                fired = true;
+            }
+            if !fired {
+                break;
+            }
         }
-        for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
-            sink.flush().map_err(|error| OperatorError::Sink {
-                output: name.clone(),
-                error,
-            })?;
-        }
-        Ok(())
+        self.flush()
     }
 
     /// Writes out what the sinks hold, so live outputs appear while the input is idle.

@@ -188,10 +188,9 @@ fn order_memory(data: &Path) -> anyhow::Result<(u64, u64)> {
 fn peak_rss_of_run(data: &Path, input: &Path) -> anyhow::Result<u64> {
     let pipeline: PathBuf = repo_root().join("examples/orders/pipeline.toml");
     let started = Instant::now();
-    let status = std::process::Command::new(weir_bin())
+    let output = std::process::Command::new(weir_bin())
         .arg("run")
         .arg(&pipeline)
-        .arg("-q")
         .arg("--input")
         .arg(format!("orders={}", input.display()))
         .arg("--output")
@@ -200,25 +199,25 @@ fn peak_rss_of_run(data: &Path, input: &Path) -> anyhow::Result<u64> {
         .arg(data.join("orders.dead-letter.jsonl"))
         .arg("--config")
         .arg("timeout=1d")
-        .status()?;
-    anyhow::ensure!(status.success(), "weir run on {} failed", input.display());
+        .output()?;
+    let summary = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(
+        output.status.success(),
+        "weir run on {} failed:\n{summary}",
+        input.display()
+    );
     eprintln!(
         "  ran {} in {:.2} s",
         input.display(),
         started.elapsed().as_secs_f64()
     );
-    Ok(max_child_rss_bytes())
-}
-
-/// The largest peak RSS of any child waited for so far (getrusage reports kilobytes).
-fn max_child_rss_bytes() -> u64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage fills the struct it is given; RUSAGE_CHILDREN is always valid.
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    usage.ru_maxrss as u64 * 1024
+    // weir reports its own peak RSS (VmHWM) in its summary.
+    let megabytes: f64 = summary
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("peak memory (RSS): "))
+        .and_then(|v| v.trim_end_matches(" MB").parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no peak memory in the summary:\n{summary}"))?;
+    Ok((megabytes * 1e6) as u64)
 }
 
 /// The change-only counter written natively against the host services: the same state

@@ -4,7 +4,9 @@
 //! - `"trap"`: panics (a wasm trap, with a panic message on stderr);
 //! - `"loop"`: spins forever (the call deadline must stop it);
 //! - `"memory"`: allocates until its memory limit (the limit must stop it);
-//! - `"error"`: returns an error from `process_element`.
+//! - `"error"`: returns an error from `process_element`;
+//! - `"escape"`: tries to read a file, an environment variable and the clock, and
+//!   emits what it got (the sandbox must give it nothing).
 //!
 //! With config `side = "NAME"` it also declares a side output `NAME`, to test routing.
 
@@ -46,6 +48,20 @@ impl ProcessFunction for Misbehaving {
                 }
             }
             Some("error") => bail!("asked to fail on {value}"),
+            Some("escape") => {
+                let file = std::fs::read_to_string("/etc/hostname").ok();
+                let dir = std::fs::read_dir("/").map(|d| d.count()).ok();
+                let env = std::env::var("PATH").ok();
+                let vars = std::env::vars().count();
+                let clock = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or_default();
+                let report = serde_json::json!({
+                    "file": file, "dir": dir, "env": env, "vars": vars, "clock_ms": clock
+                });
+                self.out.emit(&report)
+            }
             _ => self.out.emit(&value),
         }
     }

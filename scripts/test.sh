@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace in release (the profile `make build` uses, so wasmtime
+# is compiled once) and ends with one line that totals all test binaries.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --release --workspace 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+
+echo
+awk '/^test result:/ {
+       for (i = 1; i <= NF; i++) {
+         if ($(i + 1) ~ /^passed/) passed += $i
+         if ($(i + 1) ~ /^failed/) failed += $i
+       }
+     }
+     END { printf "weir: %d passed, %d failed\n", passed, failed }' "$log"
+exit "$status"
