@@ -264,18 +264,11 @@ impl Overlay {
         key: Option<&[u8]>,
         timestamp: Option<i64>,
     ) {
-        let w = &mut self.emits;
-        w.u32(output);
-        w.i64(timestamp.unwrap_or(self.timestamp));
-        match key {
-            Some(key) => {
-                w.u8(1);
-                w.bytes(key);
-            }
-            None => w.u8(0),
-        }
-        w.bytes(value);
-        self.emit_count += 1;
+        let copy = |buf: &mut Vec<u8>| {
+            buf.extend_from_slice(value);
+            Ok::<(), std::convert::Infallible>(())
+        };
+        let Ok(()) = self.emit_with(output, key, timestamp, copy);
     }
 
     pub(crate) fn emit_with<E>(

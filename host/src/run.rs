@@ -329,7 +329,11 @@ impl Runner {
                 if processed - reported >= 65_536 {
                     reported = processed;
                     bar.set_position(processed);
-                    bar.set_message(format!("watermark {}", display(self.operator.watermark())));
+                    let rate = processed as f64 / bar.elapsed().as_secs_f64().max(1e-3);
+                    bar.set_message(format!(
+                        "{rate:.0} records/s, watermark {}",
+                        display(self.operator.watermark())
+                    ));
                 }
             }
         }
@@ -550,7 +554,7 @@ fn peak_rss_bytes() -> Option<u64> {
 fn progress_bar() -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {pos} records ({per_sec}) {msg}")
+        indicatif::ProgressStyle::with_template("{spinner} {human_pos} records, {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));

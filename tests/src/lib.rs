@@ -158,3 +158,35 @@ pub fn seconds_of_day(hms: &str) -> i64 {
         .collect();
     ((parts[0] * 60 + parts[1]) * 60 + parts[2]) * 1000
 }
+
+/// A pipeline around the `misbehaving-udf` test component, which echoes records: one
+/// source `events` reading `input` (keyed by `key`, epoch-ms timestamps in `ts`), the
+/// main output to `out.jsonl` and dead letters to `dead.jsonl`, all in `work`.
+/// `udf_settings` are extra lines for the `[udf]` table.
+pub fn echo_pipeline(work: &Workdir, input: &str, key: &str, udf_settings: &str) -> String {
+    let toml = format!(
+        r#"
+[[source]]
+name = "events"
+type = "file"
+path = "{input}"
+key = "{key}"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+
+[udf]
+path = "{udf}"
+{udf_settings}
+
+[[sink]]
+output = "main"
+type = "file"
+path = "out.jsonl"
+
+[dead_letter]
+path = "dead.jsonl"
+"#,
+        udf = component("misbehaving-udf").display()
+    );
+    work.write("pipeline.toml", &toml)
+}

@@ -2,33 +2,10 @@
 //! run goes on; bad pipeline files are refused with an error naming the field.
 
 use serde_json::json;
-use weir_e2e::{component, read_jsonl, weir, Workdir};
+use weir_e2e::{read_jsonl, weir, Workdir};
 
 fn echo_pipeline(work: &Workdir, input: &str) -> String {
-    let toml = format!(
-        r#"
-[[source]]
-name = "events"
-type = "file"
-path = "{input}"
-key = "/user/id"
-timestamp = "ts"
-timestamp_format = "epoch_ms"
-
-[udf]
-path = "{udf}"
-
-[[sink]]
-output = "main"
-type = "file"
-path = "out.jsonl"
-
-[dead_letter]
-path = "dead.jsonl"
-"#,
-        udf = component("misbehaving-udf").display()
-    );
-    work.write("pipeline.toml", &toml)
+    weir_e2e::echo_pipeline(work, input, "/user/id", "")
 }
 
 #[test]

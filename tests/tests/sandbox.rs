@@ -10,28 +10,7 @@ use weir_host::runtime::{CallError, ElementRef, HostServices, InitInfo, ProcessF
 
 fn pipeline(work: &Workdir, lines: &[Value], udf_settings: &str) -> String {
     work.write_jsonl("in.jsonl", lines);
-    let toml = format!(
-        r#"
-[[source]]
-name = "events"
-type = "file"
-path = "in.jsonl"
-key = "k"
-timestamp = "ts"
-timestamp_format = "epoch_ms"
-
-[udf]
-path = "{udf}"
-{udf_settings}
-
-[[sink]]
-output = "main"
-type = "file"
-path = "out.jsonl"
-"#,
-        udf = component("misbehaving-udf").display()
-    );
-    work.write("pipeline.toml", &toml)
+    weir_e2e::echo_pipeline(work, "in.jsonl", "k", udf_settings)
 }
 
 fn failing_run(fail: &str, udf_settings: &str) -> (weir_e2e::Finished, Vec<Value>, Duration) {

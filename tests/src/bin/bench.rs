@@ -276,8 +276,8 @@ impl NativeChangeOnlyCounter {
     }
 
     fn store(&self, host: &mut HostServices, clicks: &Clicks) -> Result<(), CallError> {
-        let bytes =
-            postcard::to_extend(clicks, Vec::with_capacity(64)).map_err(|e| CallError::Returned(e.to_string()))?;
+        let bytes = postcard::to_extend(clicks, Vec::with_capacity(64))
+            .map_err(|e| CallError::Returned(e.to_string()))?;
         host.value_set(self.clicks, bytes)
             .map_err(|e| CallError::Trapped(e.to_string()))
     }
