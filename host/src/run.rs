@@ -217,6 +217,7 @@ impl Runner {
         }
         let delays: Vec<i64> = spec.sources.iter().map(|s| s.out_of_orderness_ms).collect();
         let mut operator = KeyedOperator::new(function, &delays, wall_clock_ms());
+        operator.set_max_batch(spec.udf.max_batch);
         let info = InitInfo {
             config: spec.udf.config.clone(),
             inputs: input_names,

@@ -190,3 +190,15 @@ path = "dead.jsonl"
     );
     work.write("pipeline.toml", &toml)
 }
+
+/// A copy of an example pipeline in `work`, with the UDF path made absolute and extra
+/// lines added to its `[udf]` table (e.g. `max_batch = 7`); returns its path.
+pub fn example_variant(work: &Workdir, example: &str, udf_lines: &str) -> String {
+    let dir = repo_root().join("examples").join(example);
+    let text = std::fs::read_to_string(dir.join("pipeline.toml")).expect("example pipeline");
+    let udf_dir = dir.display().to_string();
+    let text = text
+        .replace("path = \"../../", &format!("path = \"{udf_dir}/../../"))
+        .replace("[udf]\n", &format!("[udf]\n{udf_lines}\n"));
+    work.write(&format!("{example}-variant.toml"), &text)
+}

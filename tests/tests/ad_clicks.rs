@@ -8,13 +8,22 @@ use weir_e2e::model::{self, ChangeOnlyCounter};
 use weir_e2e::{read_jsonl, weir, Workdir};
 
 fn run_example(work: &Workdir, clicks: &[Click], extra: &[&str]) -> (Vec<Value>, String) {
+    run_pipeline(work, "examples/ad-clicks/pipeline.toml", clicks, extra)
+}
+
+fn run_pipeline(
+    work: &Workdir,
+    pipeline: &str,
+    clicks: &[Click],
+    extra: &[&str],
+) -> (Vec<Value>, String) {
     let records: Vec<Value> = clicks.iter().map(Click::to_json).collect();
     let input = work.write_jsonl("clicks.jsonl", &records);
     let output = work.path("counts.jsonl").display().to_string();
     let dead = work.path("dead.jsonl").display().to_string();
     let mut args = vec![
         "run",
-        "examples/ad-clicks/pipeline.toml",
+        pipeline,
         "--input",
         &*Box::leak(format!("clicks={input}").into_boxed_str()),
         "--output",
@@ -140,4 +149,32 @@ fn a_late_click_whose_window_has_passed_waits_for_the_next_advance() {
     let counts: Vec<i64> = out.iter().map(|r| r["clicks"].as_i64().unwrap()).collect();
     assert_eq!(counts, vec![1, 2, 3, 2, 1, 0]);
     assert_eq!(model::by_key(&out, "ad_id"), expected(&clicks, 300_000));
+}
+
+/// Batched calls must give exactly what one call per element and timer gives: the same
+/// input through single calls (`max_batch = 0`) and through small, oddly sized batches
+/// that end everywhere, including inside watermark advances.
+#[test]
+fn batches_of_any_size_give_the_same_records_as_single_calls() {
+    let clicks = gen::clicks(3_000, 12, 23, 1_500, 4_000, 0.03, 0.01);
+    let expected = expected(&clicks, 300_000);
+    for max_batch in [0, 1, 7, 64] {
+        let work = Workdir::new();
+        let pipeline =
+            weir_e2e::example_variant(&work, "ad-clicks", &format!("max_batch = {max_batch}"));
+        let (out, _) = run_pipeline(&work, &pipeline, &clicks, &[]);
+        let got = model::by_key(&out, "ad_id");
+        assert_eq!(
+            out.len(),
+            expected.values().map(Vec::len).sum::<usize>(),
+            "max_batch = {max_batch}"
+        );
+        for (ad, records) in &expected {
+            assert_eq!(
+                got.get(ad).unwrap_or(&vec![]),
+                records,
+                "records of {ad} with max_batch = {max_batch}"
+            );
+        }
+    }
 }

@@ -16,20 +16,23 @@ fn cost(p: &Purchase) -> Decimal {
 }
 
 fn run(work: &Workdir, events: &[Purchase], extra: &[String]) -> Vec<Value> {
+    run_pipeline(work, "examples/orders/pipeline.toml", events, extra)
+}
+
+fn run_pipeline(
+    work: &Workdir,
+    pipeline: &str,
+    events: &[Purchase],
+    extra: &[String],
+) -> Vec<Value> {
     let records: Vec<Value> = events.iter().map(Purchase::to_json).collect();
     let input = work.write_jsonl("orders.jsonl", &records);
     let output = work.path("totals.jsonl").display().to_string();
     let dead = work.path("dead.jsonl").display().to_string();
-    let mut args: Vec<String> = [
-        "run",
-        "examples/orders/pipeline.toml",
-        "-q",
-        "--dead-letter",
-        &dead,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut args: Vec<String> = ["run", pipeline, "-q", "--dead-letter", &dead]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     args.extend([
         "--input".into(),
         format!("orders={input}"),
@@ -42,11 +45,7 @@ fn run(work: &Workdir, events: &[Purchase], extra: &[String]) -> Vec<Value> {
     read_jsonl(&output)
 }
 
-#[test]
-fn event_time_aggregates_match_the_model_per_order() {
-    let events = gen::purchases(2_500, 3, 0.08, 0.05);
-    let work = Workdir::new();
-    let out = run(&work, &events, &[]);
+fn expected_aggregates(events: &[Purchase]) -> std::collections::HashMap<String, Vec<Value>> {
     let records = events.iter().map(|e| {
         let input = OrderEvent {
             order: Value::from(e.order),
@@ -55,20 +54,49 @@ fn event_time_aggregates_match_the_model_per_order() {
         };
         (e.order.to_string(), e.ts, input)
     });
-    let expected = model::event_time(&OrderTimeout { timeout: 1_000 }, records, 0);
-    let got = model::by_key(&out, "orderId");
+    model::event_time(&OrderTimeout { timeout: 1_000 }, records, 0)
+}
+
+fn assert_matches_model(
+    out: &[Value],
+    expected: &std::collections::HashMap<String, Vec<Value>>,
+    what: &str,
+) {
+    let got = model::by_key(out, "orderId");
     let expected_total: usize = expected.values().map(Vec::len).sum();
-    assert_eq!(out.len(), expected_total);
-    assert!(
-        expected_total > 2_500,
-        "some orders time out and start again"
-    );
-    for (order, aggregates) in &expected {
+    assert_eq!(out.len(), expected_total, "{what}");
+    for (order, aggregates) in expected {
         assert_eq!(
             got.get(order).unwrap_or(&vec![]),
             aggregates,
-            "order {order}"
+            "order {order}, {what}"
         );
+    }
+}
+
+#[test]
+fn event_time_aggregates_match_the_model_per_order() {
+    let events = gen::purchases(2_500, 3, 0.08, 0.05);
+    let work = Workdir::new();
+    let out = run(&work, &events, &[]);
+    let expected = expected_aggregates(&events);
+    let total: usize = expected.values().map(Vec::len).sum();
+    assert!(total > 2_500, "some orders time out and start again");
+    assert_matches_model(&out, &expected, "default batches");
+}
+
+/// Each event deletes its order's timer and sets a new one, often while the old timer is
+/// already in the same batch as due: single calls and any batch size must agree.
+#[test]
+fn timers_deleted_inside_a_batch_never_fire() {
+    let events = gen::purchases(600, 9, 0.1, 0.1);
+    let expected = expected_aggregates(&events);
+    for max_batch in [0, 1, 5, 33] {
+        let work = Workdir::new();
+        let variant = format!("max_batch = {max_batch}");
+        let pipeline = weir_e2e::example_variant(&work, "orders", &variant);
+        let out = run_pipeline(&work, &pipeline, &events, &[]);
+        assert_matches_model(&out, &expected, &variant);
     }
 }
 

@@ -79,14 +79,11 @@ pub struct OperatorCounters {
     pub emitted: Vec<u64>,
 }
 
-/// The most entries (elements and timers) in one batch: large enough that the cost of a
-/// call is spread thin, small enough that the batch buffer stays in cache.
-const MAX_BATCH: usize = 512;
-
 pub struct KeyedOperator {
     /// The watermark a batch stopped inside of, whose due timers have not all fired.
     unfinished_advance: Option<Timestamp>,
-    /// The most entries in the next batch ([`MAX_BATCH`], halved after a batch times out).
+    /// The most entries in the next batch (`[udf] max_batch`, halved after a batch times
+    /// out); 0 means one call per element and timer.
     batch_limit: usize,
     function: Box<dyn ProcessFunction>,
     host: HostServices,
@@ -114,8 +111,14 @@ impl KeyedOperator {
             sinks: Vec::new(),
             counters: OperatorCounters::default(),
             unfinished_advance: None,
-            batch_limit: MAX_BATCH,
+            batch_limit: crate::pipeline::DEFAULT_MAX_BATCH,
         }
+    }
+
+    /// Caps the entries of a batched call: large enough that the cost of a call is spread
+    /// thin, small enough that the batch stays in cache. 0 turns batching off.
+    pub fn set_max_batch(&mut self, entries: usize) {
+        self.batch_limit = entries;
     }
 
     pub fn function_name(&self) -> &str {
@@ -187,7 +190,7 @@ impl KeyedOperator {
         }
         let mut next = 0;
         while next < elements.len() {
-            next = if self.function.takes_batches() {
+            next = if self.function.takes_batches() && self.batch_limit > 0 {
                 self.process_batch(elements, next)?
             } else {
                 let (source, element) = elements[next];

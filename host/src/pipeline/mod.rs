@@ -55,6 +55,8 @@ pub struct UdfEntry {
     pub name: Option<String>,
     pub memory_limit: Option<String>,
     pub call_timeout: Option<String>,
+    /// Most elements and timers per batched call; 0 calls once per element and timer.
+    pub max_batch: Option<usize>,
     #[serde(default)]
     pub config: BTreeMap<String, toml::Value>,
 }
@@ -123,6 +125,8 @@ pub struct UdfSpec {
     pub config: Vec<(String, String)>,
     pub memory_limit_bytes: usize,
     pub call_timeout: Duration,
+    /// Most entries per batched call (0: one call per element and timer).
+    pub max_batch: usize,
 }
 
 /// Where an output's records go.
@@ -151,6 +155,8 @@ pub struct PipelineSpec {
 
 /// The default memory cap of one UDF instance.
 pub const DEFAULT_MEMORY_LIMIT: usize = 64 << 20;
+/// The default number of entries in one batched call.
+pub const DEFAULT_MAX_BATCH: usize = 512;
 /// The default deadline of one UDF call.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -344,6 +350,7 @@ fn resolve_udf(
         config,
         memory_limit_bytes,
         call_timeout,
+        max_batch: entry.max_batch.unwrap_or(DEFAULT_MAX_BATCH),
     })
 }
 
