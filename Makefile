@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 WASM_TARGET := wasm32-wasip2
-UDF_CRATES := change-only-counter order-timeout misbehaving-udf
+UDF_CRATES := change-only-counter order-timeout session-report tumbling-window stream-join misbehaving-udf
 WEIR := target/release/weir
 
 .PHONY: all setup build host udfs demo test bench fmt clippy lint clean

@@ -7,10 +7,10 @@
 //! watermark and the remaining processing-time timers have fired.
 
 use crate::operator::{Activity, KeyedOperator, OperatorError};
-use crate::pipeline::{PipelineSpec, SinkTarget, SourceLocation};
+use crate::pipeline::{PipelineSpec, SinkSpec, SinkTarget, SourceLocation};
 use crate::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
 use crate::runtime::{ElementRef, InitInfo, ProcessFunction};
-use crate::sink::{DeadLetter, DeadLetters, DiscardSink, JsonLinesSink, Sink};
+use crate::sink::{DeadLetter, DeadLetters, DiscardSink, JsonLinesSink, Sink, UpsertSink};
 use crate::source::decode::RecordDecoder;
 use crate::source::{FileSource, Polled, Source, SourceRecord, StdinSource};
 use crate::time::{display, wall_clock_ms, Timestamp};
@@ -258,11 +258,7 @@ impl Runner {
                 .iter()
                 .find(|s| &s.output == output)
                 .expect("checked above");
-            sinks.push(match &spec_sink.target {
-                SinkTarget::File(path) => Box::new(JsonLinesSink::create(path)?),
-                SinkTarget::Stdout => Box::new(JsonLinesSink::stdout()),
-                SinkTarget::Discard => Box::new(DiscardSink),
-            });
+            sinks.push(open_sink(spec_sink)?);
         }
         operator.bind_sinks(sinks);
         let dead_letters = DeadLetters::create(&spec.dead_letter).context("dead-letter output")?;
@@ -521,6 +517,30 @@ impl Runner {
             peak_rss_bytes: None,
         }
     }
+}
+
+/// Opens the sink an output is routed to.
+fn open_sink(spec: &SinkSpec) -> anyhow::Result<Box<dyn Sink>> {
+    let json_lines = |target: &SinkTarget| -> anyhow::Result<Option<JsonLinesSink>> {
+        Ok(match target {
+            SinkTarget::File(path) => Some(JsonLinesSink::create(path)?),
+            SinkTarget::Stdout => Some(JsonLinesSink::stdout()),
+            SinkTarget::Discard => None,
+        })
+    };
+    let Some(out) = json_lines(&spec.target)? else {
+        return Ok(Box::new(DiscardSink));
+    };
+    Ok(match &spec.upsert {
+        None => Box::new(out),
+        Some(upsert) => {
+            let changelog = match &upsert.changelog {
+                Some(path) => Some(JsonLinesSink::create(path)?),
+                None => None,
+            };
+            Box::new(UpsertSink::new(out, changelog, upsert.key_fields.clone())?)
+        }
+    })
 }
 
 /// Where a record came from, for messages.

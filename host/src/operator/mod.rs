@@ -380,7 +380,13 @@ impl KeyedOperator {
                 break;
             }
         }
-        self.flush()
+        for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
+            sink.finish().map_err(|error| OperatorError::Sink {
+                output: name.clone(),
+                error,
+            })?;
+        }
+        Ok(())
     }
 
     /// Writes out what the sinks hold, so live outputs appear while the input is idle.

@@ -68,6 +68,20 @@ pub struct SinkEntry {
     #[serde(rename = "type")]
     pub kind: SinkKind,
     pub path: Option<String>,
+    /// `append` (default): every record; `upsert`: the final table, one row per key.
+    pub mode: Option<SinkMode>,
+    /// Upsert only: fields of the record's value that form the key (default: its key).
+    pub key: Option<Vec<String>>,
+    /// Upsert only: also write every record, as it arrives, to this file.
+    pub changelog: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SinkMode {
+    #[default]
+    Append,
+    Upsert,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -141,6 +155,17 @@ pub enum SinkTarget {
 pub struct SinkSpec {
     pub output: String,
     pub target: SinkTarget,
+    /// `Some` for an upsert sink.
+    pub upsert: Option<UpsertSpec>,
+}
+
+/// An upsert sink's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpsertSpec {
+    /// Fields (names or JSON pointers) of the value that form the key; `None`: the
+    /// record's key as the UDF emitted it.
+    pub key_fields: Option<Vec<String>>,
+    pub changelog: Option<PathBuf>,
 }
 
 /// A resolved pipeline, ready to run.
@@ -194,14 +219,17 @@ impl PipelineSpec {
 
         let mut sinks = Vec::new();
         for (i, entry) in file.sinks.into_iter().enumerate() {
-            let target = sink_target(entry.kind, entry.path.as_deref(), &resolve)
-                .with_context(|| format!("[[sink]] #{} (output {:?})", i + 1, entry.output))?;
+            let context = || format!("[[sink]] #{} (output {:?})", i + 1, entry.output);
+            let target =
+                sink_target(entry.kind, entry.path.as_deref(), &resolve).with_context(context)?;
+            let upsert = upsert_spec(&entry, &resolve).with_context(context)?;
             if sinks.iter().any(|s: &SinkSpec| s.output == entry.output) {
                 bail!("two sinks for output {:?}", entry.output);
             }
             sinks.push(SinkSpec {
                 output: entry.output,
                 target,
+                upsert,
             });
         }
 
@@ -243,6 +271,7 @@ impl PipelineSpec {
                 None => self.sinks.push(SinkSpec {
                     output: output.clone(),
                     target,
+                    upsert: None,
                 }),
             }
         }
@@ -352,6 +381,32 @@ fn resolve_udf(
         call_timeout,
         max_batch: entry.max_batch.unwrap_or(DEFAULT_MAX_BATCH),
     })
+}
+
+fn upsert_spec(
+    entry: &SinkEntry,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> anyhow::Result<Option<UpsertSpec>> {
+    match entry.mode.unwrap_or_default() {
+        SinkMode::Append => {
+            if entry.key.is_some() || entry.changelog.is_some() {
+                bail!("key, changelog: only an upsert sink (mode = \"upsert\") takes them");
+            }
+            Ok(None)
+        }
+        SinkMode::Upsert => {
+            if let Some(fields) = &entry.key {
+                anyhow::ensure!(!fields.is_empty(), "key: list at least one field");
+                let paths: Vec<&str> = fields.iter().map(String::as_str).collect();
+                crate::source::extract::FieldPaths::new(&paths)
+                    .map_err(|e| anyhow::anyhow!("key: {e}"))?;
+            }
+            Ok(Some(UpsertSpec {
+                key_fields: entry.key.clone(),
+                changelog: entry.changelog.as_deref().map(resolve),
+            }))
+        }
+    }
 }
 
 fn sink_target(
@@ -540,6 +595,29 @@ path = "out/clicks.jsonl"
             let err = format!("{:#}", parse(&text, &Overrides::default()).unwrap_err());
             assert!(err.contains(expected), "expected {expected:?} in: {err}");
         }
+    }
+
+    #[test]
+    fn upsert_sinks() {
+        let upsert = GOOD.replace(
+            "path = \"out/clicks.jsonl\"",
+            "path = \"out/clicks.jsonl\"\nmode = \"upsert\"\nkey = [\"ad_id\"]\nchangelog = \"changes.jsonl\"",
+        );
+        let spec = parse(&upsert, &Overrides::default()).unwrap();
+        let expected = UpsertSpec {
+            key_fields: Some(vec!["ad_id".into()]),
+            changelog: Some("/p/demo/changes.jsonl".into()),
+        };
+        assert_eq!(spec.sinks[0].upsert, Some(expected));
+        let append_with_key = GOOD.replace(
+            "path = \"out/clicks.jsonl\"",
+            "path = \"out/clicks.jsonl\"\nkey = [\"ad_id\"]",
+        );
+        let err = format!(
+            "{:#}",
+            parse(&append_with_key, &Overrides::default()).unwrap_err()
+        );
+        assert!(err.contains("only an upsert sink"), "{err}");
     }
 
     #[test]

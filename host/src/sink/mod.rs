@@ -2,11 +2,14 @@
 //!
 //! Every output the UDF declares (the main output and each side output) is routed to one
 //! sink in the pipeline file. Today's sinks write JSON lines to a file or stdout, or
-//! discard (for benchmarks). The dead-letter output is a JSON-lines sink too.
+//! discard (for benchmarks); an [`UpsertSink`] keeps the last record per key and writes
+//! the final table. The dead-letter output is a JSON-lines sink too.
 
 mod dead_letter;
+mod upsert;
 
 pub use dead_letter::{DeadLetter, DeadLetters};
+pub use upsert::UpsertSink;
 
 use anyhow::Context as _;
 use std::fs::File;
@@ -25,7 +28,12 @@ pub trait Sink: Send {
     /// Where records go, for messages.
     fn location(&self) -> &str;
     fn write(&mut self, record: &OutputRecord<'_>) -> anyhow::Result<()>;
+    /// Writes out what is buffered (called while the input is idle, and at the end).
     fn flush(&mut self) -> anyhow::Result<()>;
+    /// Called once when the run completes (not after a failure).
+    fn finish(&mut self) -> anyhow::Result<()> {
+        self.flush()
+    }
 }
 
 /// One JSON document per line: the value the UDF emitted.
