@@ -404,7 +404,8 @@ impl Runner {
     }
 
     /// Takes ready records in timestamp order (ties in pipeline-file order). Stops when a
-    /// source that may still deliver runs dry, since its next record could come first.
+    /// source runs dry: if it may still deliver, its next record could come first; if it
+    /// has ended, the watermark must stop waiting for it before the next record.
     fn take_chunk(&mut self, chunk: &mut Vec<(usize, Pending)>) {
         while chunk.len() < READ_AHEAD {
             let next = (0..self.inputs.len())
@@ -413,7 +414,9 @@ impl Runner {
             let Some(index) = next else { break };
             let input = &mut self.inputs[index];
             chunk.push((index, input.queue.pop_front().expect("non-empty")));
-            if input.queue.is_empty() && !input.exhausted {
+            // A source that ran dry may still deliver an earlier record, or has ended and
+            // must stop holding the watermark before the next record: either way, stop.
+            if input.queue.is_empty() {
                 break;
             }
         }

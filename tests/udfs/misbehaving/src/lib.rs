@@ -9,6 +9,8 @@
 //!   emits what it got (the sandbox must give it nothing).
 //!
 //! With config `side = "NAME"` it also declares a side output `NAME`, to test routing.
+//! With config `annotate = true` it emits `{"input", "watermark", "record"}` instead of
+//! the bare record, to show which input a record came through and the watermark then.
 
 use serde_json::Value;
 use weir_sdk::prelude::*;
@@ -16,6 +18,7 @@ use weir_sdk::prelude::*;
 /// The process function; see the crate docs.
 pub struct Misbehaving {
     out: Output<Value>,
+    annotate: bool,
 }
 
 impl ProcessFunction for Misbehaving {
@@ -26,12 +29,14 @@ impl ProcessFunction for Misbehaving {
         if ctx.config_value("fail_init").is_some() {
             bail!("init failed as configured");
         }
+        let annotate = ctx.config_value("annotate") == Some("true");
         Ok(Self {
             out: ctx.main_output()?,
+            annotate,
         })
     }
 
-    fn process_element(&mut self, _ctx: &mut Context, element: &Element) -> Result<()> {
+    fn process_element(&mut self, ctx: &mut Context, element: &Element) -> Result<()> {
         let value: Value = element.json()?;
         match value.get("fail").and_then(Value::as_str) {
             Some("trap") => panic!("asked to trap on {value}"),
@@ -62,6 +67,11 @@ impl ProcessFunction for Misbehaving {
                 });
                 self.out.emit(&report)
             }
+            _ if self.annotate => self.out.emit(&serde_json::json!({
+                "input": element.input(),
+                "watermark": ctx.current_watermark(),
+                "record": value,
+            })),
             _ => self.out.emit(&value),
         }
     }
