@@ -82,7 +82,7 @@ impl LoadedComponent {
 
     /// Compiles component bytes and checks them against the contract.
     pub fn from_bytes(name: &str, bytes: &[u8]) -> anyhow::Result<Self> {
-        if wasmparser_is_core_module(bytes) {
+        if is_core_module(bytes) {
             anyhow::bail!(
                 "this is a core wasm module, not a component: build the UDF for wasm32-wasip2 \
                  (or wrap the module with `wasm-tools component new`)"
@@ -119,7 +119,7 @@ impl LoadedComponent {
 
 /// Whether `bytes` are a core module rather than a component (both start with `\0asm`;
 /// the version field tells them apart).
-fn wasmparser_is_core_module(bytes: &[u8]) -> bool {
+fn is_core_module(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && &bytes[0..4] == b"\0asm" && bytes[4..8] == [1, 0, 0, 0]
 }
 
