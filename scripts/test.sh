@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace in release (the profile `make build` uses, so wasmtime
-# is compiled once) and ends with one line that totals all test binaries.
+# is compiled once), with the services the connector tests need, and ends with one line
+# that totals all test binaries.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+
+# The connector tests use a real PostgreSQL server (and, later, a Kafka-protocol broker),
+# installed and started by the project's own script and stopped afterwards.
+scripts/services.sh start >/dev/null
 cargo test --release --workspace 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+scripts/services.sh stop 2>/dev/null || true
 
 echo
 awk '/^test result:/ {

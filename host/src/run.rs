@@ -10,7 +10,9 @@ use crate::operator::{Activity, KeyedOperator, OperatorError};
 use crate::pipeline::{PipelineSpec, SinkSpec, SinkTarget, SourceLocation};
 use crate::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
 use crate::runtime::{ElementRef, InitInfo, ProcessFunction};
-use crate::sink::{DeadLetter, DeadLetters, DiscardSink, JsonLinesSink, Sink, UpsertSink};
+use crate::sink::{
+    DeadLetter, DeadLetters, DiscardSink, JsonLinesSink, PostgresSink, Sink, UpsertSink,
+};
 use crate::source::decode::RecordDecoder;
 use crate::source::{FileSource, Polled, Source, SourceRecord, StdinSource};
 use crate::time::{display, wall_clock_ms, Timestamp};
@@ -529,8 +531,12 @@ fn open_sink(spec: &SinkSpec) -> anyhow::Result<Box<dyn Sink>> {
             SinkTarget::File(path) => Some(JsonLinesSink::create(path)?),
             SinkTarget::Stdout => Some(JsonLinesSink::stdout()),
             SinkTarget::Discard => None,
+            SinkTarget::Postgres(_) => None,
         })
     };
+    if let SinkTarget::Postgres(target) = &spec.target {
+        return Ok(Box::new(PostgresSink::connect(target)?));
+    }
     let Some(out) = json_lines(&spec.target)? else {
         return Ok(Box::new(DiscardSink));
     };

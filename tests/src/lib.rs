@@ -4,6 +4,7 @@
 
 pub mod gen;
 pub mod model;
+pub mod services;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -74,6 +74,28 @@ pub struct SinkEntry {
     pub key: Option<Vec<String>>,
     /// Upsert only: also write every record, as it arrives, to this file.
     pub changelog: Option<String>,
+    /// PostgreSQL: connection string, e.g. `postgres://user@127.0.0.1:5432/db`.
+    pub url: Option<String>,
+    /// PostgreSQL: the table to upsert into.
+    pub table: Option<String>,
+    /// PostgreSQL: the table's primary-key columns (the upsert key).
+    pub primary_key: Option<Vec<String>>,
+    /// PostgreSQL: the columns and the record fields they come from.
+    pub columns: Option<Vec<ColumnEntry>>,
+    /// PostgreSQL: create the table if it does not exist.
+    pub create_table: Option<bool>,
+}
+
+/// One column of a PostgreSQL sink.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnEntry {
+    pub name: String,
+    /// The record field (name or JSON pointer); defaults to the column's name.
+    pub field: Option<String>,
+    /// The SQL type; needed to create the table, else read from the table.
+    #[serde(rename = "type")]
+    pub sql_type: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -90,6 +112,7 @@ pub enum SinkKind {
     File,
     Stdout,
     Discard,
+    Postgres,
 }
 
 #[derive(Debug, Deserialize)]
@@ -149,6 +172,18 @@ pub enum SinkTarget {
     File(PathBuf),
     Stdout,
     Discard,
+    Postgres(PostgresTarget),
+}
+
+/// A PostgreSQL table that records are upserted into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresTarget {
+    pub url: String,
+    pub table: String,
+    pub primary_key: Vec<String>,
+    /// Column name, record field, SQL type if declared.
+    pub columns: Vec<(String, String, Option<String>)>,
+    pub create_table: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -220,8 +255,7 @@ impl PipelineSpec {
         let mut sinks = Vec::new();
         for (i, entry) in file.sinks.into_iter().enumerate() {
             let context = || format!("[[sink]] #{} (output {:?})", i + 1, entry.output);
-            let target =
-                sink_target(entry.kind, entry.path.as_deref(), &resolve).with_context(context)?;
+            let target = sink_target(&entry, &resolve).with_context(context)?;
             let upsert = upsert_spec(&entry, &resolve).with_context(context)?;
             if sinks.iter().any(|s: &SinkSpec| s.output == entry.output) {
                 bail!("two sinks for output {:?}", entry.output);
@@ -410,16 +444,78 @@ fn upsert_spec(
 }
 
 fn sink_target(
-    kind: SinkKind,
-    path: Option<&str>,
+    entry: &SinkEntry,
     resolve: &impl Fn(&str) -> PathBuf,
 ) -> anyhow::Result<SinkTarget> {
-    Ok(match (kind, path) {
+    let postgres_fields = [
+        ("url", entry.url.is_some()),
+        ("table", entry.table.is_some()),
+        ("primary_key", entry.primary_key.is_some()),
+        ("columns", entry.columns.is_some()),
+        ("create_table", entry.create_table.is_some()),
+    ];
+    if entry.kind != SinkKind::Postgres {
+        if let Some((field, _)) = postgres_fields.iter().find(|(_, set)| *set) {
+            bail!("{field}: only postgres sinks take it");
+        }
+    }
+    Ok(match (entry.kind, entry.path.as_deref()) {
         (SinkKind::File, Some(path)) => SinkTarget::File(resolve(path)),
         (SinkKind::File, None) => bail!("path: a file sink needs a path"),
         (SinkKind::Stdout, None) => SinkTarget::Stdout,
         (SinkKind::Discard, None) => SinkTarget::Discard,
+        (SinkKind::Postgres, None) => SinkTarget::Postgres(postgres_target(entry)?),
         (_, Some(_)) => bail!("path: only file sinks take a path"),
+    })
+}
+
+fn postgres_target(entry: &SinkEntry) -> anyhow::Result<PostgresTarget> {
+    if entry.mode.is_some() || entry.key.is_some() || entry.changelog.is_some() {
+        bail!("mode, key, changelog: a postgres sink always upserts, by its primary_key");
+    }
+    let url = entry
+        .url
+        .clone()
+        .context("url: a postgres sink needs a connection string")?;
+    let table = entry
+        .table
+        .clone()
+        .context("table: a postgres sink needs a table")?;
+    let columns = entry.columns.clone().unwrap_or_default();
+    anyhow::ensure!(!columns.is_empty(), "columns: list the table's columns");
+    let primary_key = entry.primary_key.clone().unwrap_or_default();
+    anyhow::ensure!(
+        !primary_key.is_empty(),
+        "primary_key: name at least one column"
+    );
+    for pk in &primary_key {
+        anyhow::ensure!(
+            columns.iter().any(|c| &c.name == pk),
+            "primary_key: {pk:?} is not one of the columns"
+        );
+    }
+    let create_table = entry.create_table.unwrap_or(false);
+    let columns: Vec<(String, String, Option<String>)> = columns
+        .into_iter()
+        .map(|c| {
+            let field = c.field.unwrap_or_else(|| c.name.clone());
+            (c.name, field, c.sql_type)
+        })
+        .collect();
+    if create_table {
+        if let Some((name, ..)) = columns.iter().find(|(_, _, ty)| ty.is_none()) {
+            bail!("columns: {name:?} needs a type to create the table");
+        }
+    }
+    let fields: Vec<&str> = columns.iter().map(|(_, f, _)| f.as_str()).collect();
+    crate::source::extract::FieldPaths::new(&fields)
+        .map_err(|e| anyhow::anyhow!("columns: {e}"))?;
+    Ok(PostgresTarget {
+        url,
+        table,
+        primary_key,
+        columns,
+        create_table,
     })
 }
 

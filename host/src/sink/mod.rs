@@ -6,9 +6,11 @@
 //! the final table. The dead-letter output is a JSON-lines sink too.
 
 mod dead_letter;
+mod postgres;
 mod upsert;
 
 pub use dead_letter::{DeadLetter, DeadLetters};
+pub use postgres::PostgresSink;
 pub use upsert::UpsertSink;
 
 use anyhow::Context as _;
