@@ -11,7 +11,7 @@ use crate::pipeline::{PipelineSpec, SinkSpec, SinkTarget, SourceLocation};
 use crate::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
 use crate::runtime::{ElementRef, InitInfo, ProcessFunction};
 use crate::sink::{
-    DeadLetter, DeadLetters, DiscardSink, JsonLinesSink, PostgresSink, Sink, UpsertSink,
+    DeadLetter, DeadLetters, DiscardSink, JsonLinesSink, KafkaSink, PostgresSink, Sink, UpsertSink,
 };
 use crate::source::decode::RecordDecoder;
 use crate::source::{FileSource, Polled, Source, SourceRecord, StdinSource};
@@ -531,11 +531,13 @@ fn open_sink(spec: &SinkSpec) -> anyhow::Result<Box<dyn Sink>> {
             SinkTarget::File(path) => Some(JsonLinesSink::create(path)?),
             SinkTarget::Stdout => Some(JsonLinesSink::stdout()),
             SinkTarget::Discard => None,
-            SinkTarget::Postgres(_) => None,
+            SinkTarget::Postgres(_) | SinkTarget::Kafka(_) => None,
         })
     };
-    if let SinkTarget::Postgres(target) = &spec.target {
-        return Ok(Box::new(PostgresSink::connect(target)?));
+    match &spec.target {
+        SinkTarget::Postgres(target) => return Ok(Box::new(PostgresSink::connect(target)?)),
+        SinkTarget::Kafka(target) => return Ok(Box::new(KafkaSink::connect(target)?)),
+        _ => {}
     }
     let Some(out) = json_lines(&spec.target)? else {
         return Ok(Box::new(DiscardSink));

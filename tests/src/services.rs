@@ -47,6 +47,11 @@ pub fn postgres_url() -> String {
     address("WEIR_PG_URL", "PG")
 }
 
+/// The Kafka bootstrap brokers (`WEIR_KAFKA`, or from the services script).
+pub fn kafka_brokers() -> String {
+    address("WEIR_KAFKA", "KAFKA")
+}
+
 /// A table name no other test uses.
 pub fn unique_table(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -111,5 +116,31 @@ pub fn revenue_rows(table: &str) -> std::collections::BTreeSet<String> {
             })
             .to_string()
         })
+        .collect()
+}
+
+/// The final table of `examples/taxi-revenue` on `rides` with its file upsert sink: what
+/// a PostgreSQL table of the same pipeline must end with. Rows as JSON text.
+pub fn file_revenue_rows(work: &crate::Workdir, rides: &str) -> std::collections::BTreeSet<String> {
+    let table = work.path("file-table.jsonl").display().to_string();
+    let late = work.path("file-late.jsonl").display().to_string();
+    let dead = work.path("file-dead.jsonl").display().to_string();
+    crate::weir(&[
+        "run",
+        "examples/taxi-revenue/pipeline.toml",
+        "-q",
+        "--input",
+        &format!("rides={rides}"),
+        "--output",
+        &format!("main={table}"),
+        "--output",
+        &format!("late={late}"),
+        "--dead-letter",
+        &dead,
+    ])
+    .assert_success();
+    crate::read_jsonl(&table)
+        .iter()
+        .map(serde_json::Value::to_string)
         .collect()
 }

@@ -109,8 +109,8 @@ fn pipeline_file_mistakes_name_the_field() {
             "cannot read UDF component",
         ),
         (
-            good.replace("type = \"file\"\npath = \"out.jsonl\"", "type = \"kafka\""),
-            "unknown variant `kafka`",
+            good.replace("type = \"file\"\npath = \"out.jsonl\"", "type = \"kafkaa\""),
+            "unknown variant `kafkaa`",
         ),
     ];
     for (text, expected) in cases {

@@ -3,12 +3,13 @@
 //! binary of its own, since it stops the server that other tests use.
 
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use weir_e2e::services::{postgres_url, revenue_rows, taxi_revenue_to_postgres, unique_table};
-use weir_e2e::{read_jsonl, weir, Workdir};
+use weir_e2e::services::{
+    file_revenue_rows, postgres_url, revenue_rows, taxi_revenue_to_postgres, unique_table,
+};
+use weir_e2e::Workdir;
 
 fn ride(i: i64) -> Value {
     let zone = [79, 132, 161][(i % 3) as usize];
@@ -39,25 +40,7 @@ fn the_sink_catches_up_after_postgres_restarts_mid_run() {
     let dead = work.path("dead.jsonl").display().to_string();
 
     // What the table must end with: the file upsert sink on the same rides.
-    let file_table = work.path("table.jsonl").display().to_string();
-    weir(&[
-        "run",
-        "examples/taxi-revenue/pipeline.toml",
-        "-q",
-        "--input",
-        &format!("rides={all}"),
-        "--output",
-        &format!("main={file_table}"),
-        "--output",
-        &format!("late={late}"),
-        "--dead-letter",
-        &dead,
-    ])
-    .assert_success();
-    let expected: BTreeSet<String> = read_jsonl(&file_table)
-        .iter()
-        .map(Value::to_string)
-        .collect();
+    let expected = file_revenue_rows(&work, &all);
 
     let table = unique_table("revenue_restart");
     let text = std::fs::read_to_string(taxi_revenue_to_postgres(&work, &table)).unwrap();

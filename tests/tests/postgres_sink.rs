@@ -3,10 +3,9 @@
 //! rows of the file upsert sink on the same rides, corrections included.
 
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
 use weir_e2e::gen::Rng;
-use weir_e2e::services::{revenue_rows, taxi_revenue_to_postgres, unique_table};
-use weir_e2e::{read_jsonl, weir, Workdir};
+use weir_e2e::services::{file_revenue_rows, revenue_rows, taxi_revenue_to_postgres, unique_table};
+use weir_e2e::{weir, Workdir};
 
 /// Rides over a few hours and zones, in order but for some late ones that correct
 /// windows already published.
@@ -41,25 +40,7 @@ fn the_table_ends_with_the_same_rows_as_the_file_upsert_sink() {
     let dead = work.path("dead.jsonl").display().to_string();
     let late = work.path("late.jsonl").display().to_string();
 
-    let file_table = work.path("table.jsonl").display().to_string();
-    weir(&[
-        "run",
-        "examples/taxi-revenue/pipeline.toml",
-        "-q",
-        "--input",
-        &format!("rides={input}"),
-        "--output",
-        &format!("main={file_table}"),
-        "--output",
-        &format!("late={late}"),
-        "--dead-letter",
-        &dead,
-    ])
-    .assert_success();
-    let expected: BTreeSet<String> = read_jsonl(&file_table)
-        .iter()
-        .map(Value::to_string)
-        .collect();
+    let expected = file_revenue_rows(&work, &input);
     assert!(
         expected.len() > 20,
         "enough windows to mean something: {}",

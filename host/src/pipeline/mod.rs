@@ -84,6 +84,12 @@ pub struct SinkEntry {
     pub columns: Option<Vec<ColumnEntry>>,
     /// PostgreSQL: create the table if it does not exist.
     pub create_table: Option<bool>,
+    /// Kafka: bootstrap brokers, `host:port[,host:port...]`.
+    pub brokers: Option<String>,
+    /// Kafka: the topic records are produced to.
+    pub topic: Option<String>,
+    /// Kafka: librdkafka producer properties, e.g. `{ "linger.ms" = "5" }`.
+    pub properties: Option<BTreeMap<String, toml::Value>>,
 }
 
 /// One column of a PostgreSQL sink.
@@ -113,6 +119,7 @@ pub enum SinkKind {
     Stdout,
     Discard,
     Postgres,
+    Kafka,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,6 +180,7 @@ pub enum SinkTarget {
     Stdout,
     Discard,
     Postgres(PostgresTarget),
+    Kafka(KafkaTarget),
 }
 
 /// A PostgreSQL table that records are upserted into.
@@ -184,6 +192,15 @@ pub struct PostgresTarget {
     /// Column name, record field, SQL type if declared.
     pub columns: Vec<(String, String, Option<String>)>,
     pub create_table: bool,
+}
+
+/// A Kafka topic that records are produced to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaTarget {
+    pub brokers: String,
+    pub topic: String,
+    /// librdkafka producer properties, applied over the sink's defaults.
+    pub properties: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -459,12 +476,23 @@ fn sink_target(
             bail!("{field}: only postgres sinks take it");
         }
     }
+    let kafka_fields = [
+        ("brokers", entry.brokers.is_some()),
+        ("topic", entry.topic.is_some()),
+        ("properties", entry.properties.is_some()),
+    ];
+    if entry.kind != SinkKind::Kafka {
+        if let Some((field, _)) = kafka_fields.iter().find(|(_, set)| *set) {
+            bail!("{field}: only kafka sinks take it");
+        }
+    }
     Ok(match (entry.kind, entry.path.as_deref()) {
         (SinkKind::File, Some(path)) => SinkTarget::File(resolve(path)),
         (SinkKind::File, None) => bail!("path: a file sink needs a path"),
         (SinkKind::Stdout, None) => SinkTarget::Stdout,
         (SinkKind::Discard, None) => SinkTarget::Discard,
         (SinkKind::Postgres, None) => SinkTarget::Postgres(postgres_target(entry)?),
+        (SinkKind::Kafka, None) => SinkTarget::Kafka(kafka_target(entry)?),
         (_, Some(_)) => bail!("path: only file sinks take a path"),
     })
 }
@@ -516,6 +544,44 @@ fn postgres_target(entry: &SinkEntry) -> anyhow::Result<PostgresTarget> {
         primary_key,
         columns,
         create_table,
+    })
+}
+
+fn kafka_target(entry: &SinkEntry) -> anyhow::Result<KafkaTarget> {
+    if entry.mode.unwrap_or_default() != SinkMode::Append
+        || entry.key.is_some()
+        || entry.changelog.is_some()
+    {
+        bail!("mode, key, changelog: a kafka sink appends every record, keyed by its key");
+    }
+    let brokers = entry
+        .brokers
+        .clone()
+        .filter(|b| !b.trim().is_empty())
+        .context("brokers: a kafka sink needs its bootstrap brokers, e.g. \"127.0.0.1:9092\"")?;
+    let topic = entry
+        .topic
+        .clone()
+        .filter(|t| !t.trim().is_empty())
+        .context("topic: a kafka sink needs a topic")?;
+    let mut properties = Vec::new();
+    for (name, value) in entry.properties.iter().flatten() {
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+                value.to_string()
+            }
+            _ => bail!("properties: {name:?} must be a string, number or boolean"),
+        };
+        if name == "bootstrap.servers" {
+            bail!("properties: set the brokers field, not \"bootstrap.servers\"");
+        }
+        properties.push((name.clone(), text));
+    }
+    Ok(KafkaTarget {
+        brokers,
+        topic,
+        properties,
     })
 }
 
@@ -714,6 +780,73 @@ path = "out/clicks.jsonl"
             parse(&append_with_key, &Overrides::default()).unwrap_err()
         );
         assert!(err.contains("only an upsert sink"), "{err}");
+    }
+
+    #[test]
+    fn kafka_sinks() {
+        let sink = |lines: &str| {
+            GOOD.replace(
+                "type = \"file\"\npath = \"out/clicks.jsonl\"",
+                &format!("type = \"kafka\"\n{lines}"),
+            )
+        };
+        let spec = parse(
+            &sink("brokers = \"b:9092\"\ntopic = \"clicks-out\"\nproperties = { \"linger.ms\" = \"5\", \"batch.num.messages\" = 100 }"),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            spec.sinks[0].target,
+            SinkTarget::Kafka(KafkaTarget {
+                brokers: "b:9092".into(),
+                topic: "clicks-out".into(),
+                properties: vec![
+                    ("batch.num.messages".into(), "100".into()),
+                    ("linger.ms".into(), "5".into())
+                ],
+            })
+        );
+        assert_eq!(spec.sinks[0].upsert, None);
+        let cases = [
+            (sink("topic = \"t\""), "brokers: a kafka sink needs"),
+            (sink("brokers = \"b:9092\""), "topic: a kafka sink needs a topic"),
+            (
+                sink("brokers = \"b:9092\"\ntopic = \"\""),
+                "topic: a kafka sink needs a topic",
+            ),
+            (
+                sink("brokers = \"b\"\ntopic = \"t\"\nmode = \"upsert\""),
+                "mode, key, changelog: a kafka sink appends",
+            ),
+            (
+                sink("brokers = \"b\"\ntopic = \"t\"\nproperties = { \"linger.ms\" = [5] }"),
+                "properties: \"linger.ms\" must be a string",
+            ),
+            (
+                sink("brokers = \"b\"\ntopic = \"t\"\nproperties = { \"bootstrap.servers\" = \"x\" }"),
+                "set the brokers field",
+            ),
+            (
+                sink("brokers = \"b\"\ntopic = \"t\"\npath = \"x\""),
+                "only file sinks take a path",
+            ),
+            (
+                GOOD.replace("path = \"out/clicks.jsonl\"", "path = \"o\"\ntopic = \"t\""),
+                "topic: only kafka sinks take it",
+            ),
+            (
+                GOOD.replace("path = \"out/clicks.jsonl\"", "path = \"o\"\nbrokers = \"b\""),
+                "brokers: only kafka sinks take it",
+            ),
+            (
+                sink("brokers = \"b\"\ntopic = \"t\"\ntable = \"x\""),
+                "table: only postgres sinks take it",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = format!("{:#}", parse(&text, &Overrides::default()).unwrap_err());
+            assert!(err.contains(expected), "expected {expected:?} in: {err}");
+        }
     }
 
     #[test]

@@ -3,13 +3,16 @@
 //! Every output the UDF declares (the main output and each side output) is routed to one
 //! sink in the pipeline file. Today's sinks write JSON lines to a file or stdout, or
 //! discard (for benchmarks); an [`UpsertSink`] keeps the last record per key and writes
-//! the final table. The dead-letter output is a JSON-lines sink too.
+//! the final table; a [`PostgresSink`] upserts into a table and a [`KafkaSink`] produces
+//! to a topic. The dead-letter output is a JSON-lines sink too.
 
 mod dead_letter;
+mod kafka;
 mod postgres;
 mod upsert;
 
 pub use dead_letter::{DeadLetter, DeadLetters};
+pub use kafka::KafkaSink;
 pub use postgres::PostgresSink;
 pub use upsert::UpsertSink;
 

@@ -1,0 +1,198 @@
+//! The Kafka sink: every record of an output is produced to one topic.
+//!
+//! Why it looks like this: a stream processor's output is most often another stream, read
+//! by other consumers, so records keep what Kafka can carry of them — the record's key as
+//! the message key (none if it has none, so Kafka spreads those over partitions), its JSON
+//! value as the payload, its event time as the message timestamp.
+//!
+//! The producer is librdkafka's, idempotent (`enable.idempotence=true`, `acks=all`), so the
+//! retries librdkafka makes on its own neither duplicate nor reorder records within a
+//! partition. `write` only enqueues (when librdkafka's queue is full it serves delivery
+//! reports and tries again); `flush`, called while the input is idle and at the end, waits
+//! for every enqueued record to be acknowledged. A record librdkafka gives up on (after
+//! `message.timeout.ms`, 30 s unless set in `properties`) fails the run with its error,
+//! naming the topic and brokers; so does a broker that cannot be reached when the sink
+//! opens, so a wrong address fails before any input is read instead of hanging.
+
+use super::{OutputRecord, Sink};
+use crate::pipeline::KafkaTarget;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientConfig, ClientContext};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long librdkafka tries to deliver a record, unless the pipeline sets it.
+const MESSAGE_TIMEOUT_MS: u64 = 30_000;
+/// How long opening the sink waits for the brokers to answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Records enqueued between two polls of delivery reports.
+const POLL_EVERY: u64 = 1_024;
+
+pub struct KafkaSink {
+    location: String,
+    topic: String,
+    producer: BaseProducer<Deliveries>,
+    /// How long `flush` waits: a little longer than librdkafka's own delivery timeout,
+    /// so a record it gives up on is reported as its error, not as a flush timeout.
+    flush_timeout: Duration,
+    written: u64,
+}
+
+/// Counts failed deliveries and keeps the first error; forwards librdkafka's logs.
+struct Deliveries {
+    failed: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl ClientContext for Deliveries {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error
+            | RDKafkaLogLevel::Warning => tracing::warn!("librdkafka: {fac} {message}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!("librdkafka: {fac} {message}")
+            }
+            RDKafkaLogLevel::Debug => tracing::debug!("librdkafka: {fac} {message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!("kafka: {error}: {reason}");
+    }
+}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, _)) = result {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+            first.get_or_insert_with(|| error.to_string());
+        }
+    }
+}
+
+impl KafkaSink {
+    /// Creates the producer and checks that the brokers answer.
+    pub fn connect(target: &KafkaTarget) -> anyhow::Result<Self> {
+        let location = format!("kafka topic {:?} on {}", target.topic, target.brokers);
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &target.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.timeout.ms", MESSAGE_TIMEOUT_MS.to_string());
+        for (name, value) in &target.properties {
+            config.set(name, value);
+        }
+        let message_timeout = config
+            .get("message.timeout.ms")
+            .or_else(|| config.get("delivery.timeout.ms"))
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .unwrap_or(MESSAGE_TIMEOUT_MS);
+        let context = Deliveries {
+            failed: AtomicU64::new(0),
+            first_error: Mutex::new(None),
+        };
+        let producer: BaseProducer<Deliveries> = config
+            .create_with_context(context)
+            .map_err(|e| anyhow::anyhow!("{location}: invalid producer configuration: {e}"))?;
+        producer
+            .client()
+            .fetch_metadata(None, CONNECT_TIMEOUT)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{location}: cannot reach the brokers within {} s: {e}",
+                    CONNECT_TIMEOUT.as_secs()
+                )
+            })?;
+        Ok(Self {
+            location,
+            topic: target.topic.clone(),
+            producer,
+            flush_timeout: Duration::from_millis(message_timeout) + Duration::from_secs(10),
+            written: 0,
+        })
+    }
+
+    /// Fails if librdkafka reported records it could not deliver.
+    fn check_deliveries(&self) -> anyhow::Result<()> {
+        let context = self.producer.context();
+        let failed = context.failed.load(Ordering::Relaxed);
+        if failed > 0 {
+            let first = context
+                .first_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .unwrap_or_default();
+            anyhow::bail!(
+                "{}: {failed} record(s) could not be delivered: {first}",
+                self.location
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Sink for KafkaSink {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn write(&mut self, record: &OutputRecord<'_>) -> anyhow::Result<()> {
+        let mut message = BaseRecord::to(&self.topic).payload(record.value);
+        if let Some(key) = record.key {
+            message = message.key(key);
+        }
+        // Kafka timestamps are milliseconds since 1970 and cannot be negative.
+        if record.timestamp >= 0 {
+            message = message.timestamp(record.timestamp);
+        }
+        let started = Instant::now();
+        loop {
+            match self.producer.send(message) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    if started.elapsed() > self.flush_timeout {
+                        anyhow::bail!(
+                            "{}: the producer queue stayed full for {} s",
+                            self.location,
+                            self.flush_timeout.as_secs()
+                        );
+                    }
+                    message = back;
+                    self.producer.poll(Duration::from_millis(50));
+                    self.check_deliveries()?;
+                }
+                Err((e, _)) => anyhow::bail!("{}: cannot produce a record: {e}", self.location),
+            }
+        }
+        self.written += 1;
+        if self.written.is_multiple_of(POLL_EVERY) {
+            self.producer.poll(Duration::ZERO);
+            self.check_deliveries()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        let flushed = self.producer.flush(self.flush_timeout);
+        self.check_deliveries()?;
+        flushed.map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {} record(s) not acknowledged within {} s: {e}",
+                self.location,
+                self.producer.in_flight_count(),
+                self.flush_timeout.as_secs()
+            )
+        })
+    }
+}
