@@ -5,6 +5,8 @@ use crate::run::{run, RunOptions};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -42,6 +44,16 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+}
+
+/// SIGINT or SIGTERM stops the run gracefully; a second one exits at once.
+fn stop_on_signals(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(stop))?;
+        signal_hook::flag::register(signal, Arc::clone(stop))?;
+    }
+    Ok(())
 }
 
 fn key_value(text: &str) -> Result<(String, String), String> {
@@ -85,7 +97,15 @@ pub fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match run(&spec, &RunOptions { progress: !quiet }) {
+            let stop = Arc::new(AtomicBool::new(false));
+            if let Err(e) = stop_on_signals(&stop) {
+                tracing::warn!("cannot handle SIGINT/SIGTERM: {e}");
+            }
+            let options = RunOptions {
+                progress: !quiet,
+                stop: Some(stop),
+            };
+            match run(&spec, &options) {
                 Ok(report) => {
                     if !quiet {
                         eprintln!("{}", report.summary());

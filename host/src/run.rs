@@ -20,6 +20,8 @@ use anyhow::Context as _;
 use std::collections::VecDeque;
 use std::io::IsTerminal;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The figures of a finished (or failed) run.
@@ -40,6 +42,8 @@ pub struct RunReport {
     pub elapsed: Duration,
     /// The process's peak resident memory, where the OS tells it (Linux).
     pub peak_rss_bytes: Option<u64>,
+    /// Stopped by a signal before the input ended.
+    pub interrupted: bool,
 }
 
 impl RunReport {
@@ -65,6 +69,9 @@ impl RunReport {
             "  timers fired: {} event-time, {} processing-time\n",
             self.event_timers, self.processing_timers
         );
+        if self.interrupted {
+            s += "  stopped before the input ended: pending timers were not fired\n";
+        }
         if let Some(peak) = self.peak_rss_bytes {
             s += &format!("  peak memory (RSS): {:.1} MB\n", peak as f64 / 1e6);
         }
@@ -96,6 +103,9 @@ impl std::fmt::Display for RunFailure {
 pub struct RunOptions {
     /// Show a progress line on stderr (only when stderr is a terminal).
     pub progress: bool,
+    /// Set (by a signal handler, say) to stop the run: reading stops at the next record
+    /// boundary, what was processed is written out, and the run ends successfully.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// Runs a pipeline with its wasm UDF.
@@ -184,6 +194,8 @@ pub fn run_with(
 
 struct Runner {
     pipeline: String,
+    /// The run was stopped before its input ended.
+    interrupted: bool,
     inputs: Vec<Input>,
     /// Record buffers to reuse.
     spare: Vec<SourceRecord>,
@@ -266,6 +278,7 @@ impl Runner {
         let dead_letters = DeadLetters::create(&spec.dead_letter).context("dead-letter output")?;
         Ok(Self {
             pipeline: spec.name.clone(),
+            interrupted: false,
             inputs,
             spare: Vec::new(),
             operator,
@@ -278,7 +291,26 @@ impl Runner {
         let progress = (options.progress && std::io::stderr().is_terminal()).then(progress_bar);
         let mut chunk: Vec<(usize, Pending)> = Vec::with_capacity(READ_AHEAD);
         let mut reported = 0;
+        let stopped = || {
+            options
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed))
+        };
         loop {
+            if stopped() {
+                // Like Flink's stop without drain: pending timers are not fired, and the
+                // state they wait on is lost with the process (no checkpoints yet).
+                self.interrupted = true;
+                self.operator
+                    .close_sinks()
+                    .map_err(|e| self.describe(e, None))?;
+                self.dead_letters.flush()?;
+                if let Some(bar) = progress {
+                    bar.finish_and_clear();
+                }
+                return Ok(());
+            }
             self.fill()?;
             self.end_drained_sources()?;
             if self.inputs.iter().all(|i| i.ended) {
@@ -520,6 +552,7 @@ impl Runner {
             processing_timers: counters.processing_timers,
             elapsed: Duration::ZERO,
             peak_rss_bytes: None,
+            interrupted: self.interrupted,
         }
     }
 }

@@ -380,6 +380,14 @@ impl KeyedOperator {
                 break;
             }
         }
+        self.close_sinks()
+    }
+
+    /// Completes every sink (an upsert sink writes its table). After [`finish`], or on
+    /// its own when the run is stopped before its input ends.
+    ///
+    /// [`finish`]: Self::finish
+    pub fn close_sinks(&mut self) -> Result<(), OperatorError> {
         for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
             sink.finish().map_err(|error| OperatorError::Sink {
                 output: name.clone(),
