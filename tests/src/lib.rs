@@ -24,27 +24,67 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("target"))
 }
 
-fn built(path: PathBuf) -> PathBuf {
-    assert!(
-        path.exists(),
-        "{} is missing: run `make build` first (`make test` does)",
-        path.display()
-    );
+/// `path`, checked to exist and to be newer than every source file under `sources`
+/// (relative to the repo): `cargo test` alone does not rebuild what the tests run.
+fn built(path: PathBuf, sources: &[&str]) -> PathBuf {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(built_at) = modified(&path) else {
+        panic!(
+            "{} is missing: run `make build` first (`make test` does)",
+            path.display()
+        );
+    };
+    for dir in sources {
+        if let Some(newer) = newest_file(&repo_root().join(dir)).filter(|(t, _)| *t > built_at) {
+            panic!(
+                "{} is older than {}: run `make build` first (`make test` does)",
+                path.display(),
+                newer.1.display()
+            );
+        }
+    }
     path
+}
+
+/// The most recently modified file under `dir`, if any.
+fn newest_file(dir: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let candidate = if path.is_dir() {
+            newest_file(&path)
+        } else {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .map(|t| (t, path))
+        };
+        if let Some(c) = candidate {
+            if newest.as_ref().is_none_or(|n| c.0 > n.0) {
+                newest = Some(c);
+            }
+        }
+    }
+    newest
 }
 
 /// The `weir` binary built by `make build`.
 pub fn weir_bin() -> PathBuf {
-    built(target_dir().join("release/weir"))
+    built(target_dir().join("release/weir"), &["host/src", "wit"])
 }
 
 /// A UDF component built by `make udfs`, by crate name (`change-only-counter`).
 pub fn component(crate_name: &str) -> PathBuf {
-    built(
-        target_dir()
-            .join("wasm32-wasip2/release")
-            .join(format!("{}.wasm", crate_name.replace('-', "_"))),
-    )
+    let wasm = target_dir()
+        .join("wasm32-wasip2/release")
+        .join(format!("{}.wasm", crate_name.replace('-', "_")));
+    let crate_dir = ["udfs", "tests/udfs"]
+        .iter()
+        .map(|d| format!("{d}/{}", crate_name.trim_end_matches("-udf")))
+        .find(|d| repo_root().join(d).join("src").exists())
+        .unwrap_or_else(|| format!("udfs/{crate_name}"));
+    built(wasm, &[&format!("{crate_dir}/src"), "guest-sdk/src", "wit"])
 }
 
 /// A finished `weir` process.
