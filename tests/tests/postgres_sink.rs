@@ -48,33 +48,27 @@ fn the_table_ends_with_the_same_rows_as_the_file_upsert_sink() {
     );
 
     let pipeline = taxi_revenue_to_postgres(&work, &table);
-    weir(&[
-        "run",
-        &pipeline,
-        "-q",
-        "--input",
-        &format!("rides={input}"),
-        "--output",
-        &format!("late={late}"),
-        "--dead-letter",
-        &dead,
-    ])
-    .assert_success();
+    let run_into_postgres = || {
+        let rides = format!("rides={input}");
+        let late = format!("late={late}");
+        let args = [
+            "run",
+            &pipeline,
+            "-q",
+            "--input",
+            &rides,
+            "--output",
+            &late,
+            "--dead-letter",
+            &dead,
+        ];
+        weir(&args).assert_success();
+    };
+    run_into_postgres();
     assert_eq!(revenue_rows(&table), expected);
 
     // Running again (a replay) converges to the same table.
-    weir(&[
-        "run",
-        &pipeline,
-        "-q",
-        "--input",
-        &format!("rides={input}"),
-        "--output",
-        &format!("late={late}"),
-        "--dead-letter",
-        &dead,
-    ])
-    .assert_success();
+    run_into_postgres();
     assert_eq!(revenue_rows(&table), expected);
 }
 
