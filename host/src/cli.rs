@@ -40,6 +40,19 @@ enum Command {
         /// Writes dead letters to PATH (default: next to the pipeline file).
         #[arg(long, value_name = "PATH")]
         dead_letter: Option<PathBuf>,
+        /// Keeps checkpoints in DIR (default: `.weir-state/<pipeline name>` next to the
+        /// pipeline file). A run resumes from the newest checkpoint there.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// Time between checkpoints (default 10s).
+        #[arg(long, value_name = "DURATION")]
+        checkpoint_interval: Option<String>,
+        /// Takes no checkpoints and restores none.
+        #[arg(long)]
+        no_checkpoints: bool,
+        /// Starts from scratch: deletes the checkpoints in the state directory first.
+        #[arg(long)]
+        fresh: bool,
         /// Prints no summary at the end.
         #[arg(long, short)]
         quiet: bool,
@@ -81,6 +94,10 @@ pub fn main() -> ExitCode {
             config,
             udf,
             dead_letter,
+            state_dir,
+            checkpoint_interval,
+            no_checkpoints,
+            fresh,
             quiet,
         } => {
             let overrides = Overrides {
@@ -89,6 +106,9 @@ pub fn main() -> ExitCode {
                 config,
                 udf,
                 dead_letter,
+                state_dir,
+                checkpoint_interval,
+                no_checkpoints,
             };
             let spec = match PipelineSpec::load(&pipeline, &overrides) {
                 Ok(spec) => spec,
@@ -104,6 +124,7 @@ pub fn main() -> ExitCode {
             let options = RunOptions {
                 progress: !quiet,
                 stop: Some(stop),
+                fresh,
             };
             match run(&spec, &options) {
                 Ok(report) => {

@@ -16,9 +16,11 @@
 //! - [`state`]: host-owned keyed state.
 //! - [`operator`]: the keyed operator that drives elements, watermarks and timers.
 //! - [`runtime`]: the process-function interface and its wasm implementation.
-//! - [`sink`]: JSON-lines outputs and the dead-letter output.
+//! - [`sink`]: JSON-lines files, upsert tables, PostgreSQL, Kafka, and the dead-letter output.
+//! - [`checkpoint`]: incremental checkpoints of all of the above, and restoring them.
 //! - [`run`]: wiring a pipeline file into a running pipeline, with its run report.
 
+pub mod checkpoint;
 pub mod cli;
 pub mod operator;
 pub mod pipeline;

@@ -120,10 +120,20 @@ fn finished(output: Output) -> Finished {
     }
 }
 
-/// Runs `weir` with `args` from the repo root.
+/// Runs `weir` with `args` from the repo root. A `weir run` gets a state directory of
+/// its own unless `args` choose one, so tests running the same example at once never
+/// share (or leave behind) checkpoints.
 pub fn weir(args: &[&str]) -> Finished {
-    let output = Command::new(weir_bin())
-        .args(args)
+    let state = tempfile::tempdir().expect("temp dir");
+    let mut command = Command::new(weir_bin());
+    command.args(args);
+    let chooses = args
+        .iter()
+        .any(|a| *a == "--state-dir" || *a == "--no-checkpoints");
+    if args.first() == Some(&"run") && !chooses {
+        command.arg("--state-dir").arg(state.path());
+    }
+    let output = command
         .current_dir(repo_root())
         .stdin(Stdio::null())
         .output()

@@ -171,6 +171,7 @@ fn processing_time_timers_fire_while_stdin_is_idle() {
             "-q",
             "--input",
             "orders=-",
+            "--no-checkpoints",
         ])
         .arg("--output")
         .arg(format!("main={}", output.display()))

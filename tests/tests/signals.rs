@@ -17,6 +17,7 @@ fn sigterm_stops_reading_writes_out_and_exits_cleanly() {
             "examples/ad-clicks/pipeline.toml",
             "--input",
             "clicks=-",
+            "--no-checkpoints",
         ])
         .arg("--output")
         .arg(format!("main={}", output.display()))

@@ -16,7 +16,7 @@
 use crate::runtime::{
     BatchEntry, CallError, ElementRef, FiredTimer, HostServices, InitInfo, ProcessFunction,
 };
-use crate::sink::Sink;
+use crate::sink::{Sink, SinkState};
 use crate::state::KeyId;
 use crate::time::timers::TimeDomain;
 use crate::time::watermark::{BoundedOutOfOrderness, PipelineWatermark};
@@ -352,6 +352,57 @@ impl KeyedOperator {
         Ok(())
     }
 
+    /// Marks a source idle or active again; the watermark may advance.
+    pub fn set_idle(&mut self, source: usize, idle: bool) -> Result<(), OperatorError> {
+        if let Some(watermark) = self.watermark.set_idle(source, idle) {
+            self.fire_event_timers(watermark)?;
+        }
+        Ok(())
+    }
+
+    /// The watermark of one source's own timestamps (for checkpoints).
+    pub fn source_watermark(&self, source: usize) -> Timestamp {
+        self.watermark.source(source).seen()
+    }
+
+    /// Makes every sink's output so far durable; returns where each stands, by output id.
+    pub fn checkpoint_sinks(&mut self) -> Result<Vec<SinkState>, OperatorError> {
+        let mut states = Vec::with_capacity(self.sinks.len());
+        for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
+            states.push(sink.checkpoint().map_err(|error| OperatorError::Sink {
+                output: name.clone(),
+                error,
+            })?);
+        }
+        Ok(states)
+    }
+
+    /// The host services, to save or restore keyed state and timers.
+    pub fn host_mut(&mut self) -> &mut HostServices {
+        &mut self.host
+    }
+
+    /// Puts back checkpointed watermarks (per source, `None` where the checkpoint has
+    /// none) and counters.
+    pub fn restore(
+        &mut self,
+        sources: &[Option<Timestamp>],
+        watermark: Timestamp,
+        counters: OperatorCounters,
+    ) {
+        self.watermark.restore(sources, watermark);
+        self.host.watermark = watermark;
+        let emitted = counters.emitted.clone();
+        self.counters = OperatorCounters {
+            emitted: if emitted.len() == self.counters.emitted.len() {
+                emitted
+            } else {
+                self.counters.emitted.clone()
+            },
+            ..counters
+        };
+    }
+
     /// Fires processing-time timers due at `now`.
     pub fn fire_processing_timers(&mut self, now: Timestamp) -> Result<(), OperatorError> {
         while let Some((at, key)) = self.host.timers.pop_processing_due(now) {
@@ -426,7 +477,7 @@ impl KeyedOperator {
     }
 
     fn fire(&mut self, domain: TimeDomain, at: Timestamp, key: KeyId) -> Result<(), OperatorError> {
-        self.host.keys.timer_removed(key);
+        self.host.keys.timer_removed(key, domain, at);
         match domain {
             TimeDomain::EventTime => self.counters.event_timers += 1,
             TimeDomain::ProcessingTime => self.counters.processing_timers += 1,
@@ -458,8 +509,9 @@ impl KeyedOperator {
             self.host.emitted.clear();
             return Err(error);
         }
-        for (output, record) in self.host.emitted.iter() {
+        for (output, mut record) in self.host.emitted.iter() {
             let output = output as usize;
+            record.sequence = self.counters.emitted[output];
             self.sinks[output]
                 .write(&record)
                 .map_err(|error| OperatorError::Sink {

@@ -24,6 +24,19 @@ pub struct PipelineFile {
     #[serde(default, rename = "sink")]
     pub sinks: Vec<SinkEntry>,
     pub dead_letter: Option<DeadLetterEntry>,
+    pub checkpoint: Option<CheckpointEntry>,
+}
+
+/// `[checkpoint]`: where and how often the run saves what it needs to resume.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointEntry {
+    /// Off: a restarted run starts from scratch.
+    pub enabled: Option<bool>,
+    /// The state directory (default: `.weir-state/<pipeline name>` next to the file).
+    pub dir: Option<String>,
+    /// Time between checkpoints (default 10s).
+    pub interval: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -39,6 +52,23 @@ pub struct SourceEntry {
     pub timestamp: String,
     pub timestamp_format: TimestampFormat,
     pub out_of_orderness: Option<String>,
+    /// A partition (or stdin) with no record for this long stops holding the watermark back.
+    pub idle_timeout: Option<String>,
+    /// Kafka: bootstrap brokers.
+    pub brokers: Option<String>,
+    /// Kafka: the topic, or `topics` for several.
+    pub topic: Option<String>,
+    pub topics: Option<Vec<String>>,
+    /// Kafka: the consumer group offsets are committed to (default `weir-<pipeline>`).
+    pub group: Option<String>,
+    /// Kafka: where to start without a checkpoint.
+    pub startup: Option<Startup>,
+    /// Kafka: stop at the end offsets seen at start.
+    pub bounded: Option<bool>,
+    /// Kafka: how long to keep trying to reach the brokers at start.
+    pub connect_timeout: Option<String>,
+    /// Kafka: librdkafka consumer properties.
+    pub properties: Option<BTreeMap<String, toml::Value>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -46,6 +76,19 @@ pub struct SourceEntry {
 pub enum SourceKind {
     File,
     Stdin,
+    Kafka,
+}
+
+/// Where a Kafka source starts when there is no checkpoint to resume from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Startup {
+    /// The oldest message still in the topic.
+    Earliest,
+    /// Only messages produced from now on.
+    Latest,
+    /// The consumer group's committed offsets (earliest where it has none).
+    Committed,
 }
 
 #[derive(Debug, Deserialize)]
@@ -90,6 +133,8 @@ pub struct SinkEntry {
     pub topic: Option<String>,
     /// Kafka: librdkafka producer properties, e.g. `{ "linger.ms" = "5" }`.
     pub properties: Option<BTreeMap<String, toml::Value>>,
+    /// Kafka: commit each checkpoint's records in a Kafka transaction.
+    pub transactional: Option<bool>,
 }
 
 /// One column of a PostgreSQL sink.
@@ -141,6 +186,32 @@ pub struct Overrides {
     pub udf: Option<PathBuf>,
     /// `--dead-letter PATH`.
     pub dead_letter: Option<PathBuf>,
+    /// `--state-dir DIR`.
+    pub state_dir: Option<PathBuf>,
+    /// `--checkpoint-interval DURATION`.
+    pub checkpoint_interval: Option<String>,
+    /// `--no-checkpoints`.
+    pub no_checkpoints: bool,
+}
+
+/// Checkpointing of a run (see [`crate::checkpoint`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointSpec {
+    pub enabled: bool,
+    pub dir: PathBuf,
+    pub interval: Duration,
+}
+
+/// A Kafka source's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSourceSpec {
+    pub brokers: String,
+    pub topics: Vec<String>,
+    pub group: String,
+    pub startup: Startup,
+    pub bounded: bool,
+    pub connect_timeout: Duration,
+    pub properties: Vec<(String, String)>,
 }
 
 /// Where a source reads from.
@@ -148,6 +219,7 @@ pub struct Overrides {
 pub enum SourceLocation {
     File(PathBuf),
     Stdin,
+    Kafka(KafkaSourceSpec),
 }
 
 #[derive(Debug, Clone)]
@@ -159,6 +231,7 @@ pub struct SourceSpec {
     pub timestamp: String,
     pub timestamp_format: TimestampFormat,
     pub out_of_orderness_ms: i64,
+    pub idle_timeout: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -201,6 +274,7 @@ pub struct KafkaTarget {
     pub topic: String,
     /// librdkafka producer properties, applied over the sink's defaults.
     pub properties: Vec<(String, String)>,
+    pub transactional: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -228,6 +302,7 @@ pub struct PipelineSpec {
     pub udf: UdfSpec,
     pub sinks: Vec<SinkSpec>,
     pub dead_letter: PathBuf,
+    pub checkpoint: CheckpointSpec,
 }
 
 /// The default memory cap of one UDF instance.
@@ -289,12 +364,22 @@ impl PipelineSpec {
             None => path.with_extension("dead-letter.jsonl"),
         };
         let name = file.name.unwrap_or_else(|| default_name(path));
+        for source in &mut sources {
+            if let SourceLocation::Kafka(kafka) = &mut source.location {
+                if kafka.group.is_empty() {
+                    kafka.group = format!("weir-{name}");
+                }
+            }
+        }
+        let checkpoint =
+            checkpoint_spec(file.checkpoint.as_ref(), &name, &resolve).context("[checkpoint]")?;
         let mut spec = PipelineSpec {
             name,
             sources,
             udf,
             sinks,
             dead_letter,
+            checkpoint,
         };
         spec.apply(overrides)?;
         Ok(spec)
@@ -342,6 +427,16 @@ impl PipelineSpec {
         if let Some(dead_letter) = &overrides.dead_letter {
             self.dead_letter = dead_letter.clone();
         }
+        if let Some(dir) = &overrides.state_dir {
+            self.checkpoint.dir = dir.clone();
+        }
+        if let Some(interval) = &overrides.checkpoint_interval {
+            self.checkpoint.interval = checkpoint_interval(interval)
+                .map_err(|e| anyhow::anyhow!("--checkpoint-interval: {e:#}"))?;
+        }
+        if overrides.no_checkpoints {
+            self.checkpoint.enabled = false;
+        }
         Ok(())
     }
 
@@ -357,22 +452,76 @@ impl PipelineSpec {
     }
 }
 
+fn checkpoint_spec(
+    entry: Option<&CheckpointEntry>,
+    name: &str,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> anyhow::Result<CheckpointSpec> {
+    let dir = match entry.and_then(|e| e.dir.as_deref()) {
+        Some(dir) => resolve(dir),
+        None => resolve(".weir-state").join(name),
+    };
+    let interval = match entry.and_then(|e| e.interval.as_deref()) {
+        Some(text) => checkpoint_interval(text).context("interval")?,
+        None => crate::checkpoint::DEFAULT_INTERVAL,
+    };
+    Ok(CheckpointSpec {
+        enabled: entry.and_then(|e| e.enabled).unwrap_or(true),
+        dir,
+        interval,
+    })
+}
+
+fn checkpoint_interval(text: &str) -> anyhow::Result<Duration> {
+    let ms = parse_duration_ms(text)?;
+    anyhow::ensure!(
+        ms > 0,
+        "must be more than zero (to turn checkpoints off, set enabled = false)"
+    );
+    Ok(Duration::from_millis(ms as u64))
+}
+
 fn resolve_source(
     entry: &SourceEntry,
     resolve: &impl Fn(&str) -> PathBuf,
 ) -> anyhow::Result<SourceSpec> {
+    let kafka_fields = [
+        ("brokers", entry.brokers.is_some()),
+        ("topic", entry.topic.is_some() || entry.topics.is_some()),
+        ("group", entry.group.is_some()),
+        ("startup", entry.startup.is_some()),
+        ("bounded", entry.bounded.is_some()),
+        ("connect_timeout", entry.connect_timeout.is_some()),
+        ("properties", entry.properties.is_some()),
+    ];
+    if entry.kind != SourceKind::Kafka {
+        if let Some((field, _)) = kafka_fields.iter().find(|(_, set)| *set) {
+            bail!("{field}: only kafka sources take it");
+        }
+    }
     let location = match (entry.kind, &entry.path) {
         (SourceKind::File, Some(path)) => SourceLocation::File(resolve(path)),
         (SourceKind::File, None) => bail!("path: a file source needs a path"),
         (SourceKind::Stdin, None) => SourceLocation::Stdin,
-        (SourceKind::Stdin, Some(_)) => bail!("path: a stdin source takes no path"),
+        (SourceKind::Stdin | SourceKind::Kafka, Some(_)) => {
+            bail!("path: a {:?} source takes no path", entry.kind)
+        }
+        (SourceKind::Kafka, None) => SourceLocation::Kafka(kafka_source(entry)?),
     };
     let out_of_orderness_ms = match &entry.out_of_orderness {
         Some(text) => parse_duration_ms(text).context("out_of_orderness")?,
         None => 0,
     };
+    let idle_timeout = match (&entry.idle_timeout, entry.kind) {
+        (Some(text), _) => match parse_duration_ms(text).context("idle_timeout")? {
+            0 => None,
+            ms => Some(Duration::from_millis(ms as u64)),
+        },
+        (None, SourceKind::Kafka) => Some(DEFAULT_KAFKA_IDLE_TIMEOUT),
+        (None, _) => None,
+    };
     // Check the field paths now, so a bad pointer is a start-up error, not a dead letter per line.
-    crate::source::extract::FieldPaths::new(&[&entry.key, &entry.timestamp])
+    crate::source::decode::RecordDecoder::new(&entry.key, &entry.timestamp, entry.timestamp_format)
         .map_err(|e| anyhow::anyhow!("key/timestamp: {e}"))?;
     Ok(SourceSpec {
         name: entry.name.clone(),
@@ -382,7 +531,61 @@ fn resolve_source(
         timestamp: entry.timestamp.clone(),
         timestamp_format: entry.timestamp_format,
         out_of_orderness_ms,
+        idle_timeout,
     })
+}
+
+/// How long a Kafka partition may be quiet before it stops holding the watermark back.
+pub const DEFAULT_KAFKA_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn kafka_source(entry: &SourceEntry) -> anyhow::Result<KafkaSourceSpec> {
+    let brokers = entry
+        .brokers
+        .clone()
+        .filter(|b| !b.trim().is_empty())
+        .context("brokers: a kafka source needs its bootstrap brokers, e.g. \"127.0.0.1:9092\"")?;
+    let mut topics: Vec<String> = entry.topic.iter().cloned().collect();
+    topics.extend(entry.topics.iter().flatten().cloned());
+    anyhow::ensure!(
+        !topics.is_empty() && topics.iter().all(|t| !t.trim().is_empty()),
+        "topic: a kafka source needs a topic (or topics = [...])"
+    );
+    let connect_timeout = match &entry.connect_timeout {
+        Some(text) => {
+            Duration::from_millis(parse_duration_ms(text).context("connect_timeout")? as u64)
+        }
+        None => Duration::from_secs(30),
+    };
+    Ok(KafkaSourceSpec {
+        brokers,
+        topics,
+        group: entry.group.clone().unwrap_or_default(),
+        startup: entry.startup.unwrap_or(Startup::Committed),
+        bounded: entry.bounded.unwrap_or(false),
+        connect_timeout,
+        properties: kafka_properties(entry.properties.as_ref())?,
+    })
+}
+
+/// librdkafka properties from the pipeline file, as strings.
+fn kafka_properties(
+    properties: Option<&BTreeMap<String, toml::Value>>,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (name, value) in properties.into_iter().flatten() {
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+                value.to_string()
+            }
+            _ => bail!("properties: {name:?} must be a string, number or boolean"),
+        };
+        if name == "bootstrap.servers" {
+            bail!("properties: set the brokers field, not \"bootstrap.servers\"");
+        }
+        out.push((name.clone(), text));
+    }
+    Ok(out)
 }
 
 fn resolve_udf(
@@ -480,6 +683,7 @@ fn sink_target(
         ("brokers", entry.brokers.is_some()),
         ("topic", entry.topic.is_some()),
         ("properties", entry.properties.is_some()),
+        ("transactional", entry.transactional.is_some()),
     ];
     if entry.kind != SinkKind::Kafka {
         if let Some((field, _)) = kafka_fields.iter().find(|(_, set)| *set) {
@@ -564,24 +768,12 @@ fn kafka_target(entry: &SinkEntry) -> anyhow::Result<KafkaTarget> {
         .clone()
         .filter(|t| !t.trim().is_empty())
         .context("topic: a kafka sink needs a topic")?;
-    let mut properties = Vec::new();
-    for (name, value) in entry.properties.iter().flatten() {
-        let text = match value {
-            toml::Value::String(s) => s.clone(),
-            toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
-                value.to_string()
-            }
-            _ => bail!("properties: {name:?} must be a string, number or boolean"),
-        };
-        if name == "bootstrap.servers" {
-            bail!("properties: set the brokers field, not \"bootstrap.servers\"");
-        }
-        properties.push((name.clone(), text));
-    }
+    let properties = kafka_properties(entry.properties.as_ref())?;
     Ok(KafkaTarget {
         brokers,
         topic,
         properties,
+        transactional: entry.transactional.unwrap_or(false),
     })
 }
 
@@ -804,6 +996,7 @@ path = "out/clicks.jsonl"
                     ("batch.num.messages".into(), "100".into()),
                     ("linger.ms".into(), "5".into())
                 ],
+                transactional: false,
             })
         );
         assert_eq!(spec.sinks[0].upsert, None);

@@ -73,6 +73,7 @@ impl Emitted {
                 key: r.key.clone().map(|k| &self.bytes[k]),
                 value: &self.bytes[r.value.clone()],
                 timestamp: r.timestamp,
+                sequence: 0,
             };
             (r.output, record)
         })
@@ -312,10 +313,10 @@ impl Services {
     pub fn timer_for(&mut self, key: KeyId, domain: TimeDomain, at: Timestamp, register: bool) {
         if register {
             if self.timers.register(domain, key, at) {
-                self.keys.timer_added(key);
+                self.keys.timer_added(key, domain, at);
             }
         } else if self.timers.delete(domain, key, at) {
-            self.keys.timer_removed(key);
+            self.keys.timer_removed(key, domain, at);
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Nothing is dropped silently: a line that is not JSON, lacks its key or timestamp, or
 //! has an unparsable timestamp is written here as one JSON line naming the source, the
-//! line number and byte offset, the reason and the raw text, and counted.
+//! line number and byte offset (or Kafka partition and offset), the reason and the raw
+//! text, and counted.
 
 use super::JsonLinesSink;
 use serde::Serialize;
@@ -12,7 +13,13 @@ use std::path::Path;
 #[derive(Debug, Serialize)]
 pub struct DeadLetter<'a> {
     pub source: &'a str,
-    pub line: u64,
+    /// The line number, for files and stdin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    /// The Kafka partition, as `topic[partition]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<&'a str>,
+    /// The byte offset in a file, or the Kafka message's offset.
     pub offset: u64,
     pub reason: &'a str,
     pub raw: &'a str,
@@ -26,10 +33,22 @@ pub struct DeadLetters {
 
 impl DeadLetters {
     pub fn create(path: &Path) -> anyhow::Result<Self> {
+        Self::open(path, None)
+    }
+
+    /// Opens the output; when a checkpoint is restored, cut back to its length and count
+    /// (`(length, count)`), like every file sink.
+    pub fn open(path: &Path, resume: Option<(u64, u64)>) -> anyhow::Result<Self> {
         Ok(Self {
-            sink: JsonLinesSink::create(path)?,
-            count: 0,
+            sink: JsonLinesSink::open(path, resume.map(|(length, _)| length))?,
+            count: resume.map_or(0, |(_, count)| count),
         })
+    }
+
+    /// Makes the dead letters so far durable; returns the output's length.
+    pub fn checkpoint(&mut self) -> anyhow::Result<Option<u64>> {
+        use super::Sink;
+        Ok(self.sink.checkpoint()?.length)
     }
 
     pub fn to_sink(sink: JsonLinesSink) -> Self {

@@ -27,6 +27,18 @@ pub struct OutputRecord<'a> {
     pub key: Option<&'a [u8]>,
     pub value: &'a [u8],
     pub timestamp: i64,
+    /// The record's number in its output (0-based, counted over the pipeline's whole
+    /// history, checkpoints included): a replay gives the same record the same number.
+    pub sequence: u64,
+}
+
+/// Where a sink stood at a checkpoint, so a restored run can go back there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SinkState {
+    /// Bytes of a file sink's output (the file is truncated to this on restore).
+    pub length: Option<u64>,
+    /// Anything else the sink needs back (an upsert sink's table).
+    pub data: Vec<u8>,
 }
 
 pub trait Sink: Send {
@@ -39,23 +51,65 @@ pub trait Sink: Send {
     fn finish(&mut self) -> anyhow::Result<()> {
         self.flush()
     }
+    /// Makes everything written so far durable (a checkpoint is about to record it as
+    /// done) and says where the sink stands. Sinks that can be replayed into without
+    /// harm (upserts, Kafka with id headers) need nothing back.
+    fn checkpoint(&mut self) -> anyhow::Result<SinkState> {
+        self.flush()?;
+        Ok(SinkState::default())
+    }
 }
 
 /// One JSON document per line: the value the UDF emitted.
 pub struct JsonLinesSink {
     location: String,
     out: BufWriter<Box<dyn Write + Send>>,
+    /// The file behind `out`, to make it durable at checkpoints (`None` for stdout).
+    file: Option<File>,
+    /// Bytes handed to `out` so far, counting what the file held when it was opened.
+    written: u64,
 }
 
 impl JsonLinesSink {
+    /// Creates (or empties) the output file.
     pub fn create(path: &Path) -> anyhow::Result<Self> {
+        Self::open(path, None)
+    }
+
+    /// Opens the output file: emptied, or, when a checkpoint is restored, cut back to
+    /// the `length` it had then, so what the run wrote after the checkpoint is written
+    /// once more, not twice.
+    pub fn open(path: &Path, resume_at: Option<u64>) -> anyhow::Result<Self> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create directory {}", dir.display()))?;
         }
-        let file = File::create(path)
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(path)
             .with_context(|| format!("cannot create output file {}", path.display()))?;
-        Ok(Self::new(path.display().to_string(), Box::new(file)))
+        if !file.metadata()?.is_file() {
+            // A device or a pipe (/dev/null, a FIFO): written as a stream, never rewound.
+            return Ok(Self::new(path.display().to_string(), Box::new(file)));
+        }
+        let length = resume_at.unwrap_or(0);
+        let actual = file.metadata()?.len();
+        anyhow::ensure!(
+            actual >= length,
+            "output file {} holds {actual} bytes, fewer than the {length} the checkpoint recorded: \
+             it was changed outside weir; start over with --fresh",
+            path.display()
+        );
+        file.set_len(length)
+            .with_context(|| format!("cannot truncate output file {}", path.display()))?;
+        let mut handle = file.try_clone()?;
+        std::io::Seek::seek(&mut handle, std::io::SeekFrom::Start(length))?;
+        let mut sink = Self::new(path.display().to_string(), Box::new(handle));
+        sink.file = Some(file);
+        sink.written = length;
+        Ok(sink)
     }
 
     pub fn stdout() -> Self {
@@ -66,6 +120,8 @@ impl JsonLinesSink {
         Self {
             location,
             out: BufWriter::with_capacity(1 << 17, out),
+            file: None,
+            written: 0,
         }
     }
 
@@ -81,15 +137,30 @@ impl JsonLinesSink {
                 self.location
             );
         }
-        let result = if value.contains(&b'\n') {
+        let compacted;
+        let line = if value.contains(&b'\n') {
             let parsed: serde_json::Value = serde_json::from_slice(value)?;
-            serde_json::to_writer(&mut self.out, &parsed).map_err(std::io::Error::from)
+            compacted = serde_json::to_vec(&parsed)?;
+            &compacted[..]
         } else {
-            self.out.write_all(value)
+            value
         };
-        result
+        self.written += line.len() as u64 + 1;
+        self.out
+            .write_all(line)
             .and_then(|()| self.out.write_all(b"\n"))
             .with_context(|| format!("cannot write to {}", self.location))
+    }
+
+    /// Flushes and syncs the file; returns its length.
+    fn sync(&mut self) -> anyhow::Result<Option<u64>> {
+        self.flush()?;
+        let Some(file) = &self.file else {
+            return Ok(None);
+        };
+        file.sync_data()
+            .with_context(|| format!("cannot sync {}", self.location))?;
+        Ok(Some(self.written))
     }
 }
 
@@ -106,6 +177,13 @@ impl Sink for JsonLinesSink {
         self.out
             .flush()
             .with_context(|| format!("cannot write to {}", self.location))
+    }
+
+    fn checkpoint(&mut self) -> anyhow::Result<SinkState> {
+        Ok(SinkState {
+            length: self.sync()?,
+            data: Vec::new(),
+        })
     }
 }
 
@@ -139,6 +217,7 @@ mod tests {
             key: None,
             value,
             timestamp: 0,
+            sequence: 0,
         };
         sink.write(&rec(br#"{"a":1}"#)).unwrap();
         sink.write(&rec(b"{\n  \"b\": [1,\n 2]\n}")).unwrap();
@@ -149,5 +228,29 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             "{\"a\":1}\n{\"b\":[1,2]}\n"
         );
+    }
+
+    #[test]
+    fn resuming_cuts_the_file_back_to_its_checkpointed_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let mut sink = JsonLinesSink::create(&path).unwrap();
+        sink.write_json(b"1").unwrap();
+        let state = sink.checkpoint().unwrap();
+        assert_eq!(state.length, Some(2));
+        sink.write_json(b"22").unwrap();
+        sink.flush().unwrap();
+        drop(sink);
+        let mut resumed = JsonLinesSink::open(&path, state.length).unwrap();
+        resumed.write_json(b"3").unwrap();
+        resumed.flush().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "1\n3\n");
+        assert_eq!(resumed.checkpoint().unwrap().length, Some(4));
+        std::fs::write(&path, "").unwrap();
+        let err = JsonLinesSink::open(&path, Some(4))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("changed outside weir"), "{err}");
     }
 }

@@ -6,6 +6,11 @@ use crate::time::Timestamp;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
+/// `key = "@key"`: the key is the Kafka message's key, not a field of the value.
+pub const MESSAGE_KEY: &str = "@key";
+/// `timestamp = "@timestamp"`: the event time is the Kafka message's timestamp.
+pub const MESSAGE_TIMESTAMP: &str = "@timestamp";
+
 /// Where a source's records keep their key and timestamp.
 #[derive(Debug, Clone)]
 pub struct RecordDecoder {
@@ -13,6 +18,13 @@ pub struct RecordDecoder {
     key_path: String,
     timestamp_path: String,
     timestamp_format: TimestampFormat,
+}
+
+/// What a record carries besides its value: a Kafka message's key and timestamp.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MessageMeta<'a> {
+    pub key: Option<&'a [u8]>,
+    pub timestamp: Option<Timestamp>,
 }
 
 /// A record's key and event time, borrowed from the line where possible.
@@ -23,13 +35,24 @@ pub struct Decoded<'a> {
 }
 
 impl RecordDecoder {
-    pub fn new(
-        key: &str,
-        timestamp: &str,
+    pub fn new<'a>(
+        key: &'a str,
+        timestamp: &'a str,
         timestamp_format: TimestampFormat,
     ) -> Result<Self, String> {
+        // The message's own key or timestamp take no field: a name no JSON text has stands in.
+        let field = |path: &'a str, special: &str| -> &'a str {
+            if path == special {
+                "\u{1}message"
+            } else {
+                path
+            }
+        };
         Ok(Self {
-            paths: FieldPaths::new(&[key, timestamp])?,
+            paths: FieldPaths::new(&[
+                field(key, MESSAGE_KEY),
+                field(timestamp, MESSAGE_TIMESTAMP),
+            ])?,
             key_path: key.to_string(),
             timestamp_path: timestamp.to_string(),
             timestamp_format,
@@ -38,16 +61,39 @@ impl RecordDecoder {
 
     /// Decodes one line; the error is the reason recorded in the dead-letter output.
     pub fn decode<'a>(&self, line: &'a str) -> Result<Decoded<'a>, String> {
+        self.decode_message(line, MessageMeta::default())
+    }
+
+    /// Decodes one record whose key or timestamp may come from the message around it.
+    pub fn decode_message<'a>(
+        &self,
+        line: &'a str,
+        message: MessageMeta<'a>,
+    ) -> Result<Decoded<'a>, String> {
         let mut found: [Option<&'a RawValue>; 2] = [None, None];
         self.paths.extract(line, &mut found)?;
         let [key, ts] = found;
-        let key = key.ok_or_else(|| format!("missing key field {:?}", self.key_path))?;
-        let ts = ts.ok_or_else(|| format!("missing timestamp field {:?}", self.timestamp_path))?;
-        let key = key_bytes(key.get()).map_err(|e| format!("key field {:?} {e}", self.key_path))?;
-        let timestamp = self
-            .timestamp_format
-            .parse_json(ts.get())
-            .map_err(|e| format!("timestamp field {:?}: {e}", self.timestamp_path))?;
+        let key = if self.key_path == MESSAGE_KEY {
+            Cow::Borrowed(
+                message
+                    .key
+                    .ok_or("the message has no key (key = \"@key\")")?,
+            )
+        } else {
+            let key = key.ok_or_else(|| format!("missing key field {:?}", self.key_path))?;
+            key_bytes(key.get()).map_err(|e| format!("key field {:?} {e}", self.key_path))?
+        };
+        let timestamp = if self.timestamp_path == MESSAGE_TIMESTAMP {
+            message
+                .timestamp
+                .ok_or("the message has no timestamp (timestamp = \"@timestamp\")")?
+        } else {
+            let ts =
+                ts.ok_or_else(|| format!("missing timestamp field {:?}", self.timestamp_path))?;
+            self.timestamp_format
+                .parse_json(ts.get())
+                .map_err(|e| format!("timestamp field {:?}: {e}", self.timestamp_path))?
+        };
         Ok(Decoded { key, timestamp })
     }
 }
@@ -73,6 +119,26 @@ mod tests {
 
     fn decoder() -> RecordDecoder {
         RecordDecoder::new("ad_id", "/clicked_at", TimestampFormat::Datetime).unwrap()
+    }
+
+    #[test]
+    fn key_and_timestamp_from_the_message() {
+        let d =
+            RecordDecoder::new(MESSAGE_KEY, MESSAGE_TIMESTAMP, TimestampFormat::EpochMs).unwrap();
+        let meta = MessageMeta {
+            key: Some(b"k1"),
+            timestamp: Some(42),
+        };
+        let decoded = d.decode_message(r#"{"x":1}"#, meta).unwrap();
+        assert_eq!((decoded.key.as_ref(), decoded.timestamp), (&b"k1"[..], 42));
+        let err = d
+            .decode_message(r#"{"x":1}"#, MessageMeta::default())
+            .unwrap_err();
+        assert!(err.contains("no key"), "{err}");
+        assert!(d
+            .decode_message("not json", meta)
+            .unwrap_err()
+            .contains("JSON"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! JSON-lines sources: a file, or standard input.
 
 use super::{Polled, Source, SourceRecord};
+use crate::checkpoint::Position;
 use anyhow::Context as _;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -45,14 +46,28 @@ pub struct FileSource {
 
 impl FileSource {
     pub fn open(path: &Path) -> anyhow::Result<Self> {
-        let file = File::open(path)
+        Self::open_at(path, 0, 0)
+    }
+
+    /// Opens the file to read on from byte `offset`, the start of line `line + 1`
+    /// (a checkpointed position).
+    pub fn open_at(path: &Path, offset: u64, line: u64) -> anyhow::Result<Self> {
+        let mut file = File::open(path)
             .with_context(|| format!("cannot open input file {}", path.display()))?;
+        let length = file.metadata()?.len();
+        anyhow::ensure!(
+            offset <= length,
+            "input file {} is shorter ({length} bytes) than the checkpoint's position ({offset}): \
+             it was replaced; start over with --fresh",
+            path.display()
+        );
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(offset))?;
         Ok(Self {
             location: path.display().to_string(),
             lines: LineReader {
                 reader: BufReader::with_capacity(1 << 18, file),
-                line: 0,
-                offset: 0,
+                line,
+                offset,
             },
         })
     }
@@ -70,6 +85,13 @@ impl Source for FileSource {
             .with_context(|| format!("cannot read {}", self.location))?;
         Ok(if more { Polled::Record } else { Polled::End })
     }
+
+    fn positions(&self) -> Vec<Position> {
+        vec![Position::File {
+            offset: self.lines.offset,
+            line: self.lines.line,
+        }]
+    }
 }
 
 /// Standard input (or any reader), read on its own thread so that the pipeline can fire
@@ -77,6 +99,8 @@ impl Source for FileSource {
 pub struct StdinSource {
     location: String,
     lines: Receiver<std::io::Result<SourceRecord>>,
+    /// Lines taken so far.
+    line: u64,
 }
 
 impl StdinSource {
@@ -114,6 +138,7 @@ impl StdinSource {
         Self {
             location: location.to_string(),
             lines: rx,
+            line: 0,
         }
     }
 }
@@ -127,12 +152,17 @@ impl Source for StdinSource {
         match self.lines.recv_timeout(wait) {
             Ok(Ok(next)) => {
                 *record = next;
+                self.line = record.line;
                 Ok(Polled::Record)
             }
             Ok(Err(e)) => Err(e).with_context(|| format!("cannot read {}", self.location)),
             Err(RecvTimeoutError::Timeout) => Ok(Polled::Idle),
             Err(RecvTimeoutError::Disconnected) => Ok(Polled::End),
         }
+    }
+
+    fn positions(&self) -> Vec<Position> {
+        vec![Position::Stream { line: self.line }]
     }
 }
 
@@ -163,6 +193,31 @@ mod tests {
                 ("{\"a\":3}".into(), 5, 21)
             ]
         );
+    }
+
+    #[test]
+    fn a_file_reopened_at_its_position_reads_on_from_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        std::fs::write(&path, "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n").unwrap();
+        let mut source = FileSource::open(&path).unwrap();
+        let mut rec = SourceRecord::default();
+        source.poll(&mut rec, Duration::ZERO).unwrap();
+        let Position::File { offset, line } = source.positions()[0].clone() else {
+            panic!()
+        };
+        assert_eq!((offset, line), (8, 1));
+        let mut resumed = FileSource::open_at(&path, offset, line).unwrap();
+        resumed.poll(&mut rec, Duration::ZERO).unwrap();
+        assert_eq!(
+            (rec.data.as_slice(), rec.line, rec.offset),
+            (&b"{\"a\":2}"[..], 2, 8)
+        );
+        let err = FileSource::open_at(&path, 1_000, 9)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("shorter"), "{err}");
     }
 
     #[test]

@@ -7,11 +7,18 @@
 //!
 //! Each key holds one [`Slot`] per state it uses: a value, a list or a map of bytes,
 //! as declared by name in the [`StateRegistry`]. The bytes are the guest's encoding.
+//! Each key also lists its own pending timers, so a checkpoint can save a key whole.
+//!
+//! For incremental checkpoints the table [tracks changes](KeyTable::track_changes): every
+//! key whose state or timers changed since the last checkpoint, and every key released
+//! since, so a checkpoint writes only those.
 
 mod registry;
 
 pub use registry::{StateId, StateKind, StateRegistry};
 
+use crate::time::timers::TimeDomain;
+use crate::time::Timestamp;
 use hashbrown::{DefaultHashBuilder, HashTable};
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
@@ -27,7 +34,7 @@ pub type KeyId = u32;
 pub type ByteMap = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// The contents of one state of one key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Slot {
     Value(Vec<u8>),
     List(Vec<Vec<u8>>),
@@ -52,8 +59,10 @@ pub struct KeyEntry {
     /// One slot per state in use, few per key, so a small vector beats a map.
     slots: SmallVec<[(StateId, Slot); 1]>,
     /// Pending timers of this key (both domains); the key is kept while any are.
-    timers: u32,
+    timers: SmallVec<[(TimeDomain, Timestamp); 1]>,
     in_use: bool,
+    /// Changed since the last checkpoint (and listed in [`KeyTable::changed`]).
+    dirty: bool,
 }
 
 impl KeyEntry {
@@ -107,8 +116,13 @@ impl KeyEntry {
         !self.slots.is_empty()
     }
 
-    pub fn pending_timers(&self) -> u32 {
-        self.timers
+    pub fn pending_timers(&self) -> usize {
+        self.timers.len()
+    }
+
+    /// The key's pending timers, in no particular order.
+    pub fn timers(&self) -> &[(TimeDomain, Timestamp)] {
+        &self.timers
     }
 }
 
@@ -120,6 +134,12 @@ pub struct KeyTable {
     hasher: DefaultHashBuilder,
     free: Vec<KeyId>,
     live: usize,
+    /// Whether changes are tracked for incremental checkpoints.
+    tracking: bool,
+    /// Keys changed since the last checkpoint (each once, while its `dirty` flag is set).
+    changed: Vec<KeyId>,
+    /// Keys released since the last checkpoint.
+    released: Vec<Key>,
 }
 
 impl KeyTable {
@@ -167,23 +187,53 @@ impl KeyTable {
         &self.entries[id as usize]
     }
 
+    /// The entry of `id`, to change: the key counts as changed for the next checkpoint.
     pub fn entry_mut(&mut self, id: KeyId) -> &mut KeyEntry {
+        self.mark_changed(id);
         &mut self.entries[id as usize]
     }
 
-    pub fn timer_added(&mut self, id: KeyId) {
-        self.entries[id as usize].timers += 1;
+    pub fn timer_added(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
+        self.entry_mut(id).timers.push((domain, at));
     }
 
-    pub fn timer_removed(&mut self, id: KeyId) {
+    pub fn timer_removed(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
+        let timers = &mut self.entry_mut(id).timers;
+        let pos = timers
+            .iter()
+            .position(|&t| t == (domain, at))
+            .expect("a removed timer was pending");
+        timers.swap_remove(pos);
+    }
+
+    /// From now on, remembers which keys change, for [`take_changes`](Self::take_changes).
+    pub fn track_changes(&mut self) {
+        self.tracking = true;
+    }
+
+    fn mark_changed(&mut self, id: KeyId) {
         let entry = &mut self.entries[id as usize];
-        entry.timers = entry.timers.checked_sub(1).expect("timer count underflow");
+        if self.tracking && !entry.dirty {
+            entry.dirty = true;
+            self.changed.push(id);
+        }
+    }
+
+    /// The keys released and the keys changed since the last call, and forgets them.
+    /// A key may be in both (released, then used again): apply the releases first.
+    pub fn take_changes(&mut self) -> (Vec<Key>, Vec<KeyId>) {
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.retain(|&id| {
+            let entry = &mut self.entries[id as usize];
+            std::mem::replace(&mut entry.dirty, false) && entry.in_use
+        });
+        (std::mem::take(&mut self.released), changed)
     }
 
     /// Releases the key if it holds neither state nor timers, so its id can be reused.
     pub fn release_if_unused(&mut self, id: KeyId) {
         let entry = &self.entries[id as usize];
-        if !entry.in_use || entry.has_state() || entry.timers > 0 {
+        if !entry.in_use || entry.has_state() || !entry.timers.is_empty() {
             return;
         }
         let hash = self.hasher.hash_one(entry.key.as_slice());
@@ -191,8 +241,12 @@ impl KeyTable {
             found.remove();
         }
         let entry = &mut self.entries[id as usize];
-        entry.key = Key::new();
+        let key = std::mem::take(&mut entry.key);
+        if self.tracking {
+            self.released.push(key);
+        }
         entry.in_use = false;
+        entry.dirty = false;
         self.free.push(id);
         self.live -= 1;
     }
@@ -246,7 +300,7 @@ mod tests {
         assert_eq!(table.find(b"ad-1"), Some(a), "a key with state is kept");
 
         table.entry_mut(a).clear_all();
-        table.timer_added(a);
+        table.timer_added(a, TimeDomain::EventTime, 10);
         table.release_if_unused(a);
         assert_eq!(
             table.find(b"ad-1"),
@@ -254,7 +308,7 @@ mod tests {
             "a key with a pending timer is kept"
         );
 
-        table.timer_removed(a);
+        table.timer_removed(a, TimeDomain::EventTime, 10);
         table.release_if_unused(a);
         assert_eq!(table.find(b"ad-1"), None);
         assert_eq!(table.len(), 1);
@@ -279,6 +333,32 @@ mod tests {
         assert_eq!(table.len(), 5_000);
         assert_eq!(table.find(b"k1"), Some(ids[1]));
         assert_eq!(table.find(b"k0"), None);
+    }
+
+    #[test]
+    fn changes_are_tracked_once_per_key_and_releases_remembered() {
+        let mut table = KeyTable::new();
+        let early = table.intern(b"before tracking");
+        table.entry_mut(early).set_slot(0, Slot::Value(vec![0]));
+        table.track_changes();
+        let a = table.intern(b"a");
+        let b = table.intern(b"b");
+        table.entry_mut(a).set_slot(0, Slot::Value(vec![1]));
+        table.entry_mut(a).set_slot(0, Slot::Value(vec![2]));
+        table.timer_added(b, TimeDomain::ProcessingTime, 5);
+        table.timer_removed(b, TimeDomain::ProcessingTime, 5);
+        table.release_if_unused(b);
+        let (released, changed) = table.take_changes();
+        assert_eq!(changed, vec![a], "b was released, so it is not a change");
+        assert_eq!(released, vec![Key::from_slice(b"b")]);
+        assert_eq!(
+            table.take_changes(),
+            (vec![], vec![]),
+            "forgotten once taken"
+        );
+        table.timer_added(early, TimeDomain::EventTime, 7);
+        assert_eq!(table.entry(early).timers(), &[(TimeDomain::EventTime, 7)]);
+        assert_eq!(table.take_changes().1, vec![early]);
     }
 
     #[test]

@@ -52,6 +52,12 @@ impl StateRegistry {
             .map(|(name, kind)| (name.as_str(), *kind))
     }
 
+    /// The id and kind of the state declared as `name`.
+    pub fn find(&self, name: &str) -> Option<(StateId, StateKind)> {
+        let id = *self.by_name.get(name)?;
+        Some((id, self.declared[id as usize].1))
+    }
+
     pub fn len(&self) -> usize {
         self.declared.len()
     }

@@ -4,7 +4,10 @@
 //! `forBoundedOutOfOrderness`): after each record its watermark becomes
 //! `max timestamp seen - out_of_orderness` if that is larger. The pipeline's watermark
 //! is the minimum over its sources; a source that has ended no longer holds it back, and
-//! once every source has ended the watermark is [`END_OF_TIME`].
+//! once every source has ended the watermark is [`END_OF_TIME`]. A source marked idle
+//! (no record for its `idle_timeout`) does not hold it back either until it delivers
+//! again; when every source left is idle, the watermark moves to the largest of theirs,
+//! as Flink's `StatusWatermarkValve` does.
 
 use super::{Timestamp, END_OF_TIME, MIN_WATERMARK};
 
@@ -14,6 +17,7 @@ pub struct BoundedOutOfOrderness {
     out_of_orderness: Timestamp,
     watermark: Timestamp,
     ended: bool,
+    idle: bool,
 }
 
 impl BoundedOutOfOrderness {
@@ -22,7 +26,13 @@ impl BoundedOutOfOrderness {
             out_of_orderness: out_of_orderness_ms,
             watermark: MIN_WATERMARK,
             ended: false,
+            idle: false,
         }
+    }
+
+    /// The watermark from the timestamps seen, ended or not (what a checkpoint keeps).
+    pub fn seen(&self) -> Timestamp {
+        self.watermark
     }
 
     /// Accounts for a record's timestamp.
@@ -84,15 +94,41 @@ impl PipelineWatermark {
         self.recompute()
     }
 
+    /// Marks source `source` idle (or active again); returns the new watermark if it advanced.
+    pub fn set_idle(&mut self, source: usize, idle: bool) -> Option<Timestamp> {
+        self.sources[source].idle = idle;
+        self.recompute()
+    }
+
+    pub fn source(&self, source: usize) -> &BoundedOutOfOrderness {
+        &self.sources[source]
+    }
+
+    /// Puts back checkpointed watermarks: each source's, and the pipeline's.
+    pub fn restore(&mut self, sources: &[Option<Timestamp>], current: Timestamp) {
+        for (generator, seen) in self.sources.iter_mut().zip(sources) {
+            if let Some(seen) = seen {
+                generator.watermark = *seen;
+            }
+        }
+        self.current = current;
+    }
+
     pub fn all_ended(&self) -> bool {
         self.sources.iter().all(BoundedOutOfOrderness::is_ended)
     }
 
     fn combined(&self) -> Timestamp {
+        let active = self.sources.iter().filter(|s| !s.ended && !s.idle);
+        if let Some(min) = active.map(|s| s.watermark).min() {
+            return min;
+        }
+        // Nothing active: the idle ones' largest watermark, or the end once all ended.
         self.sources
             .iter()
-            .map(BoundedOutOfOrderness::current)
-            .min()
+            .filter(|s| !s.ended)
+            .map(|s| s.watermark)
+            .max()
             .unwrap_or(END_OF_TIME)
     }
 
@@ -136,5 +172,27 @@ mod tests {
         assert_eq!(wm.observe(0, 60_000), None);
         assert_eq!(wm.end(1), Some(60_000));
         assert_eq!(wm.end(0), Some(END_OF_TIME));
+    }
+
+    #[test]
+    fn idle_sources_stop_holding_back_until_they_deliver_again() {
+        let mut wm = PipelineWatermark::new(vec![
+            BoundedOutOfOrderness::new(0),
+            BoundedOutOfOrderness::new(0),
+            BoundedOutOfOrderness::new(0),
+        ]);
+        wm.observe(0, 100);
+        wm.observe(1, 50);
+        assert_eq!(wm.current(), MIN_WATERMARK, "source 2 has seen nothing");
+        assert_eq!(wm.set_idle(2, true), Some(50));
+        assert_eq!(wm.set_idle(1, true), Some(100));
+        assert_eq!(
+            wm.set_idle(0, true),
+            None,
+            "all idle: the largest, still 100"
+        );
+        wm.set_idle(2, false);
+        assert_eq!(wm.observe(2, 30), None, "active again, but never backwards");
+        assert_eq!(wm.current(), 100);
     }
 }

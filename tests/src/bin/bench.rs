@@ -40,6 +40,7 @@ fn main() -> anyhow::Result<()> {
             "native" => run_with(
                 &spec,
                 Box::new(NativeChangeOnlyCounter::default()),
+                native_identity(),
                 &RunOptions::default(),
             ),
             _ => run(&spec, &RunOptions::default()),
@@ -53,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         run_with(
             &spec,
             Box::new(NativeChangeOnlyCounter::default()),
+            native_identity(),
             &RunOptions::default(),
         )
         .map_err(|f| anyhow::anyhow!("{f}"))
@@ -154,7 +156,17 @@ type = "discard"
         dead_letter: Some(data.join("counter.dead-letter.jsonl")),
         ..Overrides::default()
     };
-    PipelineSpec::load(&path, &overrides)
+    let mut spec = PipelineSpec::load(&path, &overrides)?;
+    spec.checkpoint.enabled = false;
+    Ok(spec)
+}
+
+/// The checkpoint identity of the native function (the benchmark takes no checkpoints).
+fn native_identity() -> weir_host::checkpoint::UdfIdentity {
+    weir_host::checkpoint::UdfIdentity {
+        name: "native-change-only-counter".into(),
+        sha256: String::new(),
+    }
 }
 
 /// Peak RSS of `weir run` with a million open orders, and with one.

@@ -1,20 +1,33 @@
 //! Running a pipeline: wiring sources, the keyed operator, the UDF and the sinks.
 //!
-//! Sources are merged by the timestamp of each one's next record (smallest first, ties
-//! in pipeline-file order), so several files replay deterministically; a live source
-//! with nothing ready does not hold the others back. Records that cannot be decoded go
-//! to the dead-letter output. The run ends when every source has ended, after the final
-//! watermark and the remaining processing-time timers have fired.
+//! Every source partition (a file, stdin, one Kafka partition) is an input with its own
+//! read-ahead queue and watermark. Inputs are merged by the timestamp of each one's next
+//! record (smallest first, ties in pipeline-file order), so several files replay
+//! deterministically; a live input with nothing ready does not hold the others back, and
+//! one quiet for its `idle_timeout` stops holding the watermark back. Records that cannot
+//! be decoded go to the dead-letter output. The run ends when every source has ended,
+//! after the final watermark and the remaining processing-time timers have fired.
+//!
+//! Checkpoints ([`checkpointing`]) are taken between records once the read-ahead queues
+//! are drained, every `interval` and when the run is stopped; a run resumes from the
+//! newest one, and a run that completes removes them.
 
+mod checkpointing;
+mod report;
+
+pub use report::RunReport;
+
+use crate::checkpoint::{Checkpointer, UdfIdentity};
 use crate::operator::{Activity, KeyedOperator, OperatorError};
 use crate::pipeline::{PipelineSpec, SinkSpec, SinkTarget, SourceLocation};
 use crate::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
 use crate::runtime::{ElementRef, InitInfo, ProcessFunction};
 use crate::sink::{
-    DeadLetter, DeadLetters, DiscardSink, JsonLinesSink, KafkaSink, PostgresSink, Sink, UpsertSink,
+    DeadLetter, DeadLetters, DiscardSink, JsonLinesSink, KafkaSink, PostgresSink, Sink, SinkState,
+    UpsertSink,
 };
-use crate::source::decode::RecordDecoder;
-use crate::source::{FileSource, Polled, Source, SourceRecord, StdinSource};
+use crate::source::decode::{MessageMeta, RecordDecoder};
+use crate::source::{Polled, Source, SourceRecord};
 use crate::time::{display, wall_clock_ms, Timestamp};
 use anyhow::Context as _;
 use std::collections::VecDeque;
@@ -23,67 +36,6 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The figures of a finished (or failed) run.
-#[derive(Debug, Clone, Default)]
-pub struct RunReport {
-    pub pipeline: String,
-    pub udf: String,
-    /// Per source: name, records read (including dead letters).
-    pub sources: Vec<(String, u64)>,
-    /// Per output: name, records emitted.
-    pub outputs: Vec<(String, u64)>,
-    pub processed: u64,
-    pub dead_letters: u64,
-    pub dead_letter_path: String,
-    pub late: u64,
-    pub event_timers: u64,
-    pub processing_timers: u64,
-    pub elapsed: Duration,
-    /// The process's peak resident memory, where the OS tells it (Linux).
-    pub peak_rss_bytes: Option<u64>,
-    /// Stopped by a signal before the input ended.
-    pub interrupted: bool,
-}
-
-impl RunReport {
-    pub fn records_per_second(&self) -> f64 {
-        self.processed as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-
-    /// The summary printed on stderr at the end of a run.
-    pub fn summary(&self) -> String {
-        let mut s = format!("weir: pipeline {:?} (UDF {:?})\n", self.pipeline, self.udf);
-        for (name, read) in &self.sources {
-            s += &format!("  source {name}: {read} records read\n");
-        }
-        for (name, emitted) in &self.outputs {
-            s += &format!("  output {name}: {emitted} records emitted\n");
-        }
-        s += &format!(
-            "  dead letters: {} ({})\n",
-            self.dead_letters, self.dead_letter_path
-        );
-        s += &format!("  late records: {}\n", self.late);
-        s += &format!(
-            "  timers fired: {} event-time, {} processing-time\n",
-            self.event_timers, self.processing_timers
-        );
-        if self.interrupted {
-            s += "  stopped before the input ended: pending timers were not fired\n";
-        }
-        if let Some(peak) = self.peak_rss_bytes {
-            s += &format!("  peak memory (RSS): {:.1} MB\n", peak as f64 / 1e6);
-        }
-        s += &format!(
-            "  processed {} records in {:.3} s ({:.0} records/s)",
-            self.processed,
-            self.elapsed.as_secs_f64(),
-            self.records_per_second()
-        );
-        s
-    }
-}
 
 /// A failed run: what went wrong, and the figures up to then.
 #[derive(Debug)]
@@ -104,8 +56,11 @@ pub struct RunOptions {
     /// Show a progress line on stderr (only when stderr is a terminal).
     pub progress: bool,
     /// Set (by a signal handler, say) to stop the run: reading stops at the next record
-    /// boundary, what was processed is written out, and the run ends successfully.
+    /// boundary, what was read is processed, a checkpoint is taken, and the run ends
+    /// successfully.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Deletes the checkpoints in the state directory before starting.
+    pub fresh: bool,
 }
 
 /// Runs a pipeline with its wasm UDF.
@@ -119,25 +74,53 @@ pub fn run(spec: &PipelineSpec, options: &RunOptions) -> Result<RunReport, RunFa
         memory_bytes: spec.udf.memory_limit_bytes,
         call_timeout: spec.udf.call_timeout,
     };
+    let identity = udf_identity(&spec.udf.name, &spec.udf.path).map_err(fail)?;
     run_with(
         spec,
         Box::new(WasmFunction::new(component, limits)),
+        identity,
         options,
     )
 }
 
-/// One source with its decoder and the records it has read ahead.
-struct Input {
+/// The UDF's name and the SHA-256 of its component file, recorded in checkpoints.
+pub fn udf_identity(name: &str, path: &std::path::Path) -> anyhow::Result<UdfIdentity> {
+    use sha2::Digest as _;
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let digest = sha2::Sha256::digest(&bytes);
+    Ok(UdfIdentity {
+        name: name.to_string(),
+        sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+    })
+}
+
+/// One source: where its records come from and how they are decoded.
+struct SourceSlot {
     name: String,
-    input_index: u32,
     source: Box<dyn Source>,
     decoder: RecordDecoder,
+    /// Its partitions' inputs.
+    inputs: Range<usize>,
+    exhausted: bool,
+}
+
+/// One partition of a source, with the records it has read ahead.
+struct Input {
+    /// The source's name, or `source:topic[partition]` for a Kafka partition.
+    name: String,
+    /// Its source (an index into `Runner::sources`).
+    source: usize,
+    /// The UDF input it feeds.
+    input_index: u32,
     queue: VecDeque<Pending>,
     /// The source said it has no more records (some may still be queued).
     exhausted: bool,
     /// The source is exhausted and its queue drained: it no longer holds the watermark.
     ended: bool,
     read: u64,
+    idle_timeout: Option<Duration>,
+    last_record: Instant,
+    idle: bool,
 }
 
 /// A decoded record waiting its turn.
@@ -172,13 +155,15 @@ const READ_AHEAD: usize = 512;
 pub fn run_with(
     spec: &PipelineSpec,
     function: Box<dyn ProcessFunction>,
+    identity: UdfIdentity,
     options: &RunOptions,
 ) -> Result<RunReport, RunFailure> {
     let started = Instant::now();
-    let mut runner = Runner::open(spec, function).map_err(|error| RunFailure {
-        error,
-        report: None,
-    })?;
+    let mut runner =
+        Runner::open(spec, function, identity, options).map_err(|error| RunFailure {
+            error,
+            report: None,
+        })?;
     let result = runner.run(options);
     let mut report = runner.report();
     report.elapsed = started.elapsed();
@@ -194,42 +179,81 @@ pub fn run_with(
 
 struct Runner {
     pipeline: String,
+    udf: UdfIdentity,
     /// The run was stopped before its input ended.
     interrupted: bool,
+    sources: Vec<SourceSlot>,
     inputs: Vec<Input>,
     /// Record buffers to reuse.
     spare: Vec<SourceRecord>,
     operator: KeyedOperator,
     outputs: Vec<String>,
     dead_letters: DeadLetters,
+    checkpointer: Option<Checkpointer>,
+    /// Positions of the last checkpoint written, per source, to commit once it is durable.
+    uncommitted: Option<Vec<Vec<crate::checkpoint::Position>>>,
 }
 
 impl Runner {
-    fn open(spec: &PipelineSpec, function: Box<dyn ProcessFunction>) -> anyhow::Result<Self> {
+    fn open(
+        spec: &PipelineSpec,
+        function: Box<dyn ProcessFunction>,
+        udf: UdfIdentity,
+        options: &RunOptions,
+    ) -> anyhow::Result<Self> {
+        let (checkpointer, chain) = if spec.checkpoint.enabled {
+            let (checkpointer, chain) = Checkpointer::open(
+                &spec.checkpoint.dir,
+                spec.checkpoint.interval,
+                options.fresh,
+            )?;
+            (Some(checkpointer), chain)
+        } else {
+            (None, None)
+        };
+        let restored = checkpointing::Restored::check(chain, spec, &udf)?;
+
         let input_names = spec.input_names();
+        let mut sources = Vec::new();
         let mut inputs = Vec::new();
+        let mut delays = Vec::new();
         for s in &spec.sources {
-            let source: Box<dyn Source> = match &s.location {
-                SourceLocation::File(path) => Box::new(FileSource::open(path)?),
-                SourceLocation::Stdin => Box::new(StdinSource::stdin()),
-            };
+            let source = restored.open_source(s)?;
             let decoder = RecordDecoder::new(&s.key, &s.timestamp, s.timestamp_format)
                 .map_err(|e| anyhow::anyhow!("source {:?}: {e}", s.name))?;
-            inputs.push(Input {
+            let first = inputs.len();
+            let partitions = source.partitions();
+            let input_index = input_names
+                .iter()
+                .position(|n| n == &s.input)
+                .expect("input named by a source") as u32;
+            for partition in &partitions {
+                let name = match s.location {
+                    SourceLocation::Kafka(_) => format!("{}:{partition}", s.name),
+                    _ => s.name.clone(),
+                };
+                inputs.push(Input {
+                    read: restored.input(&name).map_or(0, |i| i.read),
+                    name,
+                    source: sources.len(),
+                    input_index,
+                    queue: VecDeque::new(),
+                    exhausted: false,
+                    ended: false,
+                    idle_timeout: s.idle_timeout,
+                    last_record: Instant::now(),
+                    idle: false,
+                });
+                delays.push(s.out_of_orderness_ms);
+            }
+            sources.push(SourceSlot {
                 name: s.name.clone(),
-                input_index: input_names
-                    .iter()
-                    .position(|n| n == &s.input)
-                    .expect("input named by a source") as u32,
                 source,
                 decoder,
-                queue: VecDeque::new(),
+                inputs: first..inputs.len(),
                 exhausted: false,
-                ended: false,
-                read: 0,
             });
         }
-        let delays: Vec<i64> = spec.sources.iter().map(|s| s.out_of_orderness_ms).collect();
         let mut operator = KeyedOperator::new(function, &delays, wall_clock_ms());
         operator.set_max_batch(spec.udf.max_batch);
         let info = InitInfo {
@@ -272,18 +296,30 @@ impl Runner {
                 .iter()
                 .find(|s| &s.output == output)
                 .expect("checked above");
-            sinks.push(open_sink(spec_sink)?);
+            sinks.push(open_sink(spec_sink, &spec.name, restored.sink(output))?);
         }
         operator.bind_sinks(sinks);
-        let dead_letters = DeadLetters::create(&spec.dead_letter).context("dead-letter output")?;
+        let input_names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+        restored
+            .restore_operator(&mut operator, &input_names, &outputs)
+            .context("cannot restore the checkpoint")?;
+        if checkpointer.is_some() {
+            operator.host_mut().keys.track_changes();
+        }
+        let dead_letters = DeadLetters::open(&spec.dead_letter, restored.dead_letters())
+            .context("dead-letter output")?;
         Ok(Self {
             pipeline: spec.name.clone(),
+            udf,
             interrupted: false,
+            sources,
             inputs,
             spare: Vec::new(),
             operator,
             outputs,
             dead_letters,
+            checkpointer,
+            uncommitted: None,
         })
     }
 
@@ -298,20 +334,34 @@ impl Runner {
                 .is_some_and(|s| s.load(Ordering::Relaxed))
         };
         loop {
-            if stopped() {
-                // Like Flink's stop without drain: pending timers are not fired, and the
-                // state they wait on is lost with the process (no checkpoints yet).
-                self.interrupted = true;
-                self.operator
-                    .close_sinks()
-                    .map_err(|e| self.describe(e, None))?;
-                self.dead_letters.flush()?;
-                if let Some(bar) = progress {
-                    bar.finish_and_clear();
+            // A stop or a checkpoint waits for what was read ahead to be processed, so
+            // that the sources' positions are exactly what the state has seen.
+            let stopping = stopped();
+            let checkpoint_due = self.checkpointer.as_ref().is_some_and(|c| c.is_due());
+            let draining = stopping || checkpoint_due;
+            if draining && self.inputs.iter().all(|i| i.queue.is_empty()) {
+                if checkpoint_due || stopping {
+                    self.checkpoint()?;
                 }
-                return Ok(());
+                if stopping {
+                    // Like Flink's stop-with-savepoint: pending timers are not fired; they
+                    // are in the checkpoint, and fire when the run resumes.
+                    self.interrupted = true;
+                    self.finish_checkpoints()?;
+                    self.operator
+                        .close_sinks()
+                        .map_err(|e| self.describe(e, None))?;
+                    self.dead_letters.flush()?;
+                    if let Some(bar) = progress {
+                        bar.finish_and_clear();
+                    }
+                    return Ok(());
+                }
             }
-            self.fill()?;
+            if !draining {
+                self.fill()?;
+                self.update_idleness()?;
+            }
             self.end_drained_sources()?;
             if self.inputs.iter().all(|i| i.ended) {
                 break;
@@ -327,25 +377,25 @@ impl Runner {
             }
             let elements: Vec<(usize, ElementRef<'_>)> = chunk
                 .iter()
-                .map(|(source, p)| {
-                    let input = self.inputs[*source].input_index;
+                .map(|(input, p)| {
                     let element = ElementRef {
-                        input,
+                        input: self.inputs[*input].input_index,
                         key: p.key(),
                         value: &p.record.data,
                         timestamp: p.timestamp,
                     };
-                    (*source, element)
+                    (*input, element)
                 })
                 .collect();
             let result = self.operator.process_elements(&elements);
             drop(elements);
             if let Err((index, error)) = result {
-                let (source, pending) = &chunk[index];
+                let (input, pending) = &chunk[index];
                 let origin = Origin {
-                    source: *source,
+                    input: *input,
                     number: pending.number,
                     line: pending.record.line,
+                    offset: pending.record.offset,
                 };
                 return Err(self.describe(error, Some(origin)));
             }
@@ -370,30 +420,54 @@ impl Runner {
         }
         self.operator.finish().map_err(|e| self.describe(e, None))?;
         self.dead_letters.flush()?;
+        if let Some(checkpointer) = &mut self.checkpointer {
+            // The run is complete: nothing to resume, and a new run starts from scratch.
+            checkpointer.store.clear()?;
+        }
         if let Some(bar) = progress {
             bar.finish_and_clear();
         }
         Ok(())
     }
 
-    /// Reads ahead on every source that has room in its queue. Waits for input only when
-    /// nothing at all is ready, and then no longer than until the next processing-time timer.
+    /// Reads ahead on every source whose inputs have room in their queues. Waits for
+    /// input only when nothing at all is ready, and then no longer than until the next
+    /// processing-time timer.
     fn fill(&mut self) -> anyhow::Result<()> {
         let mut any_ready = self.inputs.iter().any(|i| !i.queue.is_empty());
-        for index in 0..self.inputs.len() {
-            while !self.inputs[index].exhausted && self.inputs[index].queue.len() < READ_AHEAD {
+        for index in 0..self.sources.len() {
+            loop {
+                let slot = &self.sources[index];
+                let full = slot
+                    .inputs
+                    .clone()
+                    .any(|i| self.inputs[i].queue.len() >= READ_AHEAD);
+                if slot.exhausted || full {
+                    break;
+                }
                 let wait = if any_ready {
                     Duration::ZERO
                 } else {
                     self.idle_wait()
                 };
                 let mut record = self.spare.pop().unwrap_or_default();
-                let input = &mut self.inputs[index];
-                match input.source.poll(&mut record, wait)? {
+                let slot = &mut self.sources[index];
+                match slot.source.poll(&mut record, wait)? {
                     Polled::Record => {
+                        let input_at = slot.inputs.start + record.partition;
+                        let decoded = decode(&slot.decoder, &record);
+                        let input = &mut self.inputs[input_at];
                         input.read += 1;
-                        match decode(&input.decoder, &record) {
+                        input.last_record = Instant::now();
+                        if input.idle {
+                            input.idle = false;
+                            self.operator
+                                .set_idle(input_at, false)
+                                .map_err(|e| self.describe(e, None))?;
+                        }
+                        match decoded {
                             Ok((key, timestamp)) => {
+                                let input = &mut self.inputs[input_at];
                                 let number = input.read;
                                 input.queue.push_back(Pending {
                                     record,
@@ -404,7 +478,7 @@ impl Runner {
                                 any_ready = true;
                             }
                             Err(reason) => {
-                                self.dead_letter(index, &record, &reason)?;
+                                self.dead_letter(input_at, &record, &reason)?;
                                 self.spare.push(record);
                             }
                         }
@@ -415,9 +489,39 @@ impl Runner {
                     }
                     Polled::End => {
                         self.spare.push(record);
-                        input.exhausted = true;
+                        slot.exhausted = true;
+                        for i in slot.inputs.clone() {
+                            self.inputs[i].exhausted = true;
+                        }
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks inputs idle that have had no record for their `idle_timeout`: they stop
+    /// holding the watermark back until they deliver again.
+    fn update_idleness(&mut self) -> anyhow::Result<()> {
+        for index in 0..self.inputs.len() {
+            let input = &mut self.inputs[index];
+            let Some(timeout) = input.idle_timeout else {
+                continue;
+            };
+            if !input.idle
+                && !input.ended
+                && input.queue.is_empty()
+                && input.last_record.elapsed() >= timeout
+            {
+                input.idle = true;
+                tracing::info!(
+                    "input {:?} has had no record for {} ms: it no longer holds the watermark back",
+                    input.name,
+                    timeout.as_millis()
+                );
+                self.operator
+                    .set_idle(index, true)
+                    .map_err(|e| self.describe(e, None))?;
             }
         }
         Ok(())
@@ -468,15 +572,18 @@ impl Runner {
 
     fn dead_letter(
         &mut self,
-        index: usize,
+        input: usize,
         record: &SourceRecord,
         reason: &str,
     ) -> anyhow::Result<()> {
-        let input = &self.inputs[index];
+        let input = &self.inputs[input];
+        let kafka = record.line == 0;
+        let partition = input.name.split_once(':').map(|(_, p)| p);
         let raw = String::from_utf8_lossy(&record.data);
         let letter = DeadLetter {
-            source: &input.name,
-            line: record.line,
+            source: &self.sources[input.source].name,
+            line: (!kafka).then_some(record.line),
+            partition: if kafka { partition } else { None },
             offset: record.offset,
             reason,
             raw: &raw,
@@ -488,14 +595,14 @@ impl Runner {
     fn describe(&self, error: OperatorError, origin: Option<Origin>) -> anyhow::Error {
         let udf = self.operator.function_name();
         let at = |o: &Origin| {
-            let input = &self.inputs[o.source];
-            format!(
-                "record {} of source {:?} (line {} of {})",
-                o.number,
-                input.name,
-                o.line,
-                input.source.location()
-            )
+            let input = &self.inputs[o.input];
+            let source = &self.sources[input.source];
+            let place = if o.line > 0 {
+                format!("line {} of {}", o.line, source.source.location())
+            } else {
+                format!("offset {} of {}", o.offset, input.name)
+            };
+            format!("record {} of source {:?} ({place})", o.number, source.name)
         };
         match &error {
             OperatorError::Udf {
@@ -534,9 +641,12 @@ impl Runner {
             pipeline: self.pipeline.clone(),
             udf: self.operator.function_name().to_string(),
             sources: self
-                .inputs
+                .sources
                 .iter()
-                .map(|i| (i.name.clone(), i.read))
+                .map(|s| {
+                    let read = s.inputs.clone().map(|i| self.inputs[i].read).sum();
+                    (s.name.clone(), read)
+                })
                 .collect(),
             outputs: self
                 .outputs
@@ -558,10 +668,16 @@ impl Runner {
 }
 
 /// Opens the sink an output is routed to.
-fn open_sink(spec: &SinkSpec) -> anyhow::Result<Box<dyn Sink>> {
+fn open_sink(
+    spec: &SinkSpec,
+    pipeline: &str,
+    resume: Option<&SinkState>,
+) -> anyhow::Result<Box<dyn Sink>> {
+    let length = resume.and_then(|r| r.length);
     let json_lines = |target: &SinkTarget| -> anyhow::Result<Option<JsonLinesSink>> {
         Ok(match target {
-            SinkTarget::File(path) => Some(JsonLinesSink::create(path)?),
+            SinkTarget::File(path) if spec.upsert.is_some() => Some(JsonLinesSink::create(path)?),
+            SinkTarget::File(path) => Some(JsonLinesSink::open(path, length)?),
             SinkTarget::Stdout => Some(JsonLinesSink::stdout()),
             SinkTarget::Discard => None,
             SinkTarget::Postgres(_) | SinkTarget::Kafka(_) => None,
@@ -569,7 +685,13 @@ fn open_sink(spec: &SinkSpec) -> anyhow::Result<Box<dyn Sink>> {
     };
     match &spec.target {
         SinkTarget::Postgres(target) => return Ok(Box::new(PostgresSink::connect(target)?)),
-        SinkTarget::Kafka(target) => return Ok(Box::new(KafkaSink::connect(target)?)),
+        SinkTarget::Kafka(target) => {
+            return Ok(Box::new(KafkaSink::connect(
+                target,
+                pipeline,
+                &spec.output,
+            )?))
+        }
         _ => {}
     }
     let Some(out) = json_lines(&spec.target)? else {
@@ -579,31 +701,42 @@ fn open_sink(spec: &SinkSpec) -> anyhow::Result<Box<dyn Sink>> {
         None => Box::new(out),
         Some(upsert) => {
             let changelog = match &upsert.changelog {
-                Some(path) => Some(JsonLinesSink::create(path)?),
+                Some(path) => Some(JsonLinesSink::open(path, length)?),
                 None => None,
             };
-            Box::new(UpsertSink::new(out, changelog, upsert.key_fields.clone())?)
+            let mut sink = UpsertSink::new(out, changelog, upsert.key_fields.clone())?;
+            if let Some(resume) = resume {
+                sink.restore_table(&resume.data)
+                    .context("the checkpoint's upsert table")?;
+            }
+            Box::new(sink)
         }
     })
 }
 
 /// Where a record came from, for messages.
 struct Origin {
-    source: usize,
+    input: usize,
     number: u64,
     line: u64,
+    offset: u64,
 }
 
 /// Decodes a record's key and timestamp; the error is the dead letter's reason.
 fn decode(decoder: &RecordDecoder, record: &SourceRecord) -> Result<(KeyBytes, Timestamp), String> {
     let line = std::str::from_utf8(&record.data).map_err(|e| format!("not UTF-8 text: {e}"))?;
-    let decoded = decoder.decode(line)?;
+    let message = MessageMeta {
+        key: record.message_key.as_deref(),
+        timestamp: record.message_timestamp,
+    };
+    let decoded = decoder.decode_message(line, message)?;
+    let data = line.as_bytes().as_ptr_range();
     let key = match decoded.key {
-        std::borrow::Cow::Borrowed(bytes) => {
+        std::borrow::Cow::Borrowed(bytes) if data.contains(&bytes.as_ptr()) => {
             let start = bytes.as_ptr() as usize - line.as_ptr() as usize;
             KeyBytes::InLine(start..start + bytes.len())
         }
-        std::borrow::Cow::Owned(bytes) => KeyBytes::Owned(bytes),
+        key => KeyBytes::Owned(key.into_owned()),
     };
     Ok((key, decoded.timestamp))
 }

@@ -1,0 +1,64 @@
+//! The figures of a run, and the summary printed at its end.
+
+use std::time::Duration;
+
+/// The figures of a finished (or failed) run.
+#[derive(Debug, Clone, Default)]
+pub struct RunReport {
+    pub pipeline: String,
+    pub udf: String,
+    /// Per source: name, records read (including dead letters).
+    pub sources: Vec<(String, u64)>,
+    /// Per output: name, records emitted.
+    pub outputs: Vec<(String, u64)>,
+    pub processed: u64,
+    pub dead_letters: u64,
+    pub dead_letter_path: String,
+    pub late: u64,
+    pub event_timers: u64,
+    pub processing_timers: u64,
+    pub elapsed: Duration,
+    /// The process's peak resident memory, where the OS tells it (Linux).
+    pub peak_rss_bytes: Option<u64>,
+    /// Stopped by a signal before the input ended.
+    pub interrupted: bool,
+}
+
+impl RunReport {
+    pub fn records_per_second(&self) -> f64 {
+        self.processed as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The summary printed on stderr at the end of a run.
+    pub fn summary(&self) -> String {
+        let mut s = format!("weir: pipeline {:?} (UDF {:?})\n", self.pipeline, self.udf);
+        for (name, read) in &self.sources {
+            s += &format!("  source {name}: {read} records read\n");
+        }
+        for (name, emitted) in &self.outputs {
+            s += &format!("  output {name}: {emitted} records emitted\n");
+        }
+        s += &format!(
+            "  dead letters: {} ({})\n",
+            self.dead_letters, self.dead_letter_path
+        );
+        s += &format!("  late records: {}\n", self.late);
+        s += &format!(
+            "  timers fired: {} event-time, {} processing-time\n",
+            self.event_timers, self.processing_timers
+        );
+        if self.interrupted {
+            s += "  stopped before the input ended: pending timers were not fired\n";
+        }
+        if let Some(peak) = self.peak_rss_bytes {
+            s += &format!("  peak memory (RSS): {:.1} MB\n", peak as f64 / 1e6);
+        }
+        s += &format!(
+            "  processed {} records in {:.3} s ({:.0} records/s)",
+            self.processed,
+            self.elapsed.as_secs_f64(),
+            self.records_per_second()
+        );
+        s
+    }
+}
