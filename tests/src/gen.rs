@@ -138,3 +138,28 @@ pub fn purchases(orders: u64, seed: u64, pause: f64, swap: f64) -> Vec<Purchase>
     }
     events
 }
+
+/// Taxi rides (seed 001) over a few hours and four zones, in order but for some late
+/// ones, within the hour of allowed lateness, that correct windows already published.
+pub fn rides(n: usize, seed: u64) -> Vec<Value> {
+    let mut rng = Rng::new(seed);
+    let mut clock = 1_761_955_200_000i64;
+    (0..n)
+        .map(|_| {
+            clock += rng.below(20_000) as i64;
+            let mut ts = clock;
+            if rng.chance(0.05) {
+                ts -= 600_000 + rng.below(1_800_000) as i64; // late, within the 1 h lateness
+            }
+            let cents = 300 + rng.below(9_000);
+            let zone = [79, 132, 161, 236][rng.below(4) as usize];
+            json!({
+                "PULocationID": zone,
+                "DOLocationID": 1,
+                "trip_distance": 1.5,
+                "total_amount": format!("{}.{:02}", cents / 100, cents % 100),
+                "tpep_pickup_datetime": ts,
+            })
+        })
+        .collect()
+}

@@ -2,35 +2,9 @@
 //! the seed 001 pipeline with its main output upserted into a table ends with exactly the
 //! rows of the file upsert sink on the same rides, corrections included.
 
-use serde_json::{json, Value};
-use weir_e2e::gen::Rng;
+use weir_e2e::gen::rides;
 use weir_e2e::services::{file_revenue_rows, revenue_rows, taxi_revenue_to_postgres, unique_table};
 use weir_e2e::{weir, Workdir};
-
-/// Rides over a few hours and zones, in order but for some late ones that correct
-/// windows already published.
-fn rides(n: usize, seed: u64) -> Vec<Value> {
-    let mut rng = Rng::new(seed);
-    let mut clock = 1_761_955_200_000i64;
-    (0..n)
-        .map(|_| {
-            clock += rng.below(20_000) as i64;
-            let mut ts = clock;
-            if rng.chance(0.05) {
-                ts -= 600_000 + rng.below(1_800_000) as i64; // late, within the 1 h lateness
-            }
-            let cents = 300 + rng.below(9_000);
-            let zone = [79, 132, 161, 236][rng.below(4) as usize];
-            json!({
-                "PULocationID": zone,
-                "DOLocationID": 1,
-                "trip_distance": 1.5,
-                "total_amount": format!("{}.{:02}", cents / 100, cents % 100),
-                "tpep_pickup_datetime": ts,
-            })
-        })
-        .collect()
-}
 
 #[test]
 fn the_table_ends_with_the_same_rows_as_the_file_upsert_sink() {

@@ -18,7 +18,7 @@ use crate::runtime::{
 };
 use crate::sink::{Sink, SinkState};
 use crate::state::KeyId;
-use crate::time::timers::TimeDomain;
+use crate::time::timers::{EventTimer, TimeDomain};
 use crate::time::watermark::{BoundedOutOfOrderness, PipelineWatermark};
 use crate::time::{Timestamp, END_OF_TIME};
 use std::fmt;
@@ -330,17 +330,17 @@ impl KeyedOperator {
     fn push_due_timers(
         &mut self,
         entries: &mut Vec<BatchEntry<'_>>,
-        last: &mut Option<(Timestamp, KeyId)>,
+        last: &mut Option<EventTimer>,
         watermark: Timestamp,
     ) {
-        for (at, key) in self.host.timers.event_due_between(*last, watermark) {
+        for timer @ (at, _, key) in self.host.timers.event_due_between(*last, watermark) {
             entries.push(BatchEntry::Timer {
                 domain: TimeDomain::EventTime,
                 timestamp: at,
                 key,
                 watermark,
             });
-            *last = Some((at, key));
+            *last = Some(timer);
         }
     }
 

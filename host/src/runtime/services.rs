@@ -311,11 +311,12 @@ impl Services {
 
     /// Registers (or deletes) a timer of `key`, keeping the key's count of timers.
     pub fn timer_for(&mut self, key: KeyId, domain: TimeDomain, at: Timestamp, register: bool) {
+        let tie = self.keys.entry(key).tie_order();
         if register {
-            if self.timers.register(domain, key, at) {
+            if self.timers.register(domain, key, tie, at) {
                 self.keys.timer_added(key, domain, at);
             }
-        } else if self.timers.delete(domain, key, at) {
+        } else if self.timers.delete(domain, key, tie, at) {
             self.keys.timer_removed(key, domain, at);
         }
     }

@@ -63,11 +63,19 @@ pub struct KeyEntry {
     in_use: bool,
     /// Changed since the last checkpoint (and listed in [`KeyTable::changed`]).
     dirty: bool,
+    /// A hash of the key's bytes that is the same in every run: orders same-time timers.
+    tie_order: u64,
 }
 
 impl KeyEntry {
     pub fn key(&self) -> &[u8] {
         &self.key
+    }
+
+    /// The key's stable hash (FNV-1a): where its timers go among timers due at the same
+    /// time, whatever id the key has in this run.
+    pub fn tie_order(&self) -> u64 {
+        self.tie_order
     }
 
     pub fn slot(&self, state: StateId) -> Option<&Slot> {
@@ -126,6 +134,13 @@ impl KeyEntry {
     }
 }
 
+/// FNV-1a: fixed, so the same key hashes the same in every run and every build.
+fn stable_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Interned keys and their state.
 #[derive(Default)]
 pub struct KeyTable {
@@ -166,6 +181,7 @@ impl KeyTable {
         };
         let entry = &mut self.entries[id as usize];
         entry.key = Key::from_slice(key);
+        entry.tie_order = stable_hash(key);
         entry.in_use = true;
         self.live += 1;
         let (entries, hasher) = (&self.entries, &self.hasher);

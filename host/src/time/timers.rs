@@ -1,7 +1,9 @@
 //! The timer service: pending event-time and processing-time timers of every key.
 //!
-//! Timers are unique per (key, domain, timestamp), like Flink's. Event-time timers sit in
-//! an ordered set and are popped one at a time while the watermark covers them, so a timer
+//! Timers are unique per (key, domain, timestamp), like Flink's. Timers due at the same
+//! time fire in an order fixed by their keys' bytes (a stable hash of them), not by key
+//! ids, so a run restored from a checkpoint fires them in the same order as the run that
+//! wrote it. Event-time timers sit in an ordered set and are popped one at a time while the watermark covers them, so a timer
 //! registered while timers fire still fires in the same watermark advance. Processing-time
 //! timers sit on a hierarchical [`TimingWheel`]; due ones are staged in timestamp order and
 //! popped one at a time too, so a timer deleted by an earlier firing never fires.
@@ -27,8 +29,12 @@ impl TimeDomain {
     }
 }
 
+/// An event-time timer's place in firing order: time, then the key's stable hash
+/// ([`crate::state::KeyEntry::tie_order`]), then its id (only if two keys' hashes collide).
+pub type EventTimer = (Timestamp, u64, KeyId);
+
 pub struct TimerService {
-    event: BTreeSet<(Timestamp, KeyId)>,
+    event: BTreeSet<EventTimer>,
     processing: TimingWheel<KeyId>,
     /// Processing-time timers taken off the wheel as due, not fired yet, in order.
     staged: VecDeque<(Timestamp, KeyId)>,
@@ -44,10 +50,11 @@ impl TimerService {
         }
     }
 
-    /// Registers a timer; returns false if it already existed.
-    pub fn register(&mut self, domain: TimeDomain, key: KeyId, at: Timestamp) -> bool {
+    /// Registers a timer of `key`, whose stable hash is `tie`; returns false if it
+    /// already existed.
+    pub fn register(&mut self, domain: TimeDomain, key: KeyId, tie: u64, at: Timestamp) -> bool {
         match domain {
-            TimeDomain::EventTime => self.event.insert((at, key)),
+            TimeDomain::EventTime => self.event.insert((at, tie, key)),
             TimeDomain::ProcessingTime => {
                 !self.staged.contains(&(at, key)) && self.processing.insert(at, key)
             }
@@ -55,9 +62,9 @@ impl TimerService {
     }
 
     /// Deletes a timer; returns false if there was none.
-    pub fn delete(&mut self, domain: TimeDomain, key: KeyId, at: Timestamp) -> bool {
+    pub fn delete(&mut self, domain: TimeDomain, key: KeyId, tie: u64, at: Timestamp) -> bool {
         match domain {
-            TimeDomain::EventTime => self.event.remove(&(at, key)),
+            TimeDomain::EventTime => self.event.remove(&(at, tie, key)),
             TimeDomain::ProcessingTime => {
                 if let Some(pos) = self.staged.iter().position(|&t| t == (at, key)) {
                     self.staged.remove(pos);
@@ -72,7 +79,9 @@ impl TimerService {
     /// Pops the earliest event-time timer at or before `watermark`.
     pub fn pop_event_due(&mut self, watermark: Timestamp) -> Option<(Timestamp, KeyId)> {
         match self.event.first() {
-            Some(&(at, _)) if at <= watermark => self.event.pop_first(),
+            Some(&(at, _, _)) if at <= watermark => {
+                self.event.pop_first().map(|(at, _, key)| (at, key))
+            }
             _ => None,
         }
     }
@@ -82,13 +91,13 @@ impl TimerService {
     /// they have fired.
     pub fn event_due_between(
         &self,
-        after: Option<(Timestamp, KeyId)>,
+        after: Option<EventTimer>,
         upto: Timestamp,
-    ) -> impl Iterator<Item = (Timestamp, KeyId)> + '_ {
+    ) -> impl Iterator<Item = EventTimer> + '_ {
         use std::ops::Bound::{Excluded, Included, Unbounded};
         let lower = after.map_or(Unbounded, Excluded);
         self.event
-            .range((lower, Included((upto, KeyId::MAX))))
+            .range((lower, Included((upto, u64::MAX, KeyId::MAX))))
             .copied()
     }
 
@@ -136,15 +145,15 @@ mod tests {
     #[test]
     fn event_timers_pop_in_order_and_dedup() {
         let mut timers = TimerService::new(0);
-        assert!(timers.register(EventTime, 2, 300));
-        assert!(timers.register(EventTime, 1, 300));
-        assert!(timers.register(EventTime, 1, 100));
+        assert!(timers.register(EventTime, 2, 2, 300));
+        assert!(timers.register(EventTime, 1, 1, 300));
+        assert!(timers.register(EventTime, 1, 1, 100));
         assert!(
-            !timers.register(EventTime, 1, 100),
+            !timers.register(EventTime, 1, 1, 100),
             "same key, domain and time: one timer"
         );
         assert!(
-            timers.register(ProcessingTime, 1, 100),
+            timers.register(ProcessingTime, 1, 1, 100),
             "other domain: another timer"
         );
         assert_eq!(timers.pending(EventTime), 3);
@@ -156,26 +165,35 @@ mod tests {
     }
 
     #[test]
+    fn same_time_timers_fire_in_key_hash_order_not_id_order() {
+        let mut timers = TimerService::new(0);
+        timers.register(EventTime, 1, 900, 50);
+        timers.register(EventTime, 2, 100, 50);
+        assert_eq!(timers.pop_event_due(50), Some((50, 2)));
+        assert_eq!(timers.pop_event_due(50), Some((50, 1)));
+    }
+
+    #[test]
     fn deleting_a_missing_timer_is_a_no_op() {
         let mut timers = TimerService::new(0);
-        assert!(!timers.delete(EventTime, 7, 5));
-        assert!(!timers.delete(ProcessingTime, 7, 5));
-        timers.register(EventTime, 7, 5);
-        assert!(timers.delete(EventTime, 7, 5));
+        assert!(!timers.delete(EventTime, 7, 7, 5));
+        assert!(!timers.delete(ProcessingTime, 7, 7, 5));
+        timers.register(EventTime, 7, 7, 5);
+        assert!(timers.delete(EventTime, 7, 7, 5));
         assert_eq!(timers.pop_event_due(i64::MAX), None);
     }
 
     #[test]
     fn staged_processing_timers_can_still_be_deleted() {
         let mut timers = TimerService::new(1_000);
-        timers.register(ProcessingTime, 1, 1_010);
-        timers.register(ProcessingTime, 1, 1_020);
-        timers.register(ProcessingTime, 2, 5_000);
+        timers.register(ProcessingTime, 1, 1, 1_010);
+        timers.register(ProcessingTime, 1, 1, 1_020);
+        timers.register(ProcessingTime, 2, 2, 5_000);
         assert_eq!(timers.next_processing_due(), Some(1_010));
         assert_eq!(timers.pop_processing_due(1_500), Some((1_010, 1)));
         // Firing the first timer deletes the second, which is already staged as due.
-        assert!(timers.delete(ProcessingTime, 1, 1_020));
-        assert!(!timers.register(ProcessingTime, 2, 5_000));
+        assert!(timers.delete(ProcessingTime, 1, 1, 1_020));
+        assert!(!timers.register(ProcessingTime, 2, 2, 5_000));
         assert_eq!(timers.pop_processing_due(1_500), None);
         assert_eq!(timers.pop_any_processing(), Some((5_000, 2)));
         assert_eq!(timers.pending(ProcessingTime), 0);
