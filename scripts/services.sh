@@ -11,7 +11,7 @@
 #     auth, fsync off) is initialised and run as the `postgres` OS user (created if missing)
 #     when this runs as root, or as the calling user otherwise. Database `weir` is created.
 #
-# Usage: scripts/services.sh start|stop|status|env
+# Usage: scripts/services.sh start|stop|status|env|topic NAME [PARTITIONS]|psql SQL
 #
 #   start   Install what is missing, start what is not answering, then print the two lines
 #           of `env`. Idempotent: services that already answer a real protocol probe (Kafka
@@ -22,6 +22,8 @@
 #   env     Print only these two lines (no probing), for tests to parse as KEY=VALUE:
 #             KAFKA=127.0.0.1:19092
 #             PG=postgres://weir@127.0.0.1:55432/weir
+#   topic   Create topic NAME (PARTITIONS, default 1) on the broker unless it exists.
+#   psql    Run SQL in database weir and print the result as a table.
 #
 # On stdout `start` and `env` print nothing but those two lines; progress and errors go to
 # stderr, prefixed "services:". A non-zero exit means something failed and says what.
@@ -559,6 +561,19 @@ case ${1:-} in
     ;;
   env)
     print_env
+    ;;
+  topic)
+    [[ -n ${2:-} ]] || { usage; exit 2; }
+    kafka_probe || die "kafka: not answering on 127.0.0.1:$kafka_port (run: $0 start)"
+    out=$("$tansu_bin" topic create --broker "tcp://127.0.0.1:$kafka_port" \
+      --partitions "${3:-1}" "$2" 2>&1) \
+      || [[ $out == *xists* ]] || die "kafka: cannot create topic $2: $out"
+    ;;
+  psql)
+    [[ -n ${2:-} ]] || { usage; exit 2; }
+    find_pg_bin
+    PGCONNECT_TIMEOUT=3 "$pg_bin/psql" -X -w -h 127.0.0.1 -p "$pg_port" -U weir -d weir \
+      -v ON_ERROR_STOP=1 -c "$2"
     ;;
   -h | --help | help)
     usage

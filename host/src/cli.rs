@@ -57,6 +57,20 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Produces JSON lines (a file, or `-` for stdin) to a Kafka topic.
+    Produce {
+        /// The file to read, or `-` for stdin.
+        input: String,
+        /// Bootstrap brokers, host:port[,host:port...].
+        #[arg(long)]
+        brokers: String,
+        /// The topic (it must exist).
+        #[arg(long)]
+        topic: String,
+        /// The JSON field (name or pointer) whose value becomes the message key.
+        #[arg(long)]
+        key: Option<String>,
+    },
 }
 
 /// SIGINT or SIGTERM stops the run gracefully; a second one exits at once.
@@ -87,6 +101,21 @@ pub fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
+        Command::Produce {
+            input,
+            brokers,
+            topic,
+            key,
+        } => match crate::produce::produce(&brokers, &topic, &input, key.as_deref()) {
+            Ok(n) => {
+                eprintln!("weir: produced {n} records to topic {topic:?}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Run {
             pipeline,
             inputs,

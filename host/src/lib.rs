@@ -19,11 +19,13 @@
 //! - [`sink`]: JSON-lines files, upsert tables, PostgreSQL, Kafka, and the dead-letter output.
 //! - [`checkpoint`]: incremental checkpoints of all of the above, and restoring them.
 //! - [`run`]: wiring a pipeline file into a running pipeline, with its run report.
+//! - [`produce`]: `weir produce`, JSON lines into a Kafka topic.
 
 pub mod checkpoint;
 pub mod cli;
 pub mod operator;
 pub mod pipeline;
+pub mod produce;
 pub mod run;
 pub mod runtime;
 pub mod sink;

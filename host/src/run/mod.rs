@@ -420,6 +420,12 @@ impl Runner {
         }
         self.operator.finish().map_err(|e| self.describe(e, None))?;
         self.dead_letters.flush()?;
+        // Everything read is in the sinks: sources with a position store of their own
+        // (Kafka groups) record the end, so a later `startup = "committed"` goes on from it.
+        for slot in &mut self.sources {
+            let positions = slot.source.positions();
+            slot.source.commit(&positions)?;
+        }
         if let Some(checkpointer) = &mut self.checkpointer {
             // The run is complete: nothing to resume, and a new run starts from scratch.
             checkpointer.store.clear()?;

@@ -64,6 +64,14 @@ impl RecordDecoder {
         self.decode_message(line, MessageMeta::default())
     }
 
+    /// Only the key of one line (the timestamp field is not looked at).
+    pub fn key_of<'a>(&self, line: &'a str) -> Result<Cow<'a, [u8]>, String> {
+        let mut found: [Option<&'a RawValue>; 2] = [None, None];
+        self.paths.extract(line, &mut found)?;
+        let key = found[0].ok_or_else(|| format!("missing key field {:?}", self.key_path))?;
+        key_bytes(key.get()).map_err(|e| format!("key field {:?} {e}", self.key_path))
+    }
+
     /// Decodes one record whose key or timestamp may come from the message around it.
     pub fn decode_message<'a>(
         &self,

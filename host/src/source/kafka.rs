@@ -9,8 +9,12 @@
 //! committed only after a checkpoint holding them is durable, so they never run ahead
 //! of what the sinks have taken. A restored checkpoint's positions win over all of that.
 //!
-//! `bounded = true` reads up to the end offsets seen at start and then ends, like
-//! Flink's `setBounded(OffsetsInitializer.latest())`: for backfills, benchmarks and tests.
+//! `bounded = true` reads until it has caught up with every partition (librdkafka's
+//! end-of-partition event) and then ends, like Flink's
+//! `setBounded(OffsetsInitializer.latest())`: for backfills, benchmarks and tests. (The
+//! end is taken from the fetches rather than from a ListOffsets request at start because
+//! some Kafka-compatible brokers, tansu 0.6 among them, answer that request with the last
+//! batch's first offset.)
 
 use super::{Polled, Source, SourceRecord};
 use crate::checkpoint::Position;
@@ -35,8 +39,10 @@ pub struct KafkaSource {
     index: HashMap<(String, i32), usize>,
     /// The offset of the next message to hand out, per partition.
     next: Vec<i64>,
-    /// With `bounded`: the end offset of each partition, seen at start.
-    end: Option<Vec<i64>>,
+    /// With `bounded`: whether each partition has been read to its end.
+    caught_up: Option<Vec<bool>>,
+    /// The end offsets the brokers gave at start (a hint: see the module docs).
+    ends: Vec<i64>,
     last_error_log: Option<Instant>,
 }
 
@@ -82,6 +88,10 @@ impl KafkaSource {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
+            .set(
+                "enable.partition.eof",
+                if spec.bounded { "true" } else { "false" },
+            )
             .set("client.id", format!("weir-{name}"));
         for (key, value) in &spec.properties {
             config.set(key, value);
@@ -137,7 +147,8 @@ impl KafkaSource {
                     Startup::Committed => committed.unwrap_or(low),
                 },
             };
-            starts.push(start.clamp(low, high.max(low)));
+            // Offsets below the log's start were deleted by retention: start at the oldest.
+            starts.push(start.max(low));
             ends.push(high);
         }
         let mut assignment = TopicPartitionList::new();
@@ -149,25 +160,50 @@ impl KafkaSource {
         consumer
             .assign(&assignment)
             .with_context(|| format!("{location}: cannot assign partitions"))?;
-        tracing::info!(
-            "source {name:?}: reading {} partition(s) of {location} from offsets {starts:?}",
-            partitions.len()
-        );
+        if spec.bounded {
+            tracing::info!(
+                "source {name:?}: reading {} partition(s) of {location} from offsets {starts:?} until caught up (end offsets at start: {ends:?})",
+                partitions.len()
+            );
+        } else {
+            tracing::info!(
+                "source {name:?}: reading {} partition(s) of {location} from offsets {starts:?}",
+                partitions.len()
+            );
+        }
         Ok(Self {
             location,
             consumer,
             partitions,
             index,
             next: starts,
-            end: spec.bounded.then_some(ends),
+            caught_up: spec.bounded.then(|| vec![false; ends.len()]),
+            ends,
             last_error_log: None,
         })
     }
 
     fn all_done(&self) -> bool {
-        self.end
+        self.caught_up
             .as_ref()
-            .is_some_and(|end| self.next.iter().zip(end).all(|(n, e)| n >= e))
+            .is_some_and(|done| done.iter().all(|&d| d))
+    }
+
+    /// librdkafka says partition `id` (of some topic) has no more messages for now.
+    fn reached_end(&mut self, id: i32) {
+        let Some(done) = &mut self.caught_up else {
+            return;
+        };
+        let candidates: Vec<usize> = (0..self.partitions.len())
+            .filter(|&i| self.partitions[i].1 == id)
+            .collect();
+        for &i in &candidates {
+            // The event does not name the topic: with several topics, a partition counts
+            // as done once it is also past the end offset the brokers gave at start.
+            if candidates.len() == 1 || self.next[i] >= self.ends[i] {
+                done[i] = true;
+            }
+        }
     }
 }
 
@@ -229,6 +265,10 @@ impl Source for KafkaSource {
             };
             let message = match result {
                 Ok(message) => message,
+                Err(KafkaError::PartitionEOF(id)) => {
+                    self.reached_end(id);
+                    continue;
+                }
                 Err(e) => {
                     // librdkafka reconnects by itself; say so now and then, not per poll.
                     if self
@@ -247,13 +287,6 @@ impl Source for KafkaSource {
             else {
                 continue;
             };
-            if let Some(end) = &self.end {
-                if message.offset() >= end[index] {
-                    // Past the bound: this partition is done; the message is not ours.
-                    self.next[index] = self.next[index].max(end[index]);
-                    continue;
-                }
-            }
             self.next[index] = message.offset() + 1;
             record.data.clear();
             record
@@ -293,7 +326,8 @@ impl Source for KafkaSource {
                     .map_err(|e| anyhow::anyhow!("{}: {e}", self.location))?;
             }
         }
-        if let Err(e) = self.consumer.commit(&list, CommitMode::Async) {
+        // Synchronous: once per checkpoint, and the last one must land before the exit.
+        if let Err(e) = self.consumer.commit(&list, CommitMode::Sync) {
             // The checkpoint holds the positions; a failed commit only delays what other
             // tools see as the group's progress.
             tracing::warn!("{}: cannot commit offsets: {e}", self.location);
