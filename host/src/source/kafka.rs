@@ -62,7 +62,13 @@ impl ClientContext for Logs {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!("kafka source: {error}: {reason}");
+        // librdkafka logs each connection failure itself (see `log`); say once more only
+        // when every broker is gone.
+        if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::AllBrokersDown) {
+            tracing::warn!("kafka source: {reason}; waiting for the brokers to come back");
+        } else {
+            tracing::debug!("kafka source: {error}: {reason}");
+        }
     }
 }
 
