@@ -5,13 +5,17 @@
 //!
 //! Each run checkpoints every 100 ms; a kill lands somewhere between two checkpoints, so
 //! the restart must cut the files back, seek the inputs and restore state and timers.
+//! A Kafka topic cannot be cut back: there the replay re-sends byte-identical records with
+//! the same `weir-id` headers, and the test de-duplicates by id as a consumer would.
 
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use weir_e2e::gen::{self, rides, Click, Rng};
-use weir_e2e::services::{file_revenue_rows, revenue_rows, taxi_revenue_to_postgres, unique_table};
+use weir_e2e::services::{
+    file_revenue_rows, kafka_brokers, revenue_rows, taxi_revenue_to_postgres, unique_table,
+};
 use weir_e2e::{repo_root, weir, weir_bin, Workdir};
 
 /// What the crashing runs went through.
@@ -319,4 +323,144 @@ fn a_damaged_newest_checkpoint_is_skipped_for_the_one_before() {
     );
     assert!(finished.stderr.contains("resuming from checkpoint"));
     assert!(read(&work.path("crashed.jsonl")) == read(&work.path("expected.jsonl")));
+}
+
+/// Every message of partition 0 of `topic`: (weir-id, key, payload, timestamp), read
+/// until nothing new has come for two seconds.
+fn read_topic_ids(topic: &str) -> Vec<(String, Option<Vec<u8>>, String, Option<i64>)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("group.id", "crash-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut list = rdkafka::TopicPartitionList::new();
+    list.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&list).unwrap();
+    let mut got = Vec::new();
+    let mut last = Instant::now();
+    let started = Instant::now();
+    while last.elapsed() < Duration::from_secs(2) && started.elapsed() < Duration::from_secs(120) {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            let id = m
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == "weir-id"))
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8(v.to_vec()).unwrap())
+                .expect("every record has a weir-id header");
+            let payload = String::from_utf8(m.payload().unwrap().to_vec()).unwrap();
+            got.push((
+                id,
+                m.key().map(<[u8]>::to_vec),
+                payload,
+                m.timestamp().to_millis(),
+            ));
+            last = Instant::now();
+        }
+    }
+    got
+}
+
+#[test]
+fn seed_000_kafka_output_deduplicates_by_weir_id_after_kill_9() {
+    let work = Workdir::new();
+    let topic = unique_table("counts_crash");
+    let status = Command::new("bash")
+        .arg(repo_root().join("scripts/services.sh"))
+        .args(["topic", &topic, "1"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let clicks = gen::clicks(150_000, 2_000, 31, 20, 2_000, 0.01, 0.0005);
+    let records: Vec<Value> = clicks.iter().map(Click::to_json).collect();
+    let input = work.write_jsonl("clicks.jsonl", &records);
+    let pipeline = work.write(
+        "pipeline.toml",
+        &format!(
+            r#"name = "crash-to-kafka"
+[[source]]
+name = "clicks"
+type = "file"
+path = "{input}"
+key = "ad_id"
+timestamp = "clicked_at"
+timestamp_format = "datetime"
+out_of_orderness = "5s"
+[udf]
+path = "{udf}"
+[udf.config]
+window = "5m"
+[[sink]]
+output = "main"
+type = "kafka"
+brokers = "{brokers}"
+topic = "{topic}"
+transactional = true
+"#,
+            udf = weir_e2e::component("change-only-counter").display(),
+            brokers = kafka_brokers()
+        ),
+    );
+    let dead = work.path("dead.jsonl").display().to_string();
+    let expected_file = work.path("expected.jsonl");
+    let started = Instant::now();
+    weir(&[
+        "run",
+        &pipeline,
+        "-q",
+        "--no-checkpoints",
+        "--output",
+        &format!("main={}", expected_file.display()),
+        "--dead-letter",
+        &dead,
+    ])
+    .assert_success();
+    let span = started.elapsed();
+    let expected: Vec<String> = read(&expected_file).lines().map(str::to_string).collect();
+
+    let crashes = run_with_crashes(
+        &args(&["run", &pipeline, "--dead-letter", &dead]),
+        &work.path("state"),
+        span,
+        17,
+        3,
+    );
+    assert!(crashes.restored >= 1, "{crashes:?}");
+
+    // De-duplicate by id, as a consumer would; every copy of an id is the same record.
+    let messages = read_topic_ids(&topic);
+    let mut by_id: std::collections::BTreeMap<u64, (Option<Vec<u8>>, String, Option<i64>)> =
+        Default::default();
+    let mut repeats = 0;
+    for (id, key, payload, ts) in messages {
+        let n: u64 = id
+            .strip_prefix("crash-to-kafka/main/")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected id {id}"));
+        let record = (key, payload, ts);
+        match by_id.get(&n) {
+            Some(first) => {
+                assert_eq!(first, &record, "record {n} was re-sent differently");
+                repeats += 1;
+            }
+            None => {
+                by_id.insert(n, record);
+            }
+        }
+    }
+    let ids: Vec<u64> = by_id.keys().copied().collect();
+    assert_eq!(
+        ids,
+        (0..expected.len() as u64).collect::<Vec<_>>(),
+        "ids are 0..n without gaps"
+    );
+    let payloads: Vec<String> = by_id.into_values().map(|(_, p, _)| p).collect();
+    assert!(
+        payloads == expected,
+        "the de-duplicated topic differs from the file run"
+    );
+    eprintln!("{crashes:?}, {repeats} repeated records de-duplicated");
 }
