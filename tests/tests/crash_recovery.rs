@@ -325,9 +325,12 @@ fn a_damaged_newest_checkpoint_is_skipped_for_the_one_before() {
     assert!(read(&work.path("crashed.jsonl")) == read(&work.path("expected.jsonl")));
 }
 
-/// Every message of partition 0 of `topic`: (weir-id, key, payload, timestamp), read
-/// until nothing new has come for two seconds.
-fn read_topic_ids(topic: &str) -> Vec<(String, Option<Vec<u8>>, String, Option<i64>)> {
+/// A Kafka record as the test compares it: key, payload, timestamp.
+type Produced = (Option<Vec<u8>>, String, Option<i64>);
+
+/// Every message of partition 0 of `topic` with its weir-id, read until nothing new has
+/// come for two seconds.
+fn read_topic_ids(topic: &str) -> Vec<(String, Produced)> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message};
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
@@ -352,12 +355,8 @@ fn read_topic_ids(topic: &str) -> Vec<(String, Option<Vec<u8>>, String, Option<i
                 .map(|v| String::from_utf8(v.to_vec()).unwrap())
                 .expect("every record has a weir-id header");
             let payload = String::from_utf8(m.payload().unwrap().to_vec()).unwrap();
-            got.push((
-                id,
-                m.key().map(<[u8]>::to_vec),
-                payload,
-                m.timestamp().to_millis(),
-            ));
+            let key = m.key().map(<[u8]>::to_vec);
+            got.push((id, (key, payload, m.timestamp().to_millis())));
             last = Instant::now();
         }
     }
@@ -432,15 +431,13 @@ transactional = true
 
     // De-duplicate by id, as a consumer would; every copy of an id is the same record.
     let messages = read_topic_ids(&topic);
-    let mut by_id: std::collections::BTreeMap<u64, (Option<Vec<u8>>, String, Option<i64>)> =
-        Default::default();
+    let mut by_id: std::collections::BTreeMap<u64, Produced> = Default::default();
     let mut repeats = 0;
-    for (id, key, payload, ts) in messages {
+    for (id, record) in messages {
         let n: u64 = id
             .strip_prefix("crash-to-kafka/main/")
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("unexpected id {id}"));
-        let record = (key, payload, ts);
         match by_id.get(&n) {
             Some(first) => {
                 assert_eq!(first, &record, "record {n} was re-sent differently");

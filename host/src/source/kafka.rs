@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 /// How long one attempt to reach the brokers waits.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The least time between the starts of two attempts.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 pub struct KafkaSource {
     location: String,
@@ -223,10 +225,15 @@ fn find_partitions(
     let mut partitions = Vec::new();
     for topic in &spec.topics {
         let metadata = loop {
-            match consumer.fetch_metadata(Some(topic), ATTEMPT_TIMEOUT.min(spec.connect_timeout)) {
+            // Each attempt waits at most ATTEMPT_TIMEOUT, and never past the deadline.
+            let attempt = Instant::now();
+            let left = spec.connect_timeout.saturating_sub(started.elapsed());
+            match consumer.fetch_metadata(Some(topic), ATTEMPT_TIMEOUT.min(left)) {
                 Ok(metadata) => break metadata,
-                Err(e) if started.elapsed() + ATTEMPT_TIMEOUT < spec.connect_timeout => {
+                Err(e) if started.elapsed() + RETRY_PAUSE < spec.connect_timeout => {
                     tracing::warn!("{location}: brokers not reachable yet ({e}); retrying");
+                    // An attempt that failed at once is not repeated in a tight loop.
+                    std::thread::sleep(RETRY_PAUSE.saturating_sub(attempt.elapsed()));
                 }
                 Err(e) => anyhow::bail!(
                     "{location}: cannot reach the brokers within {} s: {e}",
