@@ -33,9 +33,16 @@ demo: build
 test: build
 	scripts/test.sh
 
-## bench: throughput (wasm vs native) and memory figures; the last lines are the results
+## bench: throughput (wasm vs native, file and Kafka), checkpoint cost and memory figures;
+## the last lines are the results. Starts the broker (scripts/services.sh) if it is not
+## running, and stops it afterwards only if it was not already running.
 bench: build
-	$(CARGO) run --release -p weir-e2e --bin weir-bench
+	$(CARGO) build --release -p weir-e2e --bin weir-bench
+	@if scripts/services.sh status 2>/dev/null; then started=0; else started=1; fi; \
+	scripts/services.sh start >/dev/null || exit 1; \
+	$(CARGO) run --release -p weir-e2e --bin weir-bench; status=$$?; \
+	if [ $$started = 1 ]; then scripts/services.sh stop 2>/dev/null || true; fi; \
+	exit $$status
 
 fmt:
 	$(CARGO) fmt --all

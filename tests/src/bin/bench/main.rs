@@ -6,15 +6,38 @@
 //! 2. Memory: the order-timeout component with 1,000,000 orders open at once (the
 //!    timeout is a day, so no timer fires before the end of input); the peak RSS of the
 //!    `weir` process, and the bytes per open order above a one-order baseline.
+//! 3. Checkpoint cost: (1) again with the wasm component, checkpoints every second into
+//!    `target/bench-data/state-counter` against checkpoints off, runs alternating, best
+//!    of three each; with the size of the checkpoint files seen during the run.
+//! 4. Kafka -> Kafka: 500,000 clicks (the first of the same stream) read from a topic of
+//!    1 and of 4 partitions (bounded source) and the counts produced to another topic,
+//!    against the broker of `scripts/services.sh` (started if it is not running), in
+//!    this process. Checkpoints every second, as in (3): a run takes about 4 s, so at the
+//!    default 10 s interval it would take none. Best of three; producing the input is
+//!    not timed; after every run the output topic is read back and must hold exactly
+//!    the records the run says it emitted.
 //!
-//! The last line is `change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R`.
+//! The last lines are machine-readable, the very last one as it always was:
+//!
+//! ```text
+//! checkpoint-cost interval_ms=1000 with_records_per_s=N without_records_per_s=M slowdown_pct=P
+//! kafka-to-kafka partitions=1 records_per_s=N emitted=E checkpoint_interval_ms=1000
+//! kafka-to-kafka partitions=4 records_per_s=N emitted=E checkpoint_interval_ms=1000
+//! change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R
+//! ```
+//!
+//! `weir-bench native|wasm|checkpoints|kafka` runs one part only.
+
+mod kafka;
+mod state_dir;
 
 use serde::{Deserialize, Serialize};
+use state_dir::{StateDirUse, StateDirWatch};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use weir_e2e::{component, datetime_millis, gen, repo_root, weir_bin};
-use weir_host::pipeline::{Overrides, PipelineSpec};
+use weir_host::pipeline::{CheckpointSpec, Overrides, PipelineSpec};
 use weir_host::run::{run, run_with, RunOptions, RunReport};
 use weir_host::runtime::{
     CallError, ElementRef, FiredTimer, HostServices, InitInfo, OutputId, ProcessFunction,
@@ -26,6 +49,11 @@ const CLICKS: usize = 2_000_000;
 const ADS: u64 = 10_000;
 const OPEN_ORDERS: u64 = 1_000_000;
 const RUNS: usize = 3;
+/// Checkpoint interval of the checkpoint-cost and Kafka runs.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+/// Clicks of the Kafka runs, and the partition counts of their input topics.
+const KAFKA_CLICKS: usize = 500_000;
+const KAFKA_PARTITIONS: [i32; 2] = [1, 4];
 
 fn main() -> anyhow::Result<()> {
     let data = repo_root().join("target/bench-data");
@@ -34,16 +62,30 @@ fn main() -> anyhow::Result<()> {
     let clicks = data.join("clicks-2m-10ms.jsonl");
     ensure_clicks(&clicks)?;
     let spec = counter_pipeline(&data, &clicks)?;
-    // `weir-bench native` / `weir-bench wasm`: one path only, for profiling.
+    // `weir-bench native|wasm|checkpoints|kafka`: one part only.
     if let Some(only) = std::env::args().nth(1) {
         let report = match only.as_str() {
+            "checkpoints" => {
+                let cost = checkpoint_cost(&data, &spec)?;
+                println!("{}", cost.line());
+                return Ok(());
+            }
+            "kafka" => {
+                for r in kafka_throughput(&data)? {
+                    println!("{}", kafka_line(&r));
+                }
+                return Ok(());
+            }
             "native" => run_with(
                 &spec,
                 Box::new(NativeChangeOnlyCounter::default()),
                 native_identity(),
                 &RunOptions::default(),
             ),
-            _ => run(&spec, &RunOptions::default()),
+            "wasm" => run(&spec, &RunOptions::default()),
+            other => {
+                anyhow::bail!("unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka]")
+            }
         }
         .map_err(|f| anyhow::anyhow!("{f}"))?;
         println!("{only}: {:.0} records/s", report.records_per_second());
@@ -88,12 +130,177 @@ fn main() -> anyhow::Result<()> {
         (peak - baseline) as f64 / OPEN_ORDERS as f64
     );
 
+    let cost = checkpoint_cost(&data, &spec)?;
+    anyhow::ensure!(
+        cost.with.outputs == wasm.outputs,
+        "checkpoints must not change what the counter emits"
+    );
+    let kafka = kafka_throughput(&data)?;
+
+    println!();
+    println!("{}", cost.line());
+    for r in &kafka {
+        println!("{}", kafka_line(r));
+    }
     let (w, n) = (wasm.records_per_second(), native.records_per_second());
     println!(
         "change-only-counter wasm_records_per_s={w:.0} native_records_per_s={n:.0} ratio={:.3}",
         w / n
     );
     Ok(())
+}
+
+/// The file -> discard counter with checkpoints and without.
+struct CheckpointCost {
+    with: RunReport,
+    without: RunReport,
+    /// The checkpoint files of the fastest run with checkpoints.
+    state: StateDirUse,
+}
+
+impl CheckpointCost {
+    /// How much longer the run takes with checkpoints, in percent.
+    fn slowdown_pct(&self) -> f64 {
+        (self.with.elapsed.as_secs_f64() / self.without.elapsed.as_secs_f64() - 1.0) * 100.0
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "checkpoint-cost interval_ms={} with_records_per_s={:.0} without_records_per_s={:.0} slowdown_pct={:.1}",
+            CHECKPOINT_INTERVAL.as_millis(),
+            self.with.records_per_second(),
+            self.without.records_per_second(),
+            self.slowdown_pct()
+        )
+    }
+}
+
+/// Runs the wasm counter with checkpoints every [`CHECKPOINT_INTERVAL`] and without,
+/// alternating so that a drift in the machine's speed hits both alike; best of [`RUNS`].
+fn checkpoint_cost(data: &Path, spec: &PipelineSpec) -> anyhow::Result<CheckpointCost> {
+    let dir = data.join("state-counter");
+    let mut checkpointed = spec.clone();
+    checkpointed.checkpoint = CheckpointSpec {
+        enabled: true,
+        dir: dir.clone(),
+        interval: CHECKPOINT_INTERVAL,
+    };
+    let fresh = RunOptions {
+        fresh: true,
+        ..RunOptions::default()
+    };
+    let mut without: Option<RunReport> = None;
+    let mut with: Option<(RunReport, StateDirUse)> = None;
+    for _ in 0..RUNS {
+        let report = run(spec, &RunOptions::default()).map_err(|f| anyhow::anyhow!("{f}"))?;
+        if without.as_ref().is_none_or(|b| report.elapsed < b.elapsed) {
+            without = Some(report);
+        }
+        state_dir::clear(&dir)?;
+        let watch = StateDirWatch::start(&dir);
+        let report = run(&checkpointed, &fresh).map_err(|f| anyhow::anyhow!("{f}"));
+        let state = watch.finish();
+        let report = report?;
+        if with
+            .as_ref()
+            .is_none_or(|(b, _)| report.elapsed < b.elapsed)
+        {
+            with = Some((report, state));
+        }
+    }
+    let (without, (with, state)) = (
+        without.expect("at least one run"),
+        with.expect("at least one run"),
+    );
+    anyhow::ensure!(
+        with.outputs == without.outputs,
+        "checkpoints must not change what the counter emits"
+    );
+    let cost = CheckpointCost {
+        with,
+        without,
+        state,
+    };
+    println!(
+        "checkpoint cost, the same file -> discard wasm run, best of {RUNS} each (alternating):"
+    );
+    println!(
+        "  without checkpoints      : {:>10.0} records/s ({:.3} s)",
+        cost.without.records_per_second(),
+        cost.without.elapsed.as_secs_f64()
+    );
+    println!(
+        "  checkpoints every {:>4} ms: {:>10.0} records/s ({:.3} s), slowdown {:.1}% (elapsed time)",
+        CHECKPOINT_INTERVAL.as_millis(),
+        cost.with.records_per_second(),
+        cost.with.elapsed.as_secs_f64(),
+        cost.slowdown_pct(),
+    );
+    println!(
+        "  {}: {}",
+        dir.strip_prefix(repo_root()).unwrap_or(&dir).display(),
+        describe_state(&cost.state)
+    );
+    Ok(cost)
+}
+
+/// The counter from a Kafka topic to another, for each of [`KAFKA_PARTITIONS`].
+fn kafka_throughput(data: &Path) -> anyhow::Result<Vec<kafka::KafkaRun>> {
+    let brokers = weir_e2e::services::kafka_brokers();
+    kafka::delete_leftover_topics(&brokers)?;
+    // The same stream as the file runs (the first 500,000 of its clicks).
+    let clicks = gen::clicks(KAFKA_CLICKS, ADS, 42, 20, 4_000, 0.001, 0.0);
+    let mut runs = Vec::new();
+    for partitions in KAFKA_PARTITIONS {
+        runs.push(kafka::kafka_to_kafka(
+            data,
+            &brokers,
+            &clicks,
+            partitions,
+            CHECKPOINT_INTERVAL,
+            RUNS,
+        )?);
+    }
+    println!(
+        "change-only counter, {KAFKA_CLICKS} clicks over {ADS} ads, kafka -> kafka ({brokers}), \
+         bounded source, checkpoints every {} ms, best of {RUNS}:",
+        CHECKPOINT_INTERVAL.as_millis()
+    );
+    for r in &runs {
+        let emitted = r.report.outputs[0].1;
+        println!(
+            "  {} partition(s): {:>10.0} records/s ({:.3} s, {emitted} emitted, {} read back from the output topic; \
+             producing the input took {:.2} s)",
+            r.partitions,
+            r.report.records_per_second(),
+            r.report.elapsed.as_secs_f64(),
+            r.in_topic,
+            r.produce_secs
+        );
+        println!("    state dir: {}", describe_state(&r.state));
+    }
+    Ok(runs)
+}
+
+/// The checkpoints a run wrote, as seen by a [`StateDirWatch`].
+fn describe_state(state: &StateDirUse) -> String {
+    format!(
+        "{} checkpoint(s), largest file {:.2} MB, at most {:.2} MB of checkpoint files at once \
+         (removed when the run completed)",
+        state.checkpoints,
+        state.largest() as f64 / 1e6,
+        state.peak_bytes as f64 / 1e6
+    )
+}
+
+fn kafka_line(r: &kafka::KafkaRun) -> String {
+    format!(
+        "kafka-to-kafka partitions={} records_per_s={:.0} emitted={} checkpoint_interval_ms={}",
+        r.partitions,
+        r.report.records_per_second(),
+        r.report.outputs[0].1,
+        CHECKPOINT_INTERVAL.as_millis()
+    )
 }
 
 fn best_of(mut f: impl FnMut() -> anyhow::Result<RunReport>) -> anyhow::Result<RunReport> {
@@ -161,7 +368,7 @@ type = "discard"
     Ok(spec)
 }
 
-/// The checkpoint identity of the native function (the benchmark takes no checkpoints).
+/// The checkpoint identity of the native function (its runs take no checkpoints).
 fn native_identity() -> weir_host::checkpoint::UdfIdentity {
     weir_host::checkpoint::UdfIdentity {
         name: "native-change-only-counter".into(),
