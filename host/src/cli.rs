@@ -57,6 +57,52 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Runs many pipelines behind an HTTP admin API, with hot UDF swaps (docs/admin-api.md).
+    Serve {
+        /// Pipeline files to start right away.
+        pipelines: Vec<PathBuf>,
+        /// Address of the admin API (loopback unless told otherwise).
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: std::net::SocketAddr,
+        /// Holds the API token and the pipelines' checkpoints.
+        #[arg(long, default_value = ".weir-serve")]
+        data_dir: PathBuf,
+        /// The API token (default: generated at first start, kept in the data dir).
+        #[arg(long, env = "WEIR_TOKEN")]
+        token: Option<String>,
+        /// Calls a new UDF version must pass before the old one is let go; a failure
+        /// before then rolls back to the old version.
+        #[arg(long, default_value_t = crate::serve::DEFAULT_PROBATION_CALLS)]
+        probation_calls: u64,
+    },
+    /// Starts a pipeline on a running `weir serve`, or (with --pipeline) swaps in a new UDF.
+    Deploy {
+        /// A pipeline file, or with --pipeline a UDF component (.wasm).
+        file: PathBuf,
+        /// Swaps FILE in as the UDF of this running pipeline.
+        #[arg(long)]
+        pipeline: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Shows the pipelines of a running `weir serve` (or one of them).
+    Status {
+        name: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Goes back to a pipeline's previous UDF version.
+    Rollback {
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Stops a pipeline gracefully (it checkpoints).
+    Stop {
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Produces JSON lines (a file, or `-` for stdin) to a Kafka topic.
     Produce {
         /// The file to read, or `-` for stdin.
@@ -71,6 +117,45 @@ enum Command {
         #[arg(long)]
         key: Option<String>,
     },
+}
+
+/// How a client reaches `weir serve`.
+#[derive(clap::Args, Debug)]
+struct ServerArgs {
+    /// The server's admin API.
+    #[arg(long, default_value = "http://127.0.0.1:7878", env = "WEIR_SERVER")]
+    server: String,
+    /// The API token (default: $WEIR_TOKEN, or the one in the server's data dir).
+    #[arg(long)]
+    token: Option<String>,
+    /// The server's data dir, where it keeps its token.
+    #[arg(long, default_value = ".weir-serve")]
+    data_dir: PathBuf,
+}
+
+impl ServerArgs {
+    fn client(&self) -> crate::client::Client {
+        crate::client::Client::new(&self.server, self.token.clone(), &self.data_dir)
+    }
+}
+
+/// Prints a client call's answer, or its error.
+fn answer(result: anyhow::Result<serde_json::Value>) -> ExitCode {
+    match result {
+        Ok(value) => {
+            if !value.is_null() {
+                use std::io::Write as _;
+                let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+                // A closed pipe (`| head`) is not an error worth a panic.
+                let _ = writeln!(std::io::stdout(), "{text}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// SIGINT or SIGTERM stops the run gracefully; a second one exits at once.
@@ -101,6 +186,42 @@ pub fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve {
+            pipelines,
+            listen,
+            data_dir,
+            token,
+            probation_calls,
+        } => {
+            let config = crate::serve::ServeConfig {
+                listen,
+                data_dir,
+                token,
+                probation_calls,
+                pipelines,
+            };
+            match crate::serve::serve(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Deploy {
+            file,
+            pipeline,
+            server,
+        } => {
+            let client = server.client();
+            answer(match pipeline {
+                Some(name) => client.deploy_udf(&name, &file),
+                None => client.create(&file),
+            })
+        }
+        Command::Status { name, server } => answer(server.client().status(name.as_deref())),
+        Command::Rollback { name, server } => answer(server.client().rollback(&name)),
+        Command::Stop { name, server } => answer(server.client().stop(&name)),
         Command::Produce {
             input,
             brokers,
@@ -154,6 +275,7 @@ pub fn main() -> ExitCode {
                 progress: !quiet,
                 stop: Some(stop),
                 fresh,
+                control: None,
             };
             match run(&spec, &options) {
                 Ok(report) => {

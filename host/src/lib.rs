@@ -20,14 +20,17 @@
 //! - [`checkpoint`]: incremental checkpoints of all of the above, and restoring them.
 //! - [`run`]: wiring a pipeline file into a running pipeline, with its run report.
 //! - [`produce`]: `weir produce`, JSON lines into a Kafka topic.
+//! - [`serve`]: `weir serve`, many pipelines behind an admin API, with hot UDF swaps.
 
 pub mod checkpoint;
 pub mod cli;
+pub mod client;
 pub mod operator;
 pub mod pipeline;
 pub mod produce;
 pub mod run;
 pub mod runtime;
+pub mod serve;
 pub mod sink;
 pub mod source;
 pub mod state;

@@ -80,9 +80,14 @@ pub fn component(crate_name: &str) -> PathBuf {
     let wasm = target_dir()
         .join("wasm32-wasip2/release")
         .join(format!("{}.wasm", crate_name.replace('-', "_")));
+    // The versioned-udf-* crates share one source folder.
+    let stem = match crate_name.strip_prefix("versioned-udf-") {
+        Some(_) => "versioned",
+        None => crate_name.trim_end_matches("-udf"),
+    };
     let crate_dir = ["udfs", "tests/udfs"]
         .iter()
-        .map(|d| format!("{d}/{}", crate_name.trim_end_matches("-udf")))
+        .map(|d| format!("{d}/{stem}"))
         .find(|d| repo_root().join(d).join("src").exists())
         .unwrap_or_else(|| format!("udfs/{crate_name}"));
     built(wasm, &[&format!("{crate_dir}/src"), "guest-sdk/src", "wit"])

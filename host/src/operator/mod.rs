@@ -7,6 +7,11 @@
 //! between elements and while the input is idle. Elements and timers run one at a time,
 //! so a key never sees two calls at once.
 //!
+//! The function can be [swapped](KeyedOperator::swap_function) for a new version between
+//! two calls: state and timers are the host's, so the new version goes on from them. The
+//! old version is kept for a probation of a number of calls; a failure in that time can
+//! [roll back](KeyedOperator::rollback) to it.
+//!
 //! A function that [takes batches](ProcessFunction::takes_batches) gets a run of elements
 //! and the event-time timers that fall due between them in one call, in exactly the
 //! order above; the function stops early where a timer it registered falls due, and the
@@ -31,7 +36,7 @@ pub enum Activity {
     Timer {
         domain: TimeDomain,
         timestamp: Timestamp,
-        key: String,
+        key: Vec<u8>,
     },
 }
 
@@ -79,7 +84,14 @@ pub struct OperatorCounters {
     pub emitted: Vec<u64>,
 }
 
+/// A new function version on trial: the one it replaced, kept until enough calls passed.
+struct Probation {
+    previous: Box<dyn ProcessFunction>,
+    calls_left: u64,
+}
+
 pub struct KeyedOperator {
+    probation: Option<Probation>,
     /// The watermark a batch stopped inside of, whose due timers have not all fired.
     unfinished_advance: Option<Timestamp>,
     /// The most entries in the next batch (`[udf] max_batch`, halved after a batch times
@@ -112,6 +124,75 @@ impl KeyedOperator {
             counters: OperatorCounters::default(),
             unfinished_advance: None,
             batch_limit: crate::pipeline::DEFAULT_MAX_BATCH,
+            probation: None,
+        }
+    }
+
+    /// Replaces the function with a new version, between two calls. The new version's
+    /// `init` runs against the live host (its states are matched by name); if it fails,
+    /// or declares an output the pipeline has no sink for, nothing changes. The old
+    /// version is kept for `probation_calls` calls, for [`rollback`](Self::rollback).
+    pub fn swap_function(
+        &mut self,
+        mut function: Box<dyn ProcessFunction>,
+        info: &InitInfo,
+        probation_calls: u64,
+    ) -> Result<(), OperatorError> {
+        let outputs = self.host.outputs.len();
+        let result = function.init(&mut self.host, info);
+        let added: Vec<String> = self.host.outputs.drain(outputs..).collect();
+        result.map_err(|error| OperatorError::Udf {
+            activity: Activity::Init,
+            error,
+        })?;
+        if !added.is_empty() {
+            return Err(OperatorError::Unrouted(added));
+        }
+        let previous = std::mem::replace(&mut self.function, function);
+        self.probation = (probation_calls > 0).then_some(Probation {
+            previous,
+            calls_left: probation_calls,
+        });
+        // The old version may have been slow; the new one starts from the configured size.
+        self.batch_limit = self.batch_limit.max(1);
+        Ok(())
+    }
+
+    /// Whether a swapped-in version is still on probation.
+    pub fn in_probation(&self) -> bool {
+        self.probation.is_some()
+    }
+
+    /// Goes back to the version a swap replaced, if it is still kept; the failed version
+    /// is returned (to be dropped).
+    pub fn rollback(&mut self) -> Option<Box<dyn ProcessFunction>> {
+        let probation = self.probation.take()?;
+        Some(std::mem::replace(&mut self.function, probation.previous))
+    }
+
+    /// Counts calls against the probation; once it is over the old version is dropped.
+    fn passed_calls(&mut self, calls: u64) {
+        if let Some(probation) = &mut self.probation {
+            probation.calls_left = probation.calls_left.saturating_sub(calls);
+            if probation.calls_left == 0 {
+                self.probation = None;
+            }
+        }
+    }
+
+    /// Registers again a timer whose firing failed (so that a rolled-back version fires
+    /// it), then fires what is due at the current watermark.
+    pub fn retry_timer(
+        &mut self,
+        domain: TimeDomain,
+        at: Timestamp,
+        key: &[u8],
+    ) -> Result<(), OperatorError> {
+        let id = self.host.keys.intern(key);
+        self.host.timer_for(id, domain, at, true);
+        match domain {
+            TimeDomain::EventTime => self.fire_event_timers(self.watermark.current()),
+            TimeDomain::ProcessingTime => Ok(()),
         }
     }
 
@@ -173,6 +254,7 @@ impl KeyedOperator {
             error,
         }))?;
         self.counters.elements += 1;
+        self.passed_calls(1);
         if let Some(watermark) = self.watermark.observe(source, element.timestamp) {
             self.fire_event_timers(watermark)?;
         }
@@ -286,6 +368,7 @@ impl KeyedOperator {
             }
         }
         self.counters.event_timers -= batch.skipped as u64;
+        self.passed_calls(batch.consumed as u64);
         self.host.watermark = self.watermark.current();
         // Where the function stopped decides whether an advance is still firing: after an
         // element that advanced the watermark, or after a timer, the timers due at that
@@ -496,10 +579,12 @@ impl KeyedOperator {
             activity: Activity::Timer {
                 domain,
                 timestamp: at,
-                key: String::from_utf8_lossy(&key_bytes).into_owned(),
+                key: key_bytes.to_vec(),
             },
             error,
-        }))
+        }))?;
+        self.passed_calls(1);
+        Ok(())
     }
 
     /// Sends what the last call emitted to the sinks, unless the call failed: a failed

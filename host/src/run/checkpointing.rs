@@ -55,6 +55,11 @@ impl Restored {
         Ok(Self { chain })
     }
 
+    /// The epoch restored, if any.
+    pub fn epoch(&self) -> Option<u64> {
+        self.meta().map(|m| m.epoch)
+    }
+
     fn meta(&self) -> Option<&Meta> {
         self.chain.as_ref().map(|c| &c.newest().meta)
     }
@@ -185,6 +190,7 @@ impl Runner {
         if self.checkpointer.is_none() {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         self.commit_durable()?;
         let sinks = self
             .operator
@@ -259,7 +265,19 @@ impl Runner {
         let checkpointer = self.checkpointer.as_mut().expect("checked above");
         checkpointer.write(&file)?;
         self.uncommitted = Some(positions);
-        tracing::debug!("checkpoint {} taken", plan.epoch);
+        let pause = started.elapsed();
+        self.checkpoints += 1;
+        self.longest_checkpoint_pause = self.longest_checkpoint_pause.max(pause);
+        tracing::debug!(
+            "checkpoint {} taken ({}), processing paused {:.2} ms",
+            plan.epoch,
+            if plan.parent.is_some() {
+                "incremental"
+            } else {
+                "full"
+            },
+            pause.as_secs_f64() * 1e3
+        );
         Ok(())
     }
 

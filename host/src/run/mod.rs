@@ -13,8 +13,10 @@
 //! newest one, and a run that completes removes them.
 
 mod checkpointing;
+pub mod control;
 mod report;
 
+pub use control::{LiveStatus, RunControl, SwapDone, SwapRequest};
 pub use report::RunReport;
 
 use crate::checkpoint::{Checkpointer, UdfIdentity};
@@ -61,6 +63,8 @@ pub struct RunOptions {
     pub stop: Option<Arc<AtomicBool>>,
     /// Deletes the checkpoints in the state directory before starting.
     pub fresh: bool,
+    /// Lets `weir serve` / `weir dev` swap the UDF and read the status while it runs.
+    pub control: Option<Arc<RunControl>>,
 }
 
 /// Runs a pipeline with its wasm UDF.
@@ -165,6 +169,17 @@ pub fn run_with(
             report: None,
         })?;
     let result = runner.run(options);
+    if let Some(control) = &options.control {
+        let state = match (&result, runner.interrupted) {
+            (Err(e), _) => {
+                control.update(|s| s.last_error = Some(format!("{e:#}")));
+                "failed"
+            }
+            (Ok(()), true) => "stopped",
+            (Ok(()), false) => "finished",
+        };
+        runner.publish_status(control, state);
+    }
     let mut report = runner.report();
     report.elapsed = started.elapsed();
     report.peak_rss_bytes = peak_rss_bytes();
@@ -192,6 +207,17 @@ struct Runner {
     checkpointer: Option<Checkpointer>,
     /// Positions of the last checkpoint written, per source, to commit once it is durable.
     uncommitted: Option<Vec<Vec<crate::checkpoint::Position>>>,
+    resumed_from: Option<u64>,
+    checkpoints: u64,
+    longest_checkpoint_pause: Duration,
+    /// What the UDF's `init` is given (again, when a new version is swapped in).
+    init_info: InitInfo,
+    /// The version a swap replaced, while it may still be rolled back to.
+    previous_udf: Option<UdfIdentity>,
+    udf_errors: u64,
+    last_status: Instant,
+    last_state_bytes: (Instant, u64),
+    rate: control::RateTracker,
 }
 
 impl Runner {
@@ -318,8 +344,17 @@ impl Runner {
             operator,
             outputs,
             dead_letters,
+            resumed_from: restored.epoch(),
             checkpointer,
             uncommitted: None,
+            checkpoints: 0,
+            longest_checkpoint_pause: Duration::ZERO,
+            init_info: info,
+            previous_udf: None,
+            udf_errors: 0,
+            last_status: Instant::now() - Duration::from_secs(1),
+            last_state_bytes: (Instant::now() - Duration::from_secs(2), 0),
+            rate: control::RateTracker::new(),
         })
     }
 
@@ -334,6 +369,7 @@ impl Runner {
                 .is_some_and(|s| s.load(Ordering::Relaxed))
         };
         loop {
+            self.steer(options);
             // A stop or a checkpoint waits for what was read ahead to be processed, so
             // that the sources' positions are exactly what the state has seen.
             let stopping = stopped();
@@ -369,9 +405,7 @@ impl Runner {
             self.take_chunk(&mut chunk);
             if chunk.is_empty() {
                 // Live input is idle: fire what is due and show what was written.
-                self.operator
-                    .fire_processing_timers(wall_clock_ms())
-                    .map_err(|e| self.describe(e, None))?;
+                self.fire_processing_timers(options)?;
                 self.operator.flush().map_err(|e| self.describe(e, None))?;
                 continue;
             }
@@ -387,7 +421,7 @@ impl Runner {
                     (*input, element)
                 })
                 .collect();
-            let result = self.operator.process_elements(&elements);
+            let result = self.process_with_rollback(&elements, options);
             drop(elements);
             if let Err((index, error)) = result {
                 let (input, pending) = &chunk[index];
@@ -401,9 +435,7 @@ impl Runner {
             }
             self.spare.extend(chunk.drain(..).map(|(_, p)| p.record));
             if self.operator.has_processing_timers() {
-                self.operator
-                    .fire_processing_timers(wall_clock_ms())
-                    .map_err(|e| self.describe(e, None))?;
+                self.fire_processing_timers(options)?;
             }
             if let Some(bar) = &progress {
                 let processed = self.operator.counters().elements;
@@ -434,6 +466,180 @@ impl Runner {
             bar.finish_and_clear();
         }
         Ok(())
+    }
+
+    /// Processes a run of elements; if a UDF version on probation fails, rolls back to
+    /// the previous version and goes on from the failed call with it.
+    fn process_with_rollback(
+        &mut self,
+        elements: &[(usize, ElementRef<'_>)],
+        options: &RunOptions,
+    ) -> Result<(), (usize, OperatorError)> {
+        let mut start = 0;
+        loop {
+            match self.operator.process_elements(&elements[start..]) {
+                Ok(()) => return Ok(()),
+                Err((index, error)) => {
+                    let index = start + index;
+                    let activity = match &error {
+                        OperatorError::Udf { activity, .. } if self.operator.in_probation() => {
+                            activity.clone()
+                        }
+                        _ => return Err((index, error)),
+                    };
+                    self.roll_back(&error, options);
+                    start = match activity {
+                        Activity::Timer {
+                            domain,
+                            timestamp,
+                            key,
+                        } => {
+                            self.operator
+                                .retry_timer(domain, timestamp, &key)
+                                .map_err(|e| (index, e))?;
+                            index + 1
+                        }
+                        _ => index,
+                    };
+                    if start >= elements.len() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fires due processing-time timers, rolling back a failing version on probation.
+    fn fire_processing_timers(&mut self, options: &RunOptions) -> anyhow::Result<()> {
+        loop {
+            match self.operator.fire_processing_timers(wall_clock_ms()) {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    let OperatorError::Udf {
+                        activity:
+                            Activity::Timer {
+                                domain,
+                                timestamp,
+                                key,
+                            },
+                        ..
+                    } = &error
+                    else {
+                        return Err(self.describe(error, None));
+                    };
+                    if !self.operator.in_probation() {
+                        return Err(self.describe(error, None));
+                    }
+                    let (domain, timestamp, key) = (*domain, *timestamp, key.clone());
+                    self.roll_back(&error, options);
+                    self.operator
+                        .retry_timer(domain, timestamp, &key)
+                        .map_err(|e| self.describe(e, None))?;
+                }
+            }
+        }
+    }
+
+    /// Goes back to the UDF version before the last swap, and says why.
+    fn roll_back(&mut self, error: &OperatorError, options: &RunOptions) {
+        let failed = self.udf.clone();
+        self.operator.rollback();
+        if let Some(previous) = self.previous_udf.take() {
+            self.udf = previous;
+        }
+        let message = format!(
+            "UDF version {} failed within its probation and was rolled back to {}: {error}",
+            short_hash(&failed.sha256),
+            short_hash(&self.udf.sha256)
+        );
+        tracing::warn!("{message}");
+        self.udf_errors += 1;
+        if let Some(control) = &options.control {
+            control.update(|s| {
+                s.udf_errors = self.udf_errors;
+                s.last_error = Some(message);
+            });
+        }
+    }
+
+    /// Between two runs of records: applies a pending UDF swap, and publishes the status
+    /// a few times a second.
+    fn steer(&mut self, options: &RunOptions) {
+        let Some(control) = &options.control else {
+            return;
+        };
+        if let Some(request) = control.take_swap() {
+            let started = Instant::now();
+            let result = self.operator.swap_function(
+                request.function,
+                &self.init_info,
+                request.probation_calls,
+            );
+            let reply = match result {
+                Ok(()) => {
+                    let pause = started.elapsed();
+                    tracing::info!(
+                        "UDF {:?} version {} swapped in ({:.2} ms)",
+                        request.identity.name,
+                        short_hash(&request.identity.sha256),
+                        pause.as_secs_f64() * 1e3
+                    );
+                    let previous = std::mem::replace(&mut self.udf, request.identity);
+                    self.previous_udf = Some(previous);
+                    Ok(SwapDone { pause })
+                }
+                Err(e) => Err(format!("the new version was not swapped in: {e}")),
+            };
+            let _ = request.done.send(reply);
+        }
+        if self.last_status.elapsed() >= Duration::from_millis(200) {
+            self.last_status = Instant::now();
+            self.publish_status(control, "running");
+        }
+    }
+
+    /// Writes the live figures into `control`.
+    fn publish_status(&mut self, control: &RunControl, state: &str) {
+        let report = self.report();
+        let host = self.operator.host();
+        let watermark = self.operator.watermark();
+        let set = watermark > crate::time::MIN_WATERMARK && watermark < crate::time::END_OF_TIME;
+        let keys = host.keys.len() as u64;
+        // Summing state bytes walks every key: do it at most once a second.
+        let state_bytes = if self.last_state_bytes.0.elapsed() >= Duration::from_secs(1) {
+            let bytes = host.keys.state_bytes() as u64;
+            self.last_state_bytes = (Instant::now(), bytes);
+            bytes
+        } else {
+            self.last_state_bytes.1
+        };
+        let event_timers = host
+            .timers
+            .pending(crate::time::timers::TimeDomain::EventTime) as u64;
+        let processing_timers =
+            host.timers
+                .pending(crate::time::timers::TimeDomain::ProcessingTime) as u64;
+        let now = wall_clock_ms();
+        let rate = &mut self.rate;
+        control.update(|s| {
+            s.state = state.to_string();
+            s.udf = self.udf.name.clone();
+            s.udf_sha256 = self.udf.sha256.clone();
+            s.sources = report.sources;
+            s.outputs = report.outputs;
+            s.processed = report.processed;
+            s.dead_letters = report.dead_letters;
+            s.late = report.late;
+            s.watermark = set.then_some(watermark);
+            s.watermark_lag_ms = set.then(|| now - watermark);
+            s.keys = keys;
+            s.state_bytes = state_bytes;
+            s.event_timers = event_timers;
+            s.processing_timers = processing_timers;
+            s.udf_errors = self.udf_errors;
+            s.checkpoints = self.checkpoints;
+            rate.observe(s, now);
+        });
     }
 
     /// Reads ahead on every source whose inputs have room in their queues. Waits for
@@ -632,9 +838,10 @@ impl Runner {
                     .map(|o| format!(" (after {})", at(o)))
                     .unwrap_or_default();
                 anyhow::anyhow!(
-                    "UDF {udf:?} failed on its {} timer at {} for key {key:?}{after}: {error}",
+                    "UDF {udf:?} failed on its {} timer at {} for key {:?}{after}: {error}",
                     domain.label(),
-                    display(*timestamp)
+                    display(*timestamp),
+                    String::from_utf8_lossy(key)
                 )
             }
             _ => anyhow::anyhow!("{error}"),
@@ -669,6 +876,9 @@ impl Runner {
             elapsed: Duration::ZERO,
             peak_rss_bytes: None,
             interrupted: self.interrupted,
+            resumed_from: self.resumed_from,
+            checkpoints: self.checkpoints,
+            longest_checkpoint_pause: self.longest_checkpoint_pause,
         }
     }
 }
@@ -745,6 +955,11 @@ fn decode(decoder: &RecordDecoder, record: &SourceRecord) -> Result<(KeyBytes, T
         key => KeyBytes::Owned(key.into_owned()),
     };
     Ok((key, decoded.timestamp))
+}
+
+/// The first 12 hex digits of a hash, for messages.
+pub fn short_hash(sha256: &str) -> &str {
+    &sha256[..sha256.len().min(12)]
 }
 
 /// The peak resident set size of this process (`VmHWM`), on Linux.

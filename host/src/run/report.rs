@@ -22,6 +22,11 @@ pub struct RunReport {
     pub peak_rss_bytes: Option<u64>,
     /// Stopped by a signal before the input ended.
     pub interrupted: bool,
+    /// The checkpoint the run resumed from, if any.
+    pub resumed_from: Option<u64>,
+    /// Checkpoints taken, and the longest time one held processing up.
+    pub checkpoints: u64,
+    pub longest_checkpoint_pause: Duration,
 }
 
 impl RunReport {
@@ -47,6 +52,16 @@ impl RunReport {
             "  timers fired: {} event-time, {} processing-time\n",
             self.event_timers, self.processing_timers
         );
+        if let Some(epoch) = self.resumed_from {
+            s += &format!("  resumed from checkpoint {epoch}\n");
+        }
+        if self.checkpoints > 0 {
+            s += &format!(
+                "  checkpoints: {} taken, longest pause {:.1} ms\n",
+                self.checkpoints,
+                self.longest_checkpoint_pause.as_secs_f64() * 1e3
+            );
+        }
         if self.interrupted {
             s += "  stopped before the input ended: pending timers were not fired\n";
         }

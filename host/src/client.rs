@@ -1,0 +1,167 @@
+//! `weir deploy`, `weir status`, `weir rollback`, `weir stop`: clients of `weir serve`'s
+//! admin API.
+
+use anyhow::Context as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where the server is and how to talk to it.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub server: String,
+    pub token: Option<String>,
+}
+
+impl Client {
+    /// A client for `server`; the token is the one given, or `$WEIR_TOKEN`, or the one
+    /// `weir serve` keeps in `data_dir`.
+    pub fn new(server: &str, token: Option<String>, data_dir: &Path) -> Self {
+        let token = token
+            .or_else(|| std::env::var("WEIR_TOKEN").ok())
+            .or_else(|| {
+                std::fs::read_to_string(data_dir.join("token"))
+                    .ok()
+                    .map(|t| t.trim().to_string())
+            });
+        Self {
+            server: server.trim_end_matches('/').to_string(),
+            token,
+        }
+    }
+
+    fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build()
+            .into()
+    }
+
+    /// Sends a request; returns the JSON body of a 2xx answer, or the server's error.
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> anyhow::Result<serde_json::Value> {
+        let url = format!("{}{path}", self.server);
+        let agent = Self::agent();
+        let bearer = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let result = match (method, body) {
+            ("GET", _) => agent.get(&url).call(),
+            (method, body) => {
+                let mut request = match method {
+                    "PUT" => agent.put(&url),
+                    "DELETE" => {
+                        let mut r = agent.delete(&url);
+                        if let Some(b) = &bearer {
+                            r = r.header("Authorization", b);
+                        }
+                        return finish(r.call(), &url);
+                    }
+                    _ => agent.post(&url),
+                };
+                if let Some(b) = &bearer {
+                    request = request.header("Authorization", b);
+                }
+                request.send(body.unwrap_or_default())
+            }
+        };
+        finish(result, &url)
+    }
+
+    /// Starts a pipeline from its file.
+    pub fn create(&self, pipeline: &Path) -> anyhow::Result<serde_json::Value> {
+        let text = std::fs::read_to_string(pipeline)
+            .with_context(|| format!("cannot read pipeline file {}", pipeline.display()))?;
+        let base = absolute(pipeline.parent().unwrap_or(Path::new(".")))?;
+        let query = format!(
+            "/api/pipelines?base={}",
+            percent_encode(&base.display().to_string())
+        );
+        self.call("POST", &query, Some(text.into_bytes()))
+    }
+
+    /// Swaps in a new UDF component.
+    pub fn deploy_udf(&self, pipeline: &str, wasm: &Path) -> anyhow::Result<serde_json::Value> {
+        let bytes =
+            std::fs::read(wasm).with_context(|| format!("cannot read {}", wasm.display()))?;
+        self.call(
+            "PUT",
+            &format!("/api/pipelines/{pipeline}/udf"),
+            Some(bytes),
+        )
+    }
+
+    pub fn status(&self, pipeline: Option<&str>) -> anyhow::Result<serde_json::Value> {
+        match pipeline {
+            Some(name) => self.call("GET", &format!("/api/pipelines/{name}"), None),
+            None => self.call("GET", "/api/pipelines", None),
+        }
+    }
+
+    pub fn rollback(&self, pipeline: &str) -> anyhow::Result<serde_json::Value> {
+        self.call(
+            "POST",
+            &format!("/api/pipelines/{pipeline}/rollback"),
+            Some(Vec::new()),
+        )
+    }
+
+    pub fn stop(&self, pipeline: &str) -> anyhow::Result<serde_json::Value> {
+        self.call(
+            "POST",
+            &format!("/api/pipelines/{pipeline}/stop"),
+            Some(Vec::new()),
+        )
+    }
+}
+
+fn finish(
+    result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    url: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let mut response = result.map_err(|e| match e {
+        ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
+            anyhow::anyhow!("no weir serve answers at {url} ({e}); start one with `weir serve`")
+        }
+        other => anyhow::anyhow!("{url}: {other}"),
+    })?;
+    let status = response.status();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    let json: serde_json::Value = if text.trim().is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+    };
+    if status.is_success() {
+        Ok(json)
+    } else {
+        let message = json
+            .get("error")
+            .and_then(|e| e.as_str())
+            .map(str::to_string)
+            .unwrap_or_else(|| json.to_string());
+        anyhow::bail!("weir serve refused ({status}): {message}")
+    }
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    let path = if path.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        path
+    };
+    std::fs::canonicalize(path).with_context(|| format!("cannot resolve {}", path.display()))
+}
+
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,228 @@
+//! One pipeline running inside `weir serve`: its thread, its control, its UDF versions.
+
+use crate::checkpoint::UdfIdentity;
+use crate::pipeline::PipelineSpec;
+use crate::run::{run_with, RunControl, RunOptions, SwapRequest};
+use crate::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
+use crate::runtime::{HostServices, InitInfo, ProcessFunction};
+use crate::time::wall_clock_ms;
+use serde::Serialize;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// A UDF version a pipeline has run: kept so it can be rolled back to.
+#[derive(Clone)]
+pub struct UdfVersion {
+    pub number: u32,
+    pub sha256: String,
+    pub bytes: Arc<Vec<u8>>,
+    pub deployed_at: i64,
+}
+
+/// How a version looks in the API.
+#[derive(Debug, Serialize)]
+pub struct VersionInfo {
+    pub version: u32,
+    pub sha256: String,
+    pub bytes: usize,
+    pub deployed_at: i64,
+    pub active: bool,
+}
+
+/// Why an upload or a swap was refused: an HTTP status and a message naming the cause.
+#[derive(Debug)]
+pub struct Refused {
+    pub status: u16,
+    pub message: String,
+}
+
+impl Refused {
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+/// A swap that happened.
+#[derive(Debug, Serialize)]
+pub struct Deployed {
+    pub version: u32,
+    pub sha256: String,
+    /// Compiling and checking the component, before the pipeline was touched.
+    pub prepare_ms: f64,
+    /// How long processing waited for the swap itself.
+    pub swap_pause_ms: f64,
+}
+
+pub struct Deployment {
+    pub spec: PipelineSpec,
+    pub control: Arc<RunControl>,
+    pub versions: Vec<UdfVersion>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Deployment {
+    /// Checks the pipeline's UDF and starts the pipeline on its own thread.
+    pub fn start(spec: PipelineSpec) -> Result<Self, Refused> {
+        let bytes = std::fs::read(&spec.udf.path).map_err(|e| {
+            Refused::new(
+                400,
+                format!("cannot read UDF component {}: {e}", spec.udf.path.display()),
+            )
+        })?;
+        let function = prepare(&spec, &bytes)?;
+        let identity = identity(&spec.udf.name, &bytes);
+        let control = RunControl::new();
+        let options = RunOptions {
+            progress: false,
+            stop: Some(Arc::clone(&control.stop)),
+            fresh: false,
+            control: Some(Arc::clone(&control)),
+        };
+        control.update(|s| s.state = "starting".into());
+        let run_spec = spec.clone();
+        let run_control = Arc::clone(&control);
+        let thread = std::thread::Builder::new()
+            .name(format!("weir-{}", spec.name))
+            .spawn(move || {
+                if let Err(failure) = run_with(&run_spec, function, identity, &options) {
+                    tracing::error!("pipeline {:?} failed: {failure}", run_spec.name);
+                    run_control.update(|s| {
+                        s.state = "failed".into();
+                        s.last_error = Some(failure.to_string());
+                    });
+                }
+            })
+            .map_err(|e| Refused::new(500, format!("cannot start a thread: {e}")))?;
+        let version = UdfVersion {
+            number: 1,
+            sha256: sha256_hex(&bytes),
+            bytes: Arc::new(bytes),
+            deployed_at: wall_clock_ms(),
+        };
+        Ok(Self {
+            spec,
+            control,
+            versions: vec![version],
+            thread: Some(thread),
+        })
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// The version running now (the status says which hash is active).
+    pub fn active_version(&self) -> Option<&UdfVersion> {
+        let active = self.control.status().udf_sha256;
+        self.versions.iter().find(|v| v.sha256 == active)
+    }
+
+    pub fn version_info(&self) -> Vec<VersionInfo> {
+        let active = self.control.status().udf_sha256;
+        self.versions
+            .iter()
+            .map(|v| VersionInfo {
+                version: v.number,
+                sha256: v.sha256.clone(),
+                bytes: v.bytes.len(),
+                deployed_at: v.deployed_at,
+                active: v.sha256 == active,
+            })
+            .collect()
+    }
+
+    /// Stops the pipeline gracefully (a checkpoint is taken) and waits for it.
+    pub fn stop(&mut self) {
+        self.control
+            .stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Compiles component bytes, checks them against the contract and runs `init` against a
+/// scratch host, so that a component that cannot work is refused before the pipeline is
+/// touched.
+pub fn prepare(spec: &PipelineSpec, bytes: &[u8]) -> Result<Box<dyn ProcessFunction>, Refused> {
+    let component = LoadedComponent::from_bytes(&spec.udf.name, bytes)
+        .map_err(|e| Refused::new(400, format!("rejected: {e:#}")))?;
+    let limits = Limits {
+        memory_bytes: spec.udf.memory_limit_bytes,
+        call_timeout: spec.udf.call_timeout,
+    };
+    let mut function = WasmFunction::new(component, limits);
+    let mut scratch = HostServices::new(wall_clock_ms());
+    function
+        .init(&mut scratch, &init_info(spec))
+        .map_err(|e| Refused::new(400, format!("rejected: its init failed: {e}")))?;
+    Ok(Box::new(function))
+}
+
+/// Puts component `bytes` into a running pipeline: prepared off the processing path,
+/// then swapped in between two runs of records. Waits for the swap.
+pub fn swap_parts(
+    spec: &PipelineSpec,
+    control: &RunControl,
+    running: bool,
+    bytes: Arc<Vec<u8>>,
+    number: u32,
+    probation_calls: u64,
+) -> Result<Deployed, Refused> {
+    if !running {
+        return Err(Refused::new(409, "the pipeline is not running"));
+    }
+    let started = std::time::Instant::now();
+    let function = prepare(spec, &bytes)?;
+    let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
+    let sha256 = sha256_hex(&bytes);
+    let (done, reply) = std::sync::mpsc::channel();
+    control.request_swap(SwapRequest {
+        function,
+        identity: UdfIdentity {
+            name: spec.udf.name.clone(),
+            sha256: sha256.clone(),
+        },
+        probation_calls,
+        done,
+    });
+    match reply.recv_timeout(crate::run::control::SWAP_WAIT) {
+        Ok(Ok(swapped)) => Ok(Deployed {
+            version: number,
+            sha256,
+            prepare_ms,
+            swap_pause_ms: swapped.pause.as_secs_f64() * 1e3,
+        }),
+        Ok(Err(message)) => Err(Refused::new(400, message)),
+        Err(_) => Err(Refused::new(
+            504,
+            "the pipeline did not take the new version in time (is it stuck in a UDF call?)",
+        )),
+    }
+}
+
+fn init_info(spec: &PipelineSpec) -> InitInfo {
+    InitInfo {
+        config: spec.udf.config.clone(),
+        inputs: spec.input_names(),
+    }
+}
+
+fn identity(name: &str, bytes: &[u8]) -> UdfIdentity {
+    UdfIdentity {
+        name: name.to_string(),
+        sha256: sha256_hex(bytes),
+    }
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
