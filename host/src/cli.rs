@@ -57,6 +57,26 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Runs a pipeline and hot-swaps its UDF whenever its sources change (rebuilding it).
+    Dev {
+        /// The pipeline file (TOML; see docs/pipeline.md).
+        pipeline: PathBuf,
+        /// Reads source NAME from PATH instead (`-` for stdin).
+        #[arg(long = "input", value_name = "NAME=PATH", value_parser = key_value)]
+        inputs: Vec<(String, String)>,
+        /// Writes output NAME to PATH instead (`-` for stdout).
+        #[arg(long = "output", value_name = "NAME=PATH", value_parser = key_value)]
+        outputs: Vec<(String, String)>,
+        /// The UDF's crate (default: found by the component's name with `cargo metadata`).
+        #[arg(long = "crate", value_name = "DIR")]
+        crate_dir: Option<PathBuf>,
+        /// Watches PATH (a .wasm built some other way, or a folder) instead of a crate.
+        #[arg(long, value_name = "PATH")]
+        watch: Option<PathBuf>,
+        /// The shell command that rebuilds the component.
+        #[arg(long, value_name = "COMMAND")]
+        build: Option<String>,
+    },
     /// Runs many pipelines behind an HTTP admin API, with hot UDF swaps (docs/admin-api.md).
     Serve {
         /// Pipeline files to start right away.
@@ -186,6 +206,45 @@ pub fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
+        Command::Dev {
+            pipeline,
+            inputs,
+            outputs,
+            crate_dir,
+            watch,
+            build,
+        } => {
+            let overrides = Overrides {
+                inputs,
+                outputs,
+                // Development runs start from scratch and leave no checkpoints behind.
+                no_checkpoints: true,
+                ..Overrides::default()
+            };
+            let spec = match PipelineSpec::load(&pipeline, &overrides) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            let stop = Arc::new(AtomicBool::new(false));
+            if let Err(e) = stop_on_signals(&stop) {
+                tracing::warn!("cannot handle SIGINT/SIGTERM: {e}");
+            }
+            let config = crate::dev::DevConfig {
+                crate_dir,
+                watch,
+                build,
+            };
+            match crate::dev::dev(spec, config, stop) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Serve {
             pipelines,
             listen,

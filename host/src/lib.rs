@@ -21,10 +21,12 @@
 //! - [`run`]: wiring a pipeline file into a running pipeline, with its run report.
 //! - [`produce`]: `weir produce`, JSON lines into a Kafka topic.
 //! - [`serve`]: `weir serve`, many pipelines behind an admin API, with hot UDF swaps.
+//! - [`dev`]: `weir dev`, rebuild on save and hot-swap into a running pipeline.
 
 pub mod checkpoint;
 pub mod cli;
 pub mod client;
+pub mod dev;
 pub mod operator;
 pub mod pipeline;
 pub mod produce;

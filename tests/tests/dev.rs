@@ -1,0 +1,190 @@
+//! `weir dev` end to end: a temporary copy of the seed 000 UDF crate runs in a pipeline
+//! fed on stdin; editing its source makes `weir dev` rebuild it and swap it in, the new
+//! behaviour shows on the next record, the key's state carried over, and the timers the
+//! old version registered fire in the new one. A source that does not compile is
+//! reported and the running version stays.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use weir_e2e::{parse_jsonl, repo_root, weir_bin, Workdir};
+
+/// The build settings of `make udfs`, so the copy reuses the workspace's compiled
+/// dependencies instead of building them again.
+fn cargo_env(command: &mut Command) -> &mut Command {
+    command
+        .env("CARGO_TARGET_DIR", repo_root().join("target"))
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+}
+
+/// A standalone copy of udfs/change-only-counter named `dev-counter-<pid>`.
+fn copy_crate(dir: &Path) -> String {
+    let name = format!("dev-counter-{}", std::process::id());
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::copy(
+        repo_root().join("udfs/change-only-counter/src/lib.rs"),
+        dir.join("src/lib.rs"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            r#"[package]
+name = "{name}"
+version = "0.1.0"
+edition = "2021"
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+weir-sdk = {{ path = "{sdk}" }}
+serde = {{ version = "1", features = ["derive"] }}
+
+[profile.release]
+debug = "line-tables-only"
+
+[workspace]
+"#,
+            sdk = repo_root().join("guest-sdk").display()
+        ),
+    )
+    .unwrap();
+    // The lock file of the workspace pins the same dependency versions.
+    std::fs::copy(repo_root().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    name
+}
+
+fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn editing_the_udf_reloads_it_with_state_and_timers_kept() {
+    let work = Workdir::new();
+    let crate_dir = work.path("crate");
+    let name = copy_crate(&crate_dir);
+    let status = cargo_env(
+        Command::new("cargo")
+            .args(["build", "--quiet", "--release", "--target", "wasm32-wasip2"])
+            .current_dir(&crate_dir),
+    )
+    .status()
+    .unwrap();
+    assert!(status.success(), "the copy builds");
+    let wasm = repo_root()
+        .join("target/wasm32-wasip2/release")
+        .join(format!("{}.wasm", name.replace('-', "_")));
+    let output = work.path("counts.jsonl");
+    let pipeline = work.write(
+        "pipeline.toml",
+        &format!(
+            r#"name = "dev-test"
+[[source]]
+name = "clicks"
+type = "stdin"
+key = "ad_id"
+timestamp = "clicked_at"
+timestamp_format = "datetime"
+[udf]
+path = "{wasm}"
+[udf.config]
+window = "5m"
+[[sink]]
+output = "main"
+type = "file"
+path = "{output}"
+"#,
+            wasm = wasm.display(),
+            output = output.display()
+        ),
+    );
+    let mut child = cargo_env(&mut Command::new(weir_bin()))
+        .args(["dev", &pipeline, "--crate"])
+        .arg(&crate_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weir dev");
+    let log = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let log = Arc::clone(&log);
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        })
+    };
+    let logged = |text: &str| log.lock().unwrap().contains(text);
+    let counts = || -> Vec<i64> {
+        parse_jsonl(&std::fs::read_to_string(&output).unwrap_or_default())
+            .iter()
+            .map(|r| r["clicks"].as_i64().unwrap())
+            .collect()
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    let mut click = |at: &str| {
+        writeln!(
+            stdin,
+            r#"{{"ad_id": "ad-1", "clicked_at": "2026-11-29 {at}.000"}}"#
+        )
+        .unwrap();
+        stdin.flush().unwrap();
+    };
+
+    wait_for("weir dev to start", Duration::from_secs(30), || {
+        logged("watching")
+    });
+    click("10:00:00");
+    wait_for("the first count", Duration::from_secs(20), || {
+        counts() == [1]
+    });
+
+    // A source that does not compile: reported, the running version stays.
+    let source = crate_dir.join("src/lib.rs");
+    let original = std::fs::read_to_string(&source).unwrap();
+    std::fs::write(&source, format!("{original}\nthis is not rust\n")).unwrap();
+    wait_for("the failed build", Duration::from_secs(120), || {
+        logged("the build failed")
+    });
+
+    // The new behaviour: counts are emitted plus 1000.
+    let edited = original.replace("clicks: count,", "clicks: count + 1000,");
+    assert_ne!(edited, original, "the UDF source changed shape");
+    std::fs::write(&source, edited).unwrap();
+    wait_for("the reload", Duration::from_secs(120), || {
+        logged("weir dev: reloaded")
+    });
+    click("10:00:01");
+    wait_for(
+        "a count from the new version",
+        Duration::from_secs(20),
+        || counts().len() == 2,
+    );
+    assert_eq!(
+        counts(),
+        [1, 1002],
+        "the new version counts on from the old state"
+    );
+
+    // End of input: both expiry timers (registered by the old version for the first
+    // click, by the new one for the second) fire in the new version.
+    drop(stdin);
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let log = log.lock().unwrap().clone();
+    assert!(status.success(), "{log}");
+    assert_eq!(counts(), [1, 1002, 1001, 1000], "{log}");
+    let _ = std::fs::remove_file(&wasm);
+}
