@@ -28,6 +28,8 @@ pub struct DevConfig {
 /// How long to wait for more changes after one, so an editor's burst of writes makes
 /// one rebuild.
 const SETTLE: Duration = Duration::from_millis(150);
+/// The same for a watched `.wasm`, which a build or a copy replaces in one go.
+const SETTLE_WASM: Duration = Duration::from_millis(20);
 
 /// Runs `spec` until its input ends or SIGINT/SIGTERM, reloading its UDF on changes.
 pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
@@ -51,24 +53,44 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
         .name("weir-dev-pipeline".into())
         .spawn(move || run_with(&run_spec, function, identity, &options))?;
 
+    // Files are watched through their folder: a build that replaces a file (write to a
+    // temporary name, rename over) gives it a new inode, which a watch on the file
+    // itself would miss.
+    let files: Vec<PathBuf> = watch_paths
+        .iter()
+        .filter(|p| !p.is_dir())
+        .cloned()
+        .collect();
     let (changes, changed) = mpsc::channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if let Ok(event) = event {
-            if !matches!(event.kind, notify::EventKind::Access(_)) {
-                let _ = changes.send(());
-            }
+        let Ok(event) = event else { return };
+        if matches!(event.kind, notify::EventKind::Access(_)) {
+            return;
+        }
+        let relevant = event.paths.iter().any(|path| {
+            let in_watched_file_dir = files
+                .iter()
+                .any(|f| f.parent() == path.parent() && f.file_name().is_some());
+            !in_watched_file_dir || files.iter().any(|f| f.file_name() == path.file_name())
+        });
+        if relevant {
+            let _ = changes.send(());
         }
     })?;
     for path in &watch_paths {
         use notify::Watcher as _;
-        let mode = if path.is_dir() {
-            notify::RecursiveMode::Recursive
+        let (target, mode) = if path.is_dir() {
+            (path.clone(), notify::RecursiveMode::Recursive)
         } else {
-            notify::RecursiveMode::NonRecursive
+            let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+            (
+                parent.unwrap_or(Path::new(".")).to_path_buf(),
+                notify::RecursiveMode::NonRecursive,
+            )
         };
         watcher
-            .watch(path, mode)
-            .with_context(|| format!("cannot watch {}", path.display()))?;
+            .watch(&target, mode)
+            .with_context(|| format!("cannot watch {}", target.display()))?;
     }
     eprintln!(
         "weir dev: running {:?}; watching {} (Ctrl-C to stop)",
@@ -80,6 +102,10 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
             .join(", ")
     );
     let mut current = sha256_hex(&bytes);
+    let settle = match &config.watch {
+        Some(path) if path.extension().is_some_and(|e| e == "wasm") => SETTLE_WASM,
+        _ => SETTLE,
+    };
     while !runner.is_finished() {
         match changed.recv_timeout(Duration::from_millis(200)) {
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
@@ -88,7 +114,7 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
         }
         // Let the burst of writes settle, then take them all as one change.
         let saved = Instant::now();
-        std::thread::sleep(SETTLE);
+        std::thread::sleep(settle);
         while changed.try_recv().is_ok() {}
         let built = Instant::now();
         if let Some(command) = &build {
@@ -129,13 +155,13 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
             Ok(done) => {
                 current = sha;
                 eprintln!(
-                    "weir dev: reloaded {} ({}) — build {:.2} s, prepare {:.0} ms, swap pause {:.2} ms, {:.2} s from save",
+                    "weir dev: reloaded {} ({}) — build {:.2} s, prepare {:.0} ms, swap pause {:.2} ms, {:.0} ms from save to swapped in",
                     spec.udf.name,
                     &current[..12],
                     build_time.as_secs_f64(),
                     done.prepare_ms,
                     done.swap_pause_ms,
-                    saved.elapsed().as_secs_f64()
+                    saved.elapsed().as_secs_f64() * 1e3
                 );
             }
             Err(refused) => eprintln!(

@@ -212,6 +212,8 @@ struct Runner {
     longest_checkpoint_pause: Duration,
     /// What the UDF's `init` is given (again, when a new version is swapped in).
     init_info: InitInfo,
+    /// Run under a `RunControl` (`weir serve`, `weir dev`).
+    steered: bool,
     /// The version a swap replaced, while it may still be rolled back to.
     previous_udf: Option<UdfIdentity>,
     udf_errors: u64,
@@ -350,6 +352,7 @@ impl Runner {
             checkpoints: 0,
             longest_checkpoint_pause: Duration::ZERO,
             init_info: info,
+            steered: options.control.is_some(),
             previous_udf: None,
             udf_errors: 0,
             last_status: Instant::now() - Duration::from_secs(1),
@@ -775,10 +778,11 @@ impl Runner {
     /// How long to wait for input when nothing is ready: until the next processing-time
     /// timer, at most 100 ms.
     fn idle_wait(&self) -> Duration {
-        let cap = Duration::from_millis(100);
+        // A steered run looks for swaps between waits: keep them short.
+        let cap = if self.steered { 10 } else { 100 };
         match self.operator.next_processing_due() {
-            Some(due) => Duration::from_millis((due - wall_clock_ms()).clamp(0, 100) as u64),
-            None => cap,
+            Some(due) => Duration::from_millis((due - wall_clock_ms()).clamp(0, cap) as u64),
+            None => Duration::from_millis(cap as u64),
         }
     }
 

@@ -34,6 +34,12 @@ pub fn engine() -> &'static Engine {
         config.epoch_interruption(true);
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
         config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Enable);
+        // A new version of a UDF mostly repeats the old one's functions (its libraries do
+        // not change): compiled functions are kept by content, so a hot swap compiles
+        // only what changed.
+        config
+            .enable_incremental_compilation(Arc::new(CompiledFunctions::default()))
+            .expect("incremental compilation is available");
         // `WEIR_PROFILE=perfmap` lets `perf` name the guest's functions.
         if std::env::var("WEIR_PROFILE").as_deref() == Ok("perfmap") {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
@@ -52,6 +58,36 @@ pub fn engine() -> &'static Engine {
             .expect("cannot start the epoch ticker thread");
         engine
     })
+}
+
+/// Compiled functions by the hash of their input, in memory, for incremental
+/// compilation. Cleared when it grows past [`CompiledFunctions::LIMIT`] bytes.
+#[derive(Debug, Default)]
+struct CompiledFunctions {
+    entries: Mutex<(std::collections::HashMap<Vec<u8>, Vec<u8>>, usize)>,
+}
+
+impl CompiledFunctions {
+    const LIMIT: usize = 256 << 20;
+}
+
+impl wasmtime::CacheStore for CompiledFunctions {
+    fn get(&self, key: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.0.get(key).cloned().map(std::borrow::Cow::Owned)
+    }
+
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let (map, bytes) = &mut *entries;
+        if *bytes + value.len() > Self::LIMIT {
+            map.clear();
+            *bytes = 0;
+        }
+        *bytes += key.len() + value.len();
+        map.insert(key.to_vec(), value);
+        true
+    }
 }
 
 /// Epoch ticks for a call deadline, rounded up, plus one for the tick already under way.
