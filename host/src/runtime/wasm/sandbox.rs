@@ -64,7 +64,14 @@ pub fn engine() -> &'static Engine {
 /// compilation. Cleared when it grows past [`CompiledFunctions::LIMIT`] bytes.
 #[derive(Debug, Default)]
 struct CompiledFunctions {
-    entries: Mutex<(std::collections::HashMap<Vec<u8>, Vec<u8>>, usize)>,
+    entries: Mutex<CompiledEntries>,
+}
+
+/// The cached entries, and their total size in bytes.
+#[derive(Debug, Default)]
+struct CompiledEntries {
+    map: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+    bytes: usize,
 }
 
 impl CompiledFunctions {
@@ -74,18 +81,17 @@ impl CompiledFunctions {
 impl wasmtime::CacheStore for CompiledFunctions {
     fn get(&self, key: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
         let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.0.get(key).cloned().map(std::borrow::Cow::Owned)
+        entries.map.get(key).cloned().map(std::borrow::Cow::Owned)
     }
 
     fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let (map, bytes) = &mut *entries;
-        if *bytes + value.len() > Self::LIMIT {
-            map.clear();
-            *bytes = 0;
+        if entries.bytes + value.len() > Self::LIMIT {
+            entries.map.clear();
+            entries.bytes = 0;
         }
-        *bytes += key.len() + value.len();
-        map.insert(key.to_vec(), value);
+        entries.bytes += key.len() + value.len();
+        entries.map.insert(key.to_vec(), value);
         true
     }
 }
