@@ -11,6 +11,8 @@ trap 'rm -f "$log"' EXIT
 # The connector tests use a real PostgreSQL server (and, later, a Kafka-protocol broker),
 # installed and started by the project's own script and stopped afterwards.
 scripts/services.sh start >/dev/null
+# The status page of `weir serve` is tested in headless Chromium.
+scripts/browser.sh >/dev/null
 cargo test --release --workspace 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 scripts/services.sh stop 2>/dev/null || true

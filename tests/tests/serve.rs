@@ -1,0 +1,1476 @@
+//! `weir serve` end to end: the real binary on a free port with a temp data dir and a
+//! fixed token, steered over its admin API (docs/admin-api.md) while records flow.
+//!
+//! The live input is the server's own stdin, read by a pipeline with a `stdin` source:
+//! the test writes records to it at a steady pace, and closing it ends that pipeline.
+//! (A `file` source on a FIFO would be the other way to feed a pipeline inside
+//! `weir serve`, but `FileSource` seeks on open, which a FIFO refuses.)
+//!
+//! The UDF is the versioned counter (`tests/udfs/versioned`): v1 emits
+//! `{"key","seq","count","v":1}`, v2 `{"key","seq","total","v":2}` over the same `count`
+//! state, and each element registers an event-time timer one second later whose output
+//! `{"key","timer","v"}` names the version that fired it.
+
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use weir_e2e::{component, read_jsonl, weir_bin, Workdir};
+
+const TOKEN: &str = "serve-test-token";
+/// Event time of record `seq` is `BASE + 10 * seq`.
+const BASE: i64 = 1_700_000_000_000;
+const KEYS: u64 = 20;
+
+// ----------------------------------------------------------------------------------
+// The server and talking to it
+// ----------------------------------------------------------------------------------
+
+/// A `weir serve` child process, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    /// Its stdin, the live input of a pipeline with a `stdin` source.
+    stdin: Option<ChildStdin>,
+    /// Everything it logged so far.
+    log: Arc<Mutex<String>>,
+    /// Keeps the data dir alive while the server runs.
+    data: Workdir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP answer: status and body (as JSON when it is JSON).
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    text: String,
+    json: Value,
+    content_type: String,
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+impl Server {
+    /// Starts `weir serve PIPELINES... --listen 127.0.0.1:0 --data-dir <temp>` with
+    /// `--token TOKEN` (unless `token` is `None`), and waits for its address.
+    fn start_with(pipelines: &[&Path], token: Option<&str>) -> Self {
+        let data = Workdir::new();
+        let mut command = Command::new(weir_bin());
+        command
+            .arg("serve")
+            .args(pipelines)
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data.path("data"))
+            .env_remove("WEIR_TOKEN")
+            .env("WEIR_LOG", "info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(token) = token {
+            command.args(["--token", token]);
+        }
+        let mut child = command.spawn().expect("cannot start weir serve");
+        let stdin = child.stdin.take();
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (address, told) = mpsc::channel();
+        {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(at) = line.find("admin API and status page on ") {
+                        let url = line[at + "admin API and status page on ".len()..]
+                            .trim()
+                            .trim_end_matches('/')
+                            .to_string();
+                        let _ = address.send(url);
+                    }
+                    let mut log = log.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            });
+        }
+        let url = match told.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "weir serve did not print its address:\n{}",
+                    log.lock().unwrap()
+                );
+            }
+        };
+        Self {
+            child,
+            url,
+            stdin,
+            log,
+            data,
+        }
+    }
+
+    fn start(pipelines: &[&Path]) -> Self {
+        Self::start_with(pipelines, Some(TOKEN))
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.data.path("data")
+    }
+
+    /// Sends a request; `token` goes into `Authorization: Bearer`.
+    fn request(&self, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> Reply {
+        let url = format!("{}{path}", self.url);
+        let agent = agent();
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let result = match method {
+            "GET" | "DELETE" => {
+                let mut request = if method == "GET" {
+                    agent.get(&url)
+                } else {
+                    agent.delete(&url)
+                };
+                if let Some(b) = &bearer {
+                    request = request.header("Authorization", b);
+                }
+                request.call()
+            }
+            "POST" | "PUT" => {
+                let mut request = if method == "POST" {
+                    agent.post(&url)
+                } else {
+                    agent.put(&url)
+                };
+                if let Some(b) = &bearer {
+                    request = request.header("Authorization", b);
+                }
+                request.send(body)
+            }
+            other => panic!("no method {other}"),
+        };
+        let mut response = result.unwrap_or_else(|e| panic!("{method} {url}: {e}\n{}", self.log()));
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_string()
+            .expect("a readable body");
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply {
+            status,
+            text,
+            json,
+            content_type,
+        }
+    }
+
+    fn get(&self, path: &str) -> Reply {
+        self.request("GET", path, None, b"")
+    }
+
+    /// `PUT /api/pipelines/{name}/udf` with the token.
+    fn put_udf(&self, name: &str, bytes: &[u8]) -> Reply {
+        self.request(
+            "PUT",
+            &format!("/api/pipelines/{name}/udf"),
+            Some(TOKEN),
+            bytes,
+        )
+    }
+
+    /// `POST /api/pipelines?base=DIR` with the token.
+    fn create(&self, toml: &str, base: &Path) -> Reply {
+        self.request(
+            "POST",
+            &format!("/api/pipelines?base={}", base.display()),
+            Some(TOKEN),
+            toml.as_bytes(),
+        )
+    }
+
+    /// `GET /api/pipelines/{name}`, which must answer 200.
+    fn pipeline(&self, name: &str) -> Value {
+        let reply = self.get(&format!("/api/pipelines/{name}"));
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        reply.json
+    }
+
+    /// Polls a pipeline until `ready` holds; returns that answer.
+    fn wait_for(
+        &self,
+        name: &str,
+        what: &str,
+        within: Duration,
+        ready: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let p = self.pipeline(name);
+            if ready(&p) {
+                return p;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "pipeline {name:?}: {what} did not happen within {within:?}; last status:\n{p:#}\nserver log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The value of one `/metrics` sample, by its full name and labels.
+    fn metric(&self, sample: &str) -> Option<f64> {
+        let reply = self.get("/metrics");
+        assert_eq!(reply.status, 200);
+        reply
+            .text
+            .lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+            .map(|v| v.trim().parse().expect("a number"))
+    }
+}
+
+fn processed(p: &Value) -> u64 {
+    p["status"]["processed"].as_u64().unwrap_or(0)
+}
+
+fn state(p: &Value) -> &str {
+    p["state"].as_str().unwrap_or("")
+}
+
+fn version(p: &Value) -> Option<u64> {
+    p["udf"]["version"].as_u64()
+}
+
+fn wasm(crate_name: &str) -> Vec<u8> {
+    std::fs::read(component(crate_name)).expect("component bytes")
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+// ----------------------------------------------------------------------------------
+// Pipelines and input
+// ----------------------------------------------------------------------------------
+
+/// A pipeline file in `work` named `NAME.toml`: one `stdin` source `events` keyed by
+/// `key` with epoch-ms `ts`, the UDF `udf` (a component crate name), the main output to
+/// `NAME.out.jsonl`. Returns its path.
+fn stdin_pipeline(work: &Workdir, name: &str, udf: &str, udf_lines: &str) -> PathBuf {
+    let toml = format!(
+        r#"name = "{name}"
+
+[[source]]
+name = "events"
+type = "stdin"
+key = "key"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+
+[udf]
+path = "{udf}"
+{udf_lines}
+
+[[sink]]
+output = "main"
+type = "file"
+path = "{name}.out.jsonl"
+
+[dead_letter]
+path = "{name}.dead.jsonl"
+"#,
+        udf = component(udf).display()
+    );
+    let path = work.path(&format!("{name}.toml"));
+    std::fs::write(&path, toml).expect("write pipeline");
+    path
+}
+
+/// Record `seq` of the steady stream: key `k{seq % 20}`, a unique `seq`, rising time.
+fn record(seq: u64) -> String {
+    format!(
+        "{{\"key\":\"k{}\",\"seq\":{seq},\"ts\":{}}}\n",
+        seq % KEYS,
+        BASE + 10 * seq as i64
+    )
+}
+
+/// Writes the steady stream to a server's stdin on a thread: `per_tick` records every
+/// 10 ms, at least `min` of them; once `stop` is set, `tail` more, then stdin is closed
+/// (which ends the pipeline). Returns how many records were written.
+struct Feeder {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<u64>>,
+}
+
+impl Feeder {
+    fn start(mut stdin: ChildStdin, per_tick: u64, min: u64, tail: u64) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut seq = 0u64;
+                let mut end: Option<u64> = None;
+                loop {
+                    if end.is_none() && stop.load(Ordering::Relaxed) {
+                        end = Some(seq + tail);
+                    }
+                    if end.is_some_and(|e| seq >= e.max(min)) {
+                        break;
+                    }
+                    let mut chunk = String::new();
+                    for _ in 0..per_tick {
+                        chunk.push_str(&record(seq));
+                        seq += 1;
+                    }
+                    stdin
+                        .write_all(chunk.as_bytes())
+                        .expect("write to weir's stdin");
+                    stdin.flush().expect("flush weir's stdin");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                drop(stdin);
+                seq
+            })
+        };
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Writes the tail, closes stdin and returns how many records were written.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().expect("feeder")
+    }
+}
+
+/// One element output of the versioned counter.
+#[derive(Debug, Clone)]
+struct ElementOut {
+    seq: u64,
+    key: String,
+    count: u64,
+    v: u64,
+}
+
+/// One timer output of the versioned counter, at position `at` among all outputs.
+#[derive(Debug, Clone)]
+struct TimerOut {
+    key: String,
+    timer: i64,
+    v: u64,
+    /// How many element outputs came before it.
+    after_elements: usize,
+}
+
+/// Splits the versioned counter's output into element and timer records, checking each
+/// one's shape: v1 writes `count`, v2 `total`, never both.
+fn split_outputs(outputs: &[Value]) -> (Vec<ElementOut>, Vec<TimerOut>) {
+    let mut elements = Vec::new();
+    let mut timers = Vec::new();
+    for o in outputs {
+        let key = o["key"].as_str().expect("key").to_string();
+        let v = o["v"].as_u64().expect("v");
+        if let Some(seq) = o["seq"].as_u64() {
+            let count = match v {
+                1 => {
+                    assert!(o.get("total").is_none(), "v1 writes no total: {o}");
+                    o["count"].as_u64()
+                }
+                2 => {
+                    assert!(o.get("count").is_none(), "v2 writes no count: {o}");
+                    o["total"].as_u64()
+                }
+                _ => None,
+            }
+            .unwrap_or_else(|| panic!("an element output of an unexpected shape: {o}"));
+            elements.push(ElementOut { seq, key, count, v });
+        } else {
+            let timer = o["timer"].as_i64().unwrap_or_else(|| panic!("{o}"));
+            timers.push(TimerOut {
+                key,
+                timer,
+                v,
+                after_elements: elements.len(),
+            });
+        }
+    }
+    (elements, timers)
+}
+
+/// Every seq in `0..written` has exactly one element output, with the key it was sent
+/// with, and per key the counts go 1, 2, 3, ... in output order; every element's timer
+/// fired exactly once, for its key.
+fn check_exactly_once(elements: &[ElementOut], timers: &[TimerOut], written: u64) {
+    let mut seen = HashSet::new();
+    for e in elements {
+        assert!(seen.insert(e.seq), "seq {} has two outputs", e.seq);
+        assert_eq!(e.key, format!("k{}", e.seq % KEYS), "{e:?}");
+    }
+    let missing: Vec<u64> = (0..written)
+        .filter(|s| !seen.contains(s))
+        .take(10)
+        .collect();
+    assert!(missing.is_empty(), "no output for seq {missing:?}...");
+    assert_eq!(elements.len() as u64, written, "one output per record");
+    let mut counts: HashMap<&str, u64> = HashMap::new();
+    for e in elements {
+        let n = counts.entry(&e.key).or_default();
+        *n += 1;
+        assert_eq!(
+            e.count, *n,
+            "key {}: the count must go on from the state, whatever the version: {e:?}",
+            e.key
+        );
+    }
+    let mut fired = HashSet::new();
+    for t in timers {
+        let seq = (t.timer - 1_000 - BASE) / 10;
+        assert!(
+            (0..written as i64).contains(&seq) && (t.timer - 1_000 - BASE) % 10 == 0,
+            "a timer no element registered: {t:?}"
+        );
+        assert_eq!(t.key, format!("k{}", seq as u64 % KEYS), "{t:?}");
+        assert!(fired.insert(t.timer), "timer {} fired twice", t.timer);
+    }
+    assert_eq!(
+        timers.len() as u64,
+        written,
+        "every element's timer fires once"
+    );
+}
+
+// ----------------------------------------------------------------------------------
+// a. Hot swap under load
+// ----------------------------------------------------------------------------------
+
+#[test]
+fn hot_swaps_under_load_lose_nothing_and_carry_state_and_timers_over() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let mut server = Server::start(&[&file]);
+    let (v1, v2) = (wasm("versioned-udf-v1"), wasm("versioned-udf-v2"));
+    let p = server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running" && version(p) == Some(1)
+    });
+    let v1_sha = p["udf"]["sha256"].as_str().unwrap().to_string();
+
+    // ~500 records/s; 21 segments of at least 100 records each (a second of event time,
+    // so that the timers registered at the end of a segment fire in the next one).
+    let feeder = Feeder::start(server.stdin.take().unwrap(), 5, 0, 300);
+    server.wait_for("counter", "100 records", Duration::from_secs(20), |p| {
+        processed(p) >= 100
+    });
+    const SWAPS: usize = 20;
+    let mut prepare = Vec::new();
+    let mut pause = Vec::new();
+    // Records processed just before each PUT, and once the status shows the new version.
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    let mut v2_sha = String::new();
+    for i in 0..SWAPS {
+        let (bytes, number) = if i % 2 == 0 { (&v2, 2u64) } else { (&v1, 1u64) };
+        before.push(processed(&server.pipeline("counter")));
+        let reply = server.put_udf("counter", bytes);
+        assert_eq!(reply.status, 200, "swap {i}: {}", reply.text);
+        assert_eq!(reply.json["version"], number, "swap {i}: {}", reply.text);
+        let sha = reply.json["sha256"].as_str().unwrap().to_string();
+        if number == 1 {
+            assert_eq!(sha, v1_sha);
+        } else {
+            v2_sha = sha.clone();
+        }
+        prepare.push(reply.json["prepare_ms"].as_f64().expect("prepare_ms"));
+        pause.push(reply.json["swap_pause_ms"].as_f64().expect("swap_pause_ms"));
+        // The status shows the new version at its next publication (within 200 ms).
+        let p = server.wait_for("counter", "the new version", Duration::from_secs(10), |p| {
+            p["status"]["udf_sha256"] == sha.as_str()
+        });
+        assert_eq!(version(&p), Some(number), "{p:#}");
+        assert_eq!(state(&p), "running");
+        let at = processed(&p);
+        after.push(at);
+        server.wait_for(
+            "counter",
+            "100 more records",
+            Duration::from_secs(20),
+            |p| processed(p) >= at + 100,
+        );
+    }
+    let written = feeder.finish();
+    let p = server.wait_for("counter", "the end", Duration::from_secs(30), |p| {
+        state(p) == "finished"
+    });
+    assert_eq!(processed(&p), written, "{p:#}");
+    assert_eq!(p["status"]["udf_errors"], 0, "{p:#}");
+    assert_eq!(p["status"]["dead_letters"], 0, "{p:#}");
+    assert_eq!(
+        p["status"]["sources"],
+        serde_json::json!([["events", written]])
+    );
+    let versions = p["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2, "v1 and v2, each once: {p:#}");
+    assert_eq!(versions[0]["sha256"], v1_sha.as_str());
+    assert_eq!(versions[0]["active"], true);
+    assert_eq!(versions[1]["sha256"], v2_sha.as_str());
+    assert_eq!(versions[1]["active"], false);
+
+    let outputs = read_jsonl(work.path("counter.out.jsonl"));
+    let (elements, timers) = split_outputs(&outputs);
+    check_exactly_once(&elements, &timers, written);
+
+    // The version changes only at the swaps: 21 segments v1, v2, v1, ..., v1, the i-th
+    // change after the records processed before the i-th PUT and before the status
+    // showed its version.
+    let mut segment_v = vec![elements[0].v];
+    let mut starts = vec![0usize];
+    for (i, e) in elements.iter().enumerate() {
+        if e.v != *segment_v.last().unwrap() {
+            segment_v.push(e.v);
+            starts.push(i);
+        }
+    }
+    let expected: Vec<u64> = (0..=SWAPS)
+        .map(|i| if i % 2 == 0 { 1 } else { 2 })
+        .collect();
+    assert_eq!(segment_v, expected, "v changes exactly once per swap");
+    for i in 0..SWAPS {
+        let change = starts[i + 1] as u64;
+        assert!(
+            before[i] <= change && change <= after[i],
+            "swap {i}: the version changed after {change} records, outside [{}, {}]",
+            before[i],
+            after[i]
+        );
+    }
+
+    // Timers: each fires in the version running then (that of the element output just
+    // before it), and at every swap some registered by the old version fire in the new.
+    let segment_of = |element_index: usize| starts.partition_point(|&s| s <= element_index) - 1;
+    let seq_position: HashMap<u64, usize> = elements
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.seq, i))
+        .collect();
+    let mut crossing = vec![0usize; SWAPS + 1];
+    for t in &timers {
+        assert!(t.after_elements > 0, "a timer before any element: {t:?}");
+        let fired_in = segment_of(t.after_elements - 1);
+        assert_eq!(t.v, segment_v[fired_in], "{t:?} fired by another version");
+        let seq = ((t.timer - 1_000 - BASE) / 10) as u64;
+        let registered_in = segment_of(seq_position[&seq]);
+        assert!(registered_in <= fired_in, "{t:?}");
+        if registered_in < fired_in {
+            crossing[fired_in] += 1;
+        }
+    }
+    for (segment, n) in crossing.iter().enumerate().skip(1) {
+        assert!(
+            *n > 0,
+            "no timer registered before swap {segment} fired after it: {crossing:?}"
+        );
+    }
+
+    let (prepare_max, pause_max) = (
+        prepare.iter().cloned().fold(0.0, f64::max),
+        pause.iter().cloned().fold(0.0, f64::max),
+    );
+    eprintln!(
+        "hot swap: {written} records, {SWAPS} swaps, segments of {:?} records; \
+         timers crossing each swap {:?}; prepare_ms median {:.1} max {:.1}; \
+         swap_pause_ms median {:.3} max {:.3}",
+        starts
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .chain([elements.len() - starts[SWAPS]])
+            .collect::<Vec<_>>(),
+        &crossing[1..],
+        median(&mut prepare.clone()),
+        prepare_max,
+        median(&mut pause.clone()),
+        pause_max
+    );
+}
+
+// ----------------------------------------------------------------------------------
+// b. Rejected uploads
+// ----------------------------------------------------------------------------------
+
+#[test]
+fn uploads_that_are_not_working_udfs_are_refused_and_the_old_version_keeps_running() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let mut server = Server::start(&[&file]);
+    let p = server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running" && version(p) == Some(1)
+    });
+    let sha = p["udf"]["sha256"].as_str().unwrap().to_string();
+    let feeder = Feeder::start(server.stdin.take().unwrap(), 2, 0, 50);
+
+    let uploads: [(&str, Vec<u8>, &[&str]); 4] = [
+        (
+            "garbage",
+            b"this is not wasm at all".to_vec(),
+            &["not a valid wasm component", "magic"],
+        ),
+        (
+            "a core module",
+            b"\0asm\x01\0\0\0".to_vec(),
+            &["core wasm module, not a component", "wasm32-wasip2"],
+        ),
+        (
+            "a component of another world",
+            wasm("not-a-udf"),
+            &[
+                "does not implement the weir:udf/keyed-process world",
+                "weir:udf/process-function",
+            ],
+        ),
+        (
+            "a component whose init fails",
+            wasm("versioned-udf-bad-init"),
+            &["init failed", "this version's init always fails"],
+        ),
+    ];
+    for (what, bytes, words) in &uploads {
+        let seen = processed(&server.pipeline("counter"));
+        let reply = server.put_udf("counter", bytes);
+        assert_eq!(reply.status, 400, "{what}: {}", reply.text);
+        assert_eq!(reply.content_type, "application/json", "{what}");
+        let error = reply.json["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what}: no error message: {}", reply.text));
+        assert!(error.starts_with("rejected: "), "{what}: {error}");
+        for word in *words {
+            assert!(error.contains(word), "{what}: {error:?} lacks {word:?}");
+        }
+        // Records still flow through the old version.
+        let p = server.wait_for(
+            "counter",
+            "records after a refusal",
+            Duration::from_secs(20),
+            |p| processed(p) >= seen + 20,
+        );
+        assert_eq!(state(&p), "running", "{what}");
+        assert_eq!(version(&p), Some(1), "{what}");
+        assert_eq!(p["udf"]["sha256"], sha.as_str(), "{what}");
+        assert_eq!(p["versions"].as_array().unwrap().len(), 1, "{what}: {p:#}");
+        assert_eq!(p["status"]["udf_errors"], 0, "{what}");
+    }
+
+    let written = feeder.finish();
+    let p = server.wait_for("counter", "the end", Duration::from_secs(30), |p| {
+        state(p) == "finished"
+    });
+    assert_eq!(processed(&p), written);
+    let (elements, timers) = split_outputs(&read_jsonl(work.path("counter.out.jsonl")));
+    check_exactly_once(&elements, &timers, written);
+    assert!(elements.iter().all(|e| e.v == 1), "only v1 ever ran");
+    assert!(timers.iter().all(|t| t.v == 1), "only v1 ever ran");
+}
+
+// ----------------------------------------------------------------------------------
+// c. Automatic rollback
+// ----------------------------------------------------------------------------------
+
+#[test]
+fn a_version_failing_on_probation_is_rolled_back_and_no_record_is_lost() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let mut server = Server::start(&[&file]);
+    let p = server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running" && version(p) == Some(1)
+    });
+    let v1_sha = p["udf"]["sha256"].as_str().unwrap().to_string();
+    let feeder = Feeder::start(server.stdin.take().unwrap(), 4, 0, 200);
+    server.wait_for("counter", "200 records", Duration::from_secs(20), |p| {
+        processed(p) >= 200
+    });
+
+    // The broken version compiles and inits, so the swap itself is accepted...
+    let reply = server.put_udf("counter", &wasm("versioned-udf-broken"));
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json["version"], 2, "{}", reply.text);
+    let broken_sha = reply.json["sha256"].as_str().unwrap().to_string();
+    // ...and its first call fails, which rolls it back.
+    let p = server.wait_for("counter", "the rollback", Duration::from_secs(20), |p| {
+        p["status"]["udf_errors"].as_u64() >= Some(1)
+    });
+    let at = processed(&p);
+    let p = server.wait_for(
+        "counter",
+        "records after the rollback",
+        Duration::from_secs(20),
+        |p| processed(p) >= at + 100,
+    );
+    assert_eq!(state(&p), "running", "{p:#}");
+    assert_eq!(version(&p), Some(1), "{p:#}");
+    assert_eq!(p["udf"]["sha256"], v1_sha.as_str());
+    let error = p["status"]["last_error"].as_str().expect("last_error");
+    for words in [
+        format!(
+            "UDF version {} failed within its probation and was rolled back to {}",
+            &broken_sha[..12],
+            &v1_sha[..12]
+        ),
+        "version 3 is broken".to_string(),
+    ] {
+        assert!(error.contains(&words), "{error:?} lacks {words:?}");
+    }
+    let versions = p["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2, "{p:#}");
+    assert_eq!(versions[0]["active"], true);
+    assert_eq!(versions[1]["active"], false);
+    assert_eq!(versions[1]["sha256"], broken_sha.as_str());
+
+    let written = feeder.finish();
+    let p = server.wait_for("counter", "the end", Duration::from_secs(30), |p| {
+        state(p) == "finished"
+    });
+    assert_eq!(processed(&p), written);
+    assert_eq!(p["status"]["udf_errors"], 1, "one rollback: {p:#}");
+    assert_eq!(
+        server.metric("weir_udf_errors_total{pipeline=\"counter\"}"),
+        Some(1.0)
+    );
+    let (elements, timers) = split_outputs(&read_jsonl(work.path("counter.out.jsonl")));
+    check_exactly_once(&elements, &timers, written);
+    assert!(
+        elements.iter().all(|e| e.v == 1) && timers.iter().all(|t| t.v == 1),
+        "every output is the old version's"
+    );
+    assert!(
+        server
+            .log()
+            .contains("failed within its probation and was rolled back"),
+        "the rollback is logged"
+    );
+}
+
+// ----------------------------------------------------------------------------------
+// d. A looping UDF does not hold up another pipeline
+// ----------------------------------------------------------------------------------
+
+#[test]
+fn a_udf_stuck_in_a_loop_does_not_hold_up_another_pipeline() {
+    let work = Workdir::new();
+    let steady = stdin_pipeline(&work, "steady", "versioned-udf-v1", "");
+    let mut server = Server::start(&[&steady]);
+    server.wait_for("steady", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    // 300 records/s for as long as the other pipeline is stuck (and a second more).
+    let feeder = Feeder::start(server.stdin.take().unwrap(), 3, 300, 300);
+    server.wait_for("steady", "100 records", Duration::from_secs(20), |p| {
+        processed(p) >= 100
+    });
+
+    // The stuck pipeline: its second record makes the UDF spin. A call timeout of 2 s
+    // (the batch, then the record alone) keeps it spinning for about 4 s, so that a stall
+    // of the whole host would show as a gap of 2 s in the steady pipeline's progress.
+    work.write(
+        "loop.jsonl",
+        "{\"key\":\"a\",\"ts\":1,\"n\":1}\n{\"key\":\"a\",\"ts\":2,\"fail\":\"loop\"}\n{\"key\":\"a\",\"ts\":3,\"n\":3}\n",
+    );
+    let stuck_toml = format!(
+        r#"name = "stuck"
+
+[[source]]
+name = "events"
+type = "file"
+path = "loop.jsonl"
+key = "key"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+
+[udf]
+path = "{}"
+call_timeout = "2s"
+
+[[sink]]
+output = "main"
+type = "file"
+path = "stuck.out.jsonl"
+
+[dead_letter]
+path = "stuck.dead.jsonl"
+"#,
+        component("misbehaving-udf").display()
+    );
+    let created = Instant::now();
+    let reply = server.create(&stuck_toml, &work.path(""));
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    assert_eq!(reply.json["name"], "stuck");
+
+    // Watch both until the stuck one has failed: the steady one keeps running and
+    // keeps processing.
+    let mut last_progress = (Instant::now(), processed(&server.pipeline("steady")));
+    let mut longest_stall = Duration::ZERO;
+    let stuck = loop {
+        let steady = server.pipeline("steady");
+        assert_eq!(state(&steady), "running", "{steady:#}");
+        let now = Instant::now();
+        if processed(&steady) > last_progress.1 {
+            longest_stall = longest_stall.max(now - last_progress.0);
+            last_progress = (now, processed(&steady));
+        }
+        let stuck = server.pipeline("stuck");
+        if state(&stuck) == "failed" {
+            break stuck;
+        }
+        assert!(
+            created.elapsed() < Duration::from_secs(30),
+            "the stuck pipeline never failed: {stuck:#}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stuck_for = created.elapsed();
+    longest_stall = longest_stall.max(last_progress.0.elapsed());
+    let error = stuck["status"]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("ran longer than its call timeout of 2000 ms and was stopped"),
+        "{error}"
+    );
+    assert!(error.contains("record 2 of source \"events\""), "{error}");
+    assert!(
+        stuck_for >= Duration::from_secs(2),
+        "the loop was stopped by the timeout, not sooner: {stuck_for:?}"
+    );
+    assert!(
+        longest_stall < Duration::from_millis(1500),
+        "the steady pipeline stalled for {longest_stall:?} while the other was stuck for {stuck_for:?}"
+    );
+    // The stuck pipeline's first record was processed before the loop.
+    assert_eq!(
+        read_jsonl(work.path("stuck.out.jsonl")),
+        vec![serde_json::json!({"key":"a","ts":1,"n":1})]
+    );
+
+    // All of the steady stream is processed, promptly.
+    let written = feeder.finish();
+    let closed = Instant::now();
+    let p = server.wait_for("steady", "the end", Duration::from_secs(10), |p| {
+        state(p) == "finished"
+    });
+    assert_eq!(processed(&p), written);
+    let (elements, timers) = split_outputs(&read_jsonl(work.path("steady.out.jsonl")));
+    check_exactly_once(&elements, &timers, written);
+    eprintln!(
+        "stuck pipeline failed after {stuck_for:?}; steady pipeline: {written} records, \
+         longest stall {longest_stall:?}, finished {:?} after its input closed",
+        closed.elapsed()
+    );
+}
+
+// ----------------------------------------------------------------------------------
+// e. Auth, the CLI clients and /metrics
+// ----------------------------------------------------------------------------------
+
+/// Runs the `weir` binary with `args`; returns (exit code, stdout, stderr).
+fn weir_cli(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(weir_bin())
+        .args(args)
+        .env_remove("WEIR_TOKEN")
+        .env_remove("WEIR_SERVER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("cannot start weir");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A local port nobody listens on (it was free a moment ago).
+fn unused_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+#[test]
+fn mutating_calls_need_the_token_and_the_cli_clients_work() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let mut server = Server::start(&[&file]);
+    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let v2_path = component("versioned-udf-v2").display().to_string();
+    let v2 = wasm("versioned-udf-v2");
+
+    // Without a token, or with a wrong one: 401, and nothing changes.
+    let calls: [(&str, String, &[u8]); 5] = [
+        (
+            "POST",
+            "/api/pipelines?base=/tmp".to_string(),
+            b"name = \"x\"",
+        ),
+        ("PUT", "/api/pipelines/counter/udf".to_string(), &v2),
+        ("POST", "/api/pipelines/counter/rollback".to_string(), b""),
+        ("POST", "/api/pipelines/counter/stop".to_string(), b""),
+        ("DELETE", "/api/pipelines/counter".to_string(), b""),
+    ];
+    for (method, path, body) in &calls {
+        let reply = server.request(method, path, None, body);
+        assert_eq!(reply.status, 401, "{method} {path}: {}", reply.text);
+        assert!(
+            reply.json["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Authorization: Bearer <token>"),
+            "{}",
+            reply.text
+        );
+        let reply = server.request(method, path, Some("not-the-token"), body);
+        assert_eq!(reply.status, 401, "{method} {path}: {}", reply.text);
+        assert_eq!(reply.json["error"], "wrong token");
+    }
+    let p = server.pipeline("counter");
+    assert_eq!(state(&p), "running");
+    assert_eq!(version(&p), Some(1));
+    // Reading needs no token; unknown names are 404.
+    assert_eq!(server.get("/api/pipelines").status, 200);
+    let page = server.get("/");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.content_type.starts_with("text/html"),
+        "{}",
+        page.content_type
+    );
+    assert!(page.text.contains("<title>weir serve</title>"));
+    let reply = server.get("/api/pipelines/nope");
+    assert_eq!(reply.status, 404);
+    assert_eq!(reply.json["error"], "no pipeline \"nope\"");
+    let reply = server.put_udf("nope", &v2);
+    assert_eq!(reply.status, 404, "{}", reply.text);
+    let reply = server.request("POST", "/api/pipelines/counter/rollback", Some(TOKEN), b"");
+    assert_eq!(reply.status, 409, "{}", reply.text);
+    assert_eq!(
+        reply.json["error"],
+        "version 1 is the first: nothing to roll back to"
+    );
+    let reply = server.create("this is not toml", &work.path(""));
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    assert!(
+        reply.json["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid pipeline: "),
+        "{}",
+        reply.text
+    );
+
+    // 30 records through the stdin pipeline.
+    let mut stdin = server.stdin.take().unwrap();
+    for seq in 0..30 {
+        stdin.write_all(record(seq).as_bytes()).unwrap();
+    }
+    stdin.flush().unwrap();
+    server.wait_for("counter", "30 records", Duration::from_secs(20), |p| {
+        processed(p) == 30
+    });
+
+    // `weir deploy PIPELINE.toml`: a second pipeline, read from a file, to its end.
+    let input: String = (0..50).map(record).collect();
+    work.write("files.jsonl", &input);
+    let files_toml = format!(
+        "name = \"files\"\n\n[[source]]\nname = \"events\"\ntype = \"file\"\npath = \"files.jsonl\"\n\
+         key = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n[udf]\npath = \"{}\"\n\n\
+         [[sink]]\noutput = \"main\"\ntype = \"file\"\npath = \"files.out.jsonl\"\n",
+        component("versioned-udf-v1").display()
+    );
+    let files = work.write("files.toml", &files_toml);
+    let url = server.url.clone();
+    let (code, stdout, stderr) = weir_cli(&["deploy", &files, "--server", &url, "--token", TOKEN]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let created: Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    assert_eq!(created["name"], "files");
+    server.wait_for("files", "the end", Duration::from_secs(20), |p| {
+        state(p) == "finished"
+    });
+    assert_eq!(read_jsonl(work.path("files.out.jsonl")).len(), 100);
+
+    // /metrics counts both.
+    assert_eq!(
+        server.metric("weir_records_processed_total{pipeline=\"counter\"}"),
+        Some(30.0)
+    );
+    assert_eq!(
+        server.metric("weir_records_processed_total{pipeline=\"files\"}"),
+        Some(50.0)
+    );
+    assert_eq!(
+        server.metric("weir_source_records_read_total{pipeline=\"files\",source=\"events\"}"),
+        Some(50.0)
+    );
+    assert_eq!(
+        server.metric("weir_output_records_emitted_total{pipeline=\"files\",output=\"main\"}"),
+        Some(100.0)
+    );
+    let metrics = server.get("/metrics");
+    assert!(
+        metrics.content_type.starts_with("text/plain"),
+        "{}",
+        metrics.content_type
+    );
+    assert!(metrics
+        .text
+        .contains("# TYPE weir_records_processed_total counter"));
+
+    // `weir status`, all or one; it needs no token.
+    let (code, stdout, stderr) = weir_cli(&["status", "--server", &url]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let all: Value = serde_json::from_str(&stdout).expect("JSON");
+    let names: Vec<&str> = all["pipelines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["counter", "files"]);
+    let (code, stdout, stderr) = weir_cli(&["status", "counter", "--server", &url]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let one: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(one["name"], "counter");
+    assert_eq!(one["status"]["processed"], 30);
+
+    // `weir deploy --pipeline`: v2 goes in; a wrong token or pipeline is refused.
+    let (code, _, stderr) = weir_cli(&[
+        "deploy",
+        "--pipeline",
+        "counter",
+        &v2_path,
+        "--server",
+        &url,
+        "--token",
+        "wrong",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("401") && stderr.contains("wrong token"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = weir_cli(&[
+        "deploy",
+        "--pipeline",
+        "nope",
+        &v2_path,
+        "--server",
+        &url,
+        "--token",
+        TOKEN,
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("no pipeline \"nope\""), "{stderr}");
+    let (code, stdout, stderr) = weir_cli(&[
+        "deploy",
+        "--pipeline",
+        "counter",
+        &v2_path,
+        "--server",
+        &url,
+        "--token",
+        TOKEN,
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let deployed: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(deployed["version"], 2, "{stdout}");
+    assert!(
+        deployed["prepare_ms"].as_f64().is_some() && deployed["swap_pause_ms"].as_f64().is_some()
+    );
+    server.wait_for("counter", "v2", Duration::from_secs(10), |p| {
+        version(p) == Some(2)
+    });
+    assert_eq!(
+        server.metric(&format!(
+            "weir_udf_version{{pipeline=\"counter\",version=\"2\",sha256=\"{}\"}}",
+            deployed["sha256"].as_str().unwrap()
+        )),
+        Some(1.0)
+    );
+
+    // `weir rollback`: back to v1; then there is nothing before it.
+    let (code, stdout, stderr) =
+        weir_cli(&["rollback", "counter", "--server", &url, "--token", TOKEN]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let rolled: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(rolled["version"], 1, "{stdout}");
+    server.wait_for("counter", "v1", Duration::from_secs(10), |p| {
+        version(p) == Some(1)
+    });
+    let (code, _, stderr) = weir_cli(&["rollback", "counter", "--server", &url, "--token", TOKEN]);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("409") && stderr.contains("nothing to roll back to"),
+        "{stderr}"
+    );
+
+    // Records after the swaps: the count goes on.
+    for seq in 30..40 {
+        stdin.write_all(record(seq).as_bytes()).unwrap();
+    }
+    stdin.flush().unwrap();
+    server.wait_for("counter", "40 records", Duration::from_secs(20), |p| {
+        processed(p) == 40
+    });
+
+    // `weir stop`: the pipeline checkpoints and stops; a swap is refused then.
+    let (code, stdout, stderr) = weir_cli(&["stop", "counter", "--server", &url, "--token", TOKEN]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let stopped: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(stopped["state"], "stopped", "{stdout}");
+    assert!(
+        stopped["status"]["checkpoints"].as_u64() >= Some(1),
+        "{stdout}"
+    );
+    let reply = server.put_udf("counter", &v2);
+    assert_eq!(reply.status, 409, "{}", reply.text);
+    assert_eq!(reply.json["error"], "the pipeline is not running");
+    let (elements, _) = split_outputs(&read_jsonl(work.path("counter.out.jsonl")));
+    assert_eq!(
+        elements.iter().map(|e| e.count).collect::<Vec<_>>(),
+        (0..40).map(|s| s / KEYS + 1).collect::<Vec<_>>()
+    );
+
+    // DELETE removes it.
+    let reply = server.request("DELETE", "/api/pipelines/counter", Some(TOKEN), b"");
+    assert_eq!(reply.status, 204, "{}", reply.text);
+    assert_eq!(server.get("/api/pipelines/counter").status, 404);
+    drop(stdin);
+
+    // No server: a clear error and exit code 1.
+    let nowhere = format!("http://127.0.0.1:{}", unused_port());
+    let (code, _, stderr) = weir_cli(&["status", "--server", &nowhere]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("no weir serve answers at {nowhere}/api/pipelines")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_generated_token_is_kept_in_the_data_dir_where_the_cli_finds_it() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let server = Server::start_with(&[&file], None);
+    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let token = std::fs::read_to_string(server.data_dir().join("token")).expect("token file");
+    assert_eq!(token.len(), 32, "{token:?}");
+    assert!(token.chars().all(|c| c.is_ascii_alphanumeric()));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(server.data_dir().join("token"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    assert!(
+        server
+            .log()
+            .contains(&format!("generated the API token {token}")),
+        "{}",
+        server.log()
+    );
+    let reply = server.request(
+        "PUT",
+        "/api/pipelines/counter/udf",
+        Some(&token),
+        &wasm("versioned-udf-v2"),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    // (Rolling back before the status shows v2 is refused: see the ignored test below.)
+    server.wait_for("counter", "v2", Duration::from_secs(10), |p| {
+        version(p) == Some(2)
+    });
+    // The CLI reads it with --data-dir.
+    let data_dir = server.data_dir().display().to_string();
+    let (code, stdout, stderr) = weir_cli(&[
+        "rollback",
+        "counter",
+        "--server",
+        &server.url,
+        "--data-dir",
+        &data_dir,
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("\"version\": 1"), "{stdout}");
+}
+
+// ----------------------------------------------------------------------------------
+// Host bugs found while writing these tests (ignored until fixed)
+// ----------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "host bug: the API takes the active version from the status, which the runner \
+            publishes only every 200 ms (serve/deployment.rs active_version, run/mod.rs steer), \
+            so a rollback within 200 ms of a swap answers 409 (or goes back too far)"]
+fn a_rollback_right_after_a_deploy_goes_back_to_the_version_before_it() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let server = Server::start(&[&file]);
+    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running" && version(p) == Some(1)
+    });
+    let v2 = wasm("versioned-udf-v2");
+    for attempt in 0..5 {
+        let reply = server.put_udf("counter", &v2);
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        // The PUT has answered: the swap is done, and the API should know it.
+        assert_eq!(
+            version(&server.pipeline("counter")),
+            Some(2),
+            "attempt {attempt}: the status still shows the version before the swap"
+        );
+        let reply = server.request("POST", "/api/pipelines/counter/rollback", Some(TOKEN), b"");
+        assert_eq!(reply.status, 200, "attempt {attempt}: {}", reply.text);
+        assert_eq!(reply.json["version"], 1);
+        server.wait_for("counter", "v1", Duration::from_secs(10), |p| {
+            version(p) == Some(1)
+        });
+    }
+}
+
+#[test]
+#[ignore = "host bug: POST /stop and DELETE join the pipeline's thread while holding the \
+            pipelines mutex (serve/api.rs stop, delete), and every GET handler locks that \
+            std mutex on one of tokio's 2 workers: stopping a pipeline stuck in a UDF call \
+            freezes the whole API, the static page included, until the call times out"]
+fn stopping_a_stuck_pipeline_does_not_freeze_the_api() {
+    let work = Workdir::new();
+    let server = Server::start(&[]);
+    work.write(
+        "loop.jsonl",
+        "{\"key\":\"a\",\"ts\":1}\n{\"key\":\"a\",\"ts\":2,\"fail\":\"loop\"}\n",
+    );
+    let toml = format!(
+        "name = \"stuck\"\n\n[[source]]\nname = \"events\"\ntype = \"file\"\npath = \"loop.jsonl\"\n\
+         key = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n[udf]\npath = \"{}\"\n\
+         call_timeout = \"6s\"\nmax_batch = 0\n\n[[sink]]\noutput = \"main\"\ntype = \"file\"\n\
+         path = \"stuck.out.jsonl\"\n",
+        component("misbehaving-udf").display()
+    );
+    let reply = server.create(&toml, &work.path(""));
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    // Let it get into the loop, then stop it from another thread.
+    std::thread::sleep(Duration::from_secs(1));
+    let url = server.url.clone();
+    let stopper = std::thread::spawn(move || {
+        agent()
+            .post(format!("{url}/api/pipelines/stuck/stop"))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .send_empty()
+            .map(|r| r.status().as_u16())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    for path in ["/api/pipelines", "/metrics", "/"] {
+        let asked = Instant::now();
+        assert_eq!(server.get(path).status, 200);
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "GET {path} took {:?} while a pipeline was stopping",
+            asked.elapsed()
+        );
+    }
+    assert_eq!(stopper.join().unwrap().expect("stop answered"), 200);
+}
+
+#[test]
+#[ignore = "host bug: FileSource::open_at (source/jsonl.rs) seeks even to offset 0, which a \
+            FIFO refuses (ESPIPE, \"Illegal seek\"): a pipeline cannot read a named pipe"]
+fn a_file_source_can_read_a_fifo() {
+    let work = Workdir::new();
+    let fifo = work.path("in.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let toml = format!(
+        "name = \"fifo\"\n\n[[source]]\nname = \"events\"\ntype = \"file\"\npath = \"in.fifo\"\n\
+         key = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n[udf]\npath = \"{}\"\n\n\
+         [[sink]]\noutput = \"main\"\ntype = \"file\"\npath = \"fifo.out.jsonl\"\n",
+        component("versioned-udf-v1").display()
+    );
+    let file = work.write("fifo.toml", &toml);
+    let server = Server::start(&[Path::new(&file)]);
+    // The writer's open waits for the pipeline's; a timeout keeps a failure from hanging.
+    let writer = std::thread::spawn(move || {
+        let mut pipe = std::fs::OpenOptions::new().write(true).open(fifo)?;
+        for seq in 0..100 {
+            pipe.write_all(record(seq).as_bytes())?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let p = server.wait_for("fifo", "the end", Duration::from_secs(20), |p| {
+        matches!(state(p), "finished" | "failed")
+    });
+    assert_eq!(state(&p), "finished", "{p:#}");
+    assert_eq!(processed(&p), 100);
+    writer.join().unwrap().expect("write to the FIFO");
+}
+
+// ----------------------------------------------------------------------------------
+// f. The status page, in headless Chromium
+// ----------------------------------------------------------------------------------
+
+/// The Chromium binary, if one is installed.
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| {
+            std::env::var_os("PATH")?
+                .to_str()?
+                .split(':')
+                .map(|dir| Path::new(dir).join(name))
+                .find(|p| p.is_file())
+        })
+}
+
+/// The text of the first element in `html` whose class attribute starts with `class`.
+fn cell<'a>(html: &'a str, class: &str) -> Option<&'a str> {
+    let at = html.find(&format!("class=\"{class}"))?;
+    let start = at + html[at..].find('>')? + 1;
+    let end = start + html[start..].find('<')?;
+    Some(&html[start..end])
+}
+
+#[test]
+fn the_status_page_shows_the_pipeline_in_a_browser() {
+    let Some(browser) = chromium() else {
+        eprintln!(
+            "SKIPPED the_status_page_shows_the_pipeline_in_a_browser: no chromium binary on PATH \
+             (install it with `apt-get install -y chromium`)"
+        );
+        return;
+    };
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "clicks", "versioned-udf-v1", "");
+    let mut server = Server::start(&[&file]);
+    server.wait_for("clicks", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let mut stdin = server.stdin.take().unwrap();
+    for seq in 0..40 {
+        stdin.write_all(record(seq).as_bytes()).unwrap();
+    }
+    stdin.flush().unwrap();
+    server.wait_for("clicks", "40 records", Duration::from_secs(20), |p| {
+        processed(p) == 40
+    });
+    let reply = server.put_udf("clicks", &wasm("versioned-udf-v2"));
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let sha = reply.json["sha256"].as_str().unwrap().to_string();
+    for seq in 40..60 {
+        stdin.write_all(record(seq).as_bytes()).unwrap();
+    }
+    stdin.flush().unwrap();
+    server.wait_for(
+        "clicks",
+        "v2 and 60 records",
+        Duration::from_secs(20),
+        |p| version(p) == Some(2) && processed(p) == 60,
+    );
+
+    let profile = Workdir::new();
+    let mut child = Command::new(&browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            profile.path("profile").display()
+        ))
+        .arg("--dump-dom")
+        .arg(format!("{}/", server.url))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start chromium");
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut dom = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut dom).ok();
+        dom
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(45) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within 45 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let dom = reader.join().unwrap();
+    assert!(status.success(), "chromium failed ({status}): {dom}");
+
+    let row_at = dom
+        .find("<tr data-pipeline=\"clicks\">")
+        .unwrap_or_else(|| panic!("no row for the pipeline in the page:\n{dom}"));
+    let row = &dom[row_at..row_at + dom[row_at..].find("</tr>").expect("row end")];
+    assert_eq!(cell(row, "name"), Some("clicks"), "{row}");
+    assert_eq!(cell(row, "state state-running"), Some("running"), "{row}");
+    assert_eq!(cell(row, "number"), Some("v2"), "{row}");
+    assert_eq!(cell(row, "sha"), Some(&sha[..12]), "{row}");
+    let processed_cell: u64 = cell(row, "processed")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no processed count: {row}"));
+    assert_eq!(processed_cell, 60, "{row}");
+    assert_eq!(cell(row, "count"), Some("0"), "no UDF errors: {row}");
+    assert!(
+        row.contains("<svg") && row.contains("class=\"chart\""),
+        "a chart: {row}"
+    );
+    assert!(row.contains("<polyline"), "{row}");
+    assert!(dom.contains("1 pipeline(s), updated"), "the page refreshed");
+    eprintln!(
+        "status page rendered by {} in {:?}",
+        browser.display(),
+        started.elapsed()
+    );
+    drop(stdin);
+}
