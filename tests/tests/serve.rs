@@ -1235,13 +1235,10 @@ fn a_generated_token_is_kept_in_the_data_dir_where_the_cli_finds_it() {
 }
 
 // ----------------------------------------------------------------------------------
-// Host bugs found while writing these tests (ignored until fixed)
+// Host bugs found while writing these tests, now fixed
 // ----------------------------------------------------------------------------------
 
 #[test]
-#[ignore = "host bug: the API takes the active version from the status, which the runner \
-            publishes only every 200 ms (serve/deployment.rs active_version, run/mod.rs steer), \
-            so a rollback within 200 ms of a swap answers 409 (or goes back too far)"]
 fn a_rollback_right_after_a_deploy_goes_back_to_the_version_before_it() {
     let work = Workdir::new();
     let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
@@ -1269,10 +1266,6 @@ fn a_rollback_right_after_a_deploy_goes_back_to_the_version_before_it() {
 }
 
 #[test]
-#[ignore = "host bug: POST /stop and DELETE join the pipeline's thread while holding the \
-            pipelines mutex (serve/api.rs stop, delete), and every GET handler locks that \
-            std mutex on one of tokio's 2 workers: stopping a pipeline stuck in a UDF call \
-            freezes the whole API, the static page included, until the call times out"]
 fn stopping_a_stuck_pipeline_does_not_freeze_the_api() {
     let work = Workdir::new();
     let server = Server::start(&[]);
@@ -1313,8 +1306,6 @@ fn stopping_a_stuck_pipeline_does_not_freeze_the_api() {
 }
 
 #[test]
-#[ignore = "host bug: FileSource::open_at (source/jsonl.rs) seeks even to offset 0, which a \
-            FIFO refuses (ESPIPE, \"Illegal seek\"): a pipeline cannot read a named pipe"]
 fn a_file_source_can_read_a_fifo() {
     let work = Workdir::new();
     let fifo = work.path("in.fifo");

@@ -71,6 +71,9 @@ impl Restored {
     /// Opens a source at its checkpointed position, or at its start.
     pub fn open_source(&self, spec: &SourceSpec) -> anyhow::Result<Box<dyn Source>> {
         Ok(match &spec.location {
+            SourceLocation::File(path) if is_stream(path) => {
+                Box::new(StdinSource::open_stream(path))
+            }
             SourceLocation::File(path) => match self.input(&spec.name).map(|i| &i.position) {
                 Some(Position::File { offset, line }) => {
                     Box::new(FileSource::open_at(path, *offset, *line)?)
@@ -182,6 +185,11 @@ impl Restored {
         operator.restore(&watermarks, meta.watermark, counters);
         Ok(())
     }
+}
+
+/// A named pipe or device: read as a stream, not seeked like a file.
+fn is_stream(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 impl Runner {

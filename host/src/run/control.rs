@@ -66,7 +66,7 @@ impl RunControl {
         }
     }
 
-    pub(crate) fn take_swap(&self) -> Option<SwapRequest> {
+    pub fn take_swap(&self) -> Option<SwapRequest> {
         self.swap.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 

@@ -561,6 +561,7 @@ impl Runner {
             control.update(|s| {
                 s.udf_errors = self.udf_errors;
                 s.last_error = Some(message);
+                s.udf_sha256 = self.udf.sha256.clone();
             });
         }
     }
@@ -589,6 +590,10 @@ impl Runner {
                     );
                     let previous = std::mem::replace(&mut self.udf, request.identity);
                     self.previous_udf = Some(previous);
+                    // The status shows the new version, and the records processed before
+                    // it, before the swap is reported done.
+                    self.last_status = Instant::now();
+                    self.publish_status(control, "running");
                     Ok(SwapDone { pause })
                 }
                 Err(e) => Err(format!("the new version was not swapped in: {e}")),

@@ -198,9 +198,17 @@ async fn stop(
 ) -> Result<Response, Refused> {
     authorize(&server, &headers)?;
     let result = tokio::task::spawn_blocking(move || {
-        let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-        let d = pipelines.get_mut(&name).ok_or_else(|| not_found(&name))?;
-        d.stop();
+        let thread = {
+            let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+            let d = pipelines.get_mut(&name).ok_or_else(|| not_found(&name))?;
+            d.request_stop()
+        };
+        // Joined without the lock: a pipeline stuck in a UDF call must not hold up the API.
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+        let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
         Ok::<_, Refused>(describe(&name, d))
     })
     .await
@@ -215,8 +223,10 @@ async fn delete(
 ) -> Result<Response, Refused> {
     authorize(&server, &headers)?;
     tokio::task::spawn_blocking(move || {
-        let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-        let mut d = pipelines.remove(&name).ok_or_else(|| not_found(&name))?;
+        let mut d = {
+            let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+            pipelines.remove(&name).ok_or_else(|| not_found(&name))?
+        };
         d.stop();
         Ok::<_, Refused>(())
     })

@@ -134,12 +134,18 @@ impl Deployment {
             .collect()
     }
 
-    /// Stops the pipeline gracefully (a checkpoint is taken) and waits for it.
-    pub fn stop(&mut self) {
+    /// Asks the pipeline to stop gracefully (it finishes what it read and checkpoints);
+    /// returns its thread, to be joined without holding any lock.
+    pub fn request_stop(&mut self) -> Option<JoinHandle<()>> {
         self.control
             .stop
             .store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
+        self.thread.take()
+    }
+
+    /// Stops the pipeline and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(thread) = self.request_stop() {
             let _ = thread.join();
         }
     }
@@ -176,6 +182,12 @@ pub fn swap_parts(
     if !running {
         return Err(Refused::new(409, "the pipeline is not running"));
     }
+    if control.status().state == "starting" {
+        return Err(Refused::new(
+            409,
+            "the pipeline is still starting (opening its sources); try again when it runs",
+        ));
+    }
     let started = std::time::Instant::now();
     let function = prepare(spec, &bytes)?;
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -198,10 +210,14 @@ pub fn swap_parts(
             swap_pause_ms: swapped.pause.as_secs_f64() * 1e3,
         }),
         Ok(Err(message)) => Err(Refused::new(400, message)),
-        Err(_) => Err(Refused::new(
-            504,
-            "the pipeline did not take the new version in time (is it stuck in a UDF call?)",
-        )),
+        Err(_) => {
+            // Withdraw it, so that it is not applied later behind the caller's back.
+            drop(control.take_swap());
+            Err(Refused::new(
+                504,
+                "the pipeline did not take the new version in time (is it stuck in a UDF call?)",
+            ))
+        }
     }
 }
 

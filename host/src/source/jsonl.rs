@@ -61,7 +61,9 @@ impl FileSource {
              it was replaced; start over with --fresh",
             path.display()
         );
-        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(offset))?;
+        if offset > 0 {
+            std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(offset))?;
+        }
         Ok(Self {
             location: path.display().to_string(),
             lines: LineReader {
@@ -109,10 +111,32 @@ impl StdinSource {
     }
 
     pub fn from_reader(location: &str, reader: impl Read + Send + 'static) -> Self {
+        Self::spawn(location, move || Ok(reader))
+    }
+
+    /// A named pipe (or another stream that is not a regular file) at `path`: opened and
+    /// read on its own thread, since opening a FIFO waits for a writer and reading it
+    /// waits for data, and neither may hold up the pipeline.
+    pub fn open_stream(path: &Path) -> Self {
+        let owned = path.to_path_buf();
+        Self::spawn(&path.display().to_string(), move || File::open(owned))
+    }
+
+    fn spawn<R: Read + Send + 'static>(
+        location: &str,
+        open: impl FnOnce() -> std::io::Result<R> + Send + 'static,
+    ) -> Self {
         let (tx, rx) = mpsc::sync_channel(4096);
         std::thread::Builder::new()
             .name(format!("weir-{location}"))
             .spawn(move || {
+                let reader = match open() {
+                    Ok(reader) => reader,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
                 let mut lines = LineReader {
                     reader: BufReader::new(reader),
                     line: 0,
@@ -134,7 +158,7 @@ impl StdinSource {
                     }
                 }
             })
-            .expect("cannot start the stdin reader thread");
+            .expect("cannot start a reader thread");
         Self {
             location: location.to_string(),
             lines: rx,
