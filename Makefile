@@ -5,7 +5,8 @@
 CARGO ?= cargo
 WASM_TARGET := wasm32-wasip2
 UDF_CRATES := change-only-counter order-timeout session-report tumbling-window stream-join misbehaving-udf \
-	versioned-udf-v1 versioned-udf-v2 versioned-udf-broken versioned-udf-bad-init not-a-udf
+	versioned-udf-v1 versioned-udf-v2 versioned-udf-broken versioned-udf-bad-init \
+	versioned-udf-retyped versioned-udf-migrated not-a-udf
 WEIR := target/release/weir
 
 .PHONY: all setup build host udfs demo test bench fmt clippy lint clean

@@ -29,15 +29,27 @@ pub trait Slot: 'static {
 pub struct Adapter<S>(PhantomData<S>);
 
 fn error(e: anyhow::Error) -> types::Error {
+    // A value of another type in a state is the host's to route, not a failure.
+    let kind = if e.chain().any(|c| c.is::<crate::state::StateDecodeError>()) {
+        types::ErrorKind::StateDecode
+    } else {
+        types::ErrorKind::Failed
+    };
     types::Error {
         message: format!("{e:#}"),
+        kind,
+    }
+}
+
+fn failed(message: String) -> types::Error {
+    types::Error {
+        message,
+        kind: types::ErrorKind::Failed,
     }
 }
 
 fn not_initialized() -> types::Error {
-    types::Error {
-        message: "weir-sdk: called before a successful init".to_owned(),
-    }
+    failed("weir-sdk: called before a successful init".to_owned())
 }
 
 impl<S: Slot> Guest for Adapter<S> {
@@ -54,15 +66,13 @@ impl<S: Slot> Guest for Adapter<S> {
     fn process_element(element: types::Element) -> Result<(), types::Error> {
         S::with(|slot| {
             let Instance { udf, inputs } = slot.as_mut().ok_or_else(not_initialized)?;
-            let input = inputs
-                .get(element.input as usize)
-                .ok_or_else(|| types::Error {
-                    message: format!(
-                        "weir-sdk: element from input #{} but only {} inputs are connected",
-                        element.input,
-                        inputs.len()
-                    ),
-                })?;
+            let input = inputs.get(element.input as usize).ok_or_else(|| {
+                failed(format!(
+                    "weir-sdk: element from input #{} but only {} inputs are connected",
+                    element.input,
+                    inputs.len()
+                ))
+            })?;
             let el = Element::new(
                 input,
                 element.input,

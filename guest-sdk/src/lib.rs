@@ -61,7 +61,7 @@ pub use ::anyhow::{self, anyhow, bail, ensure};
 pub use context::{Context, Element, InitContext, LogLevel, TimeDomain, Timer};
 pub use duration::{Duration, ParseDurationError};
 pub use output::{Output, Record};
-pub use state::{ListState, MapState, ValueState};
+pub use state::{ListState, MapState, StateDecodeError, ValueState};
 
 /// The result type of UDF methods: any error, with context, becomes the UDF's error
 /// message (the whole `anyhow` chain, as `format!("{:#}", err)`).

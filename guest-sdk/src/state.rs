@@ -3,6 +3,13 @@
 //! Handles are declared in `init` and used without a context: the host scopes every
 //! call to the key being processed. Using one outside `process_element` / `on_timer`
 //! traps in the host.
+//!
+//! State outlives a UDF version: a new version swapped into a running pipeline reads what
+//! the old one wrote. A value state whose type changes declares a [schema
+//! version](ValueState::schema) and how to [migrate](ValueState::migrate_from) values
+//! written under an earlier one; they are converted when first read. A value that cannot
+//! be decoded is a [`StateDecodeError`]: the host sends the element to the dead-letter
+//! output instead of stopping the pipeline.
 
 use std::marker::PhantomData;
 
@@ -19,6 +26,20 @@ fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
         .map_err(|e| anyhow!("state `{name}`: cannot encode value: {e}"))
 }
 
+/// A stored state value could not be read as the declared type: it was written by
+/// another version of the UDF, as another type. Returned (inside the `anyhow` chain) by
+/// state reads; the host routes the element to the dead-letter output.
+#[derive(Debug)]
+pub struct StateDecodeError(pub String);
+
+impl std::fmt::Display for StateDecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StateDecodeError {}
+
 fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T> {
     // Leftover bytes mean the value was written as another type.
     let decoded = match postcard::take_from_bytes(bytes) {
@@ -27,17 +48,34 @@ fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T> {
         Err(e) => Err(e.to_string()),
     };
     decoded.map_err(|e| {
-        anyhow!(
+        anyhow::Error::new(StateDecodeError(format!(
             "state `{name}`: cannot decode stored value as {} ({e}); was it written with another type?",
             std::any::type_name::<T>()
-        )
+        )))
     })
 }
+
+/// The first bytes of a value stored under a schema version (then the version's byte).
+const SCHEMA_TAG: [u8; 2] = [0xfe, 0xed];
+
+/// The schema version a stored value was written under (0: untagged), and its body.
+fn split_schema(bytes: &[u8]) -> (u8, &[u8]) {
+    match bytes {
+        [0xfe, 0xed, version, body @ ..] => (*version, body),
+        _ => (0, bytes),
+    }
+}
+
+/// Turns a value stored under an earlier schema version into the current type.
+type Migration<T> = Box<dyn Fn(&[u8]) -> Result<T>>;
 
 /// One `T` per key (Flink's `ValueState`).
 pub struct ValueState<T> {
     id: u32,
     name: Box<str>,
+    /// The schema version values are written under (0: untagged, as before versions).
+    schema: u8,
+    migrations: Vec<(u8, Migration<T>)>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -46,8 +84,35 @@ impl<T> ValueState<T> {
         ValueState {
             id,
             name: name.into(),
+            schema: 0,
+            migrations: Vec::new(),
             _type: PhantomData,
         }
+    }
+
+    /// Writes values under schema `version` (1 to 255): raise it when `T` changes, and
+    /// say with [`migrate_from`](Self::migrate_from) how to read the earlier versions.
+    /// Without a schema, values are written untagged (version 0).
+    pub fn schema(mut self, version: u8) -> Self {
+        self.schema = version;
+        self
+    }
+
+    /// Reads values written under schema `version` (0 for values written before the
+    /// state had a schema) as `Old`, and converts them with `convert`. A converted value
+    /// is written back under the current schema when it is first read, so each key is
+    /// migrated once, lazily.
+    pub fn migrate_from<Old: DeserializeOwned>(
+        mut self,
+        version: u8,
+        convert: impl Fn(Old) -> T + 'static,
+    ) -> Self {
+        let name = self.name.clone();
+        self.migrations.push((
+            version,
+            Box::new(move |bytes| decode::<Old>(&name, bytes).map(&convert)),
+        ));
+        self
     }
 
     /// The name the state was declared with.
@@ -62,17 +127,47 @@ impl<T> ValueState<T> {
 }
 
 impl<T: Serialize + DeserializeOwned> ValueState<T> {
-    /// The current key's value, if any.
+    /// The current key's value, if any. A value written under an earlier schema version
+    /// is migrated (and written back); one that cannot be read is a [`StateDecodeError`].
     pub fn get(&self) -> Result<Option<T>> {
-        Active::value_with(self.id, |bytes| match bytes {
-            Some(bytes) => decode(&self.name, bytes).map(Some),
+        let migrated = Active::value_with(self.id, |bytes| {
+            let Some(bytes) = bytes else {
+                return Ok(None);
+            };
+            let (version, body) = split_schema(bytes);
+            if version == self.schema {
+                return decode(&self.name, body).map(|v| Some((v, false)));
+            }
+            match self.migrations.iter().find(|(from, _)| *from == version) {
+                Some((_, migrate)) => migrate(body).map(|v| Some((v, true))),
+                None => Err(anyhow::Error::new(StateDecodeError(format!(
+                    "state `{}`: the stored value has schema version {version}, this version of the UDF reads version {} and has no migration from {version}",
+                    self.name, self.schema
+                )))),
+            }
+        })?;
+        match migrated {
+            Some((value, true)) => {
+                self.set(&value)?;
+                Ok(Some(value))
+            }
+            Some((value, false)) => Ok(Some(value)),
             None => Ok(None),
-        })
+        }
     }
 
     /// Replaces the current key's value.
     pub fn set(&self, value: &T) -> Result<()> {
-        Active::value_set_owned(self.id, encode(&self.name, value)?);
+        let bytes = if self.schema == 0 {
+            encode(&self.name, value)?
+        } else {
+            let mut tagged = Vec::with_capacity(64);
+            tagged.extend_from_slice(&SCHEMA_TAG);
+            tagged.push(self.schema);
+            postcard::to_extend(value, tagged)
+                .map_err(|e| anyhow!("state `{}`: cannot encode value: {e}", self.name))?
+        };
+        Active::value_set_owned(self.id, bytes);
         Ok(())
     }
 }

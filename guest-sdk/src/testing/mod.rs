@@ -344,6 +344,19 @@ impl<T: ProcessFunction> TestHost<T> {
         self.world.borrow().has_state(key.as_ref())
     }
 
+    /// The stored bytes of value state `name` for `key` (as the host would keep them).
+    pub fn state_bytes(&self, key: impl AsRef<[u8]>, name: &str) -> Option<Vec<u8>> {
+        self.world.borrow().value_bytes(key.as_ref(), name)
+    }
+
+    /// Sets the stored bytes of value state `name` for `key`: state as an earlier version
+    /// of the UDF left it, to test a migration.
+    pub fn set_state_bytes(&mut self, key: impl AsRef<[u8]>, name: &str, bytes: Vec<u8>) {
+        self.world
+            .borrow_mut()
+            .set_value_bytes(key.as_ref(), name, bytes);
+    }
+
     /// The keys that hold any state, sorted by bytes.
     pub fn keys_with_state(&self) -> Vec<Vec<u8>> {
         self.world.borrow().keys_with_state()

@@ -438,6 +438,92 @@ fn a_state_read_with_another_type_is_a_clear_error() {
 }
 
 #[test]
+fn a_state_read_with_another_type_is_a_state_decode_error() {
+    let mut h = TestHost::<States>::new().unwrap();
+    h.process("main", "k", "\"write\"", 1).unwrap();
+    let err = h.process("main", "k", "\"mistyped\"", 2).unwrap_err();
+    assert!(
+        err.chain().any(|c| c.is::<crate::StateDecodeError>()),
+        "the host routes it to the dead letters: {err:#}"
+    );
+}
+
+/// Version 1 of a counter stored a plain number; version 2 stores a struct under schema 1
+/// and migrates the numbers.
+struct Counter<const V: u8> {
+    plain: ValueState<u64>,
+    counted: ValueState<Counted>,
+    out: Output<serde_json::Value>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug)]
+struct Counted {
+    n: u64,
+    migrated: bool,
+}
+
+impl<const V: u8> ProcessFunction for Counter<V> {
+    fn init(ctx: &mut InitContext) -> Result<Self> {
+        Ok(Self {
+            plain: ctx.value_state("count")?,
+            counted: ctx
+                .value_state("count")?
+                .schema(1)
+                .migrate_from(0, |n: u64| Counted { n, migrated: true }),
+            out: ctx.main_output()?,
+        })
+    }
+
+    fn process_element(&mut self, _ctx: &mut Context, _element: &Element) -> Result<()> {
+        if V == 1 {
+            let n = self.plain.get()?.unwrap_or(0) + 1;
+            self.plain.set(&n)?;
+            return self.out.emit(&json!({"n": n}));
+        }
+        let mut counted = self.counted.get()?.unwrap_or(Counted {
+            n: 0,
+            migrated: false,
+        });
+        counted.n += 1;
+        self.counted.set(&counted)?;
+        self.out
+            .emit(&json!({"n": counted.n, "migrated": counted.migrated}))
+    }
+}
+
+#[test]
+fn a_schema_migration_converts_old_values_on_first_read() {
+    // The same bytes as a v1 host would leave: a plain number under no schema.
+    let mut v1 = TestHost::<Counter<1>>::new().unwrap();
+    v1.process("main", "k", "{}", 1).unwrap();
+    v1.process("main", "k", "{}", 2).unwrap();
+    let stored = v1.state_bytes("k", "count").expect("a value");
+    let mut v2 = TestHost::<Counter<2>>::new().unwrap();
+    v2.set_state_bytes("k", "count", stored);
+    v2.process("main", "k", "{}", 3).unwrap();
+    v2.process("main", "k", "{}", 4).unwrap();
+    v2.process("main", "new", "{}", 5).unwrap();
+    let out: Vec<_> = v2
+        .take_outputs("main")
+        .into_iter()
+        .map(|o| o.value)
+        .collect();
+    assert_eq!(
+        out,
+        [
+            json!({"n": 3, "migrated": true}),
+            json!({"n": 4, "migrated": true}),
+            json!({"n": 1, "migrated": false}),
+        ]
+    );
+    // Written back under schema 1: the tag, then the struct.
+    assert_eq!(
+        &v2.state_bytes("k", "count").unwrap()[..3],
+        &[0xfe, 0xed, 1]
+    );
+}
+
+#[test]
 fn udf_errors_keep_their_chain() {
     let mut h = host();
     let err = h

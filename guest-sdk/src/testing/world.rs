@@ -264,6 +264,28 @@ impl World {
         self.data.contains_key(key)
     }
 
+    /// The stored bytes of value state `name` for `key`.
+    pub(crate) fn value_bytes(&self, key: &[u8], name: &str) -> Option<Vec<u8>> {
+        let id = self.states.iter().position(|(n, _)| n == name)? as u32;
+        match self.data.get(key)?.get(&id)? {
+            StateData::Value(bytes) => Some(bytes.clone()),
+            _ => None,
+        }
+    }
+
+    /// Puts bytes into value state `name` for `key`, as another version would have left them.
+    pub(crate) fn set_value_bytes(&mut self, key: &[u8], name: &str, bytes: Vec<u8>) {
+        let id = self
+            .states
+            .iter()
+            .position(|(n, _)| n == name)
+            .expect("a declared state") as u32;
+        self.data
+            .entry(key.to_vec())
+            .or_default()
+            .insert(id, StateData::Value(bytes));
+    }
+
     pub(crate) fn keys_with_state(&self) -> Vec<Vec<u8>> {
         let mut keys: Vec<_> = self.data.keys().cloned().collect();
         keys.sort();

@@ -180,6 +180,11 @@ impl KeyedOperator {
         }
     }
 
+    /// Fires what is due at the current watermark (after a timer's failure was handled).
+    pub fn resume_event_timers(&mut self) -> Result<(), OperatorError> {
+        self.fire_event_timers(self.watermark.current())
+    }
+
     /// Registers again a timer whose firing failed (so that a rolled-back version fires
     /// it), then fires what is due at the current watermark.
     pub fn retry_timer(

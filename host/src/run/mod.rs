@@ -23,7 +23,7 @@ use crate::checkpoint::{Checkpointer, UdfIdentity};
 use crate::operator::{Activity, KeyedOperator, OperatorError};
 use crate::pipeline::{PipelineSpec, SinkSpec, SinkTarget, SourceLocation};
 use crate::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
-use crate::runtime::{ElementRef, InitInfo, ProcessFunction};
+use crate::runtime::{CallError, ElementRef, InitInfo, ProcessFunction};
 use crate::sink::{
     DeadLetter, DeadLetters, DiscardSink, JsonLinesSink, KafkaSink, PostgresSink, Sink, SinkState,
     UpsertSink,
@@ -410,6 +410,7 @@ impl Runner {
                 // Live input is idle: fire what is due and show what was written.
                 self.fire_processing_timers(options)?;
                 self.operator.flush().map_err(|e| self.describe(e, None))?;
+                self.dead_letters.flush()?;
                 continue;
             }
             let elements: Vec<(usize, ElementRef<'_>)> = chunk
@@ -424,7 +425,49 @@ impl Runner {
                     (*input, element)
                 })
                 .collect();
-            let result = self.process_with_rollback(&elements, options);
+            let mut start = 0;
+            let result = loop {
+                match self.process_with_rollback(&elements[start..], options) {
+                    Ok(()) => break Ok(()),
+                    Err((index, error)) => {
+                        let at = start + index;
+                        // A state the UDF cannot read (written by another version, as
+                        // another type) sends the record to the dead letters, not the run
+                        // to its end.
+                        let OperatorError::Udf {
+                            error: CallError::StateDecode(message),
+                            activity,
+                        } = &error
+                        else {
+                            break Err((at, error));
+                        };
+                        match activity {
+                            Activity::Element => {
+                                let (input, pending) = &chunk[at];
+                                let reason = self.state_reason(pending.key(), message);
+                                self.dead_letter(*input, &pending.record, &reason)?;
+                            }
+                            Activity::Timer {
+                                domain,
+                                timestamp,
+                                key,
+                            } => {
+                                let (domain, timestamp, key) = (*domain, *timestamp, key.clone());
+                                let reason = self.state_reason(&key, message);
+                                self.timer_dead_letter(domain, timestamp, &key, &reason)?;
+                                self.operator
+                                    .resume_event_timers()
+                                    .map_err(|e| self.describe(e, None))?;
+                            }
+                            Activity::Init => break Err((at, error)),
+                        }
+                        start = at + 1;
+                        if start >= elements.len() {
+                            break Ok(());
+                        }
+                    }
+                }
+            };
             drop(elements);
             if let Err((index, error)) = result {
                 let (input, pending) = &chunk[index];
@@ -485,7 +528,10 @@ impl Runner {
                 Err((index, error)) => {
                     let index = start + index;
                     let activity = match &error {
-                        OperatorError::Udf { activity, .. } if self.operator.in_probation() => {
+                        OperatorError::Udf { activity, error }
+                            if self.operator.in_probation()
+                                && !matches!(error, CallError::StateDecode(_)) =>
+                        {
                             activity.clone()
                         }
                         _ => return Err((index, error)),
@@ -525,11 +571,16 @@ impl Runner {
                                 timestamp,
                                 key,
                             },
-                        ..
+                        error: call,
                     } = &error
                     else {
                         return Err(self.describe(error, None));
                     };
+                    if let CallError::StateDecode(message) = call {
+                        let reason = self.state_reason(key, message);
+                        self.timer_dead_letter(*domain, *timestamp, &key.clone(), &reason)?;
+                        continue;
+                    }
                     if !self.operator.in_probation() {
                         return Err(self.describe(error, None));
                     }
@@ -789,6 +840,42 @@ impl Runner {
             Some(due) => Duration::from_millis((due - wall_clock_ms()).clamp(0, cap) as u64),
             None => Duration::from_millis(cap as u64),
         }
+    }
+
+    /// Why a record or timer went to the dead letters because its key's state could not
+    /// be read.
+    fn state_reason(&self, key: &[u8], message: &str) -> String {
+        format!(
+            "UDF {:?} version {} cannot read the state of key {:?}: {message}",
+            self.udf.name,
+            short_hash(&self.udf.sha256),
+            String::from_utf8_lossy(key)
+        )
+    }
+
+    /// A timer that could not fire because its key's state could not be read.
+    fn timer_dead_letter(
+        &mut self,
+        domain: crate::time::timers::TimeDomain,
+        timestamp: Timestamp,
+        key: &[u8],
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        let raw = serde_json::json!({
+            "timer": timestamp,
+            "domain": domain.label(),
+            "key": String::from_utf8_lossy(key),
+        })
+        .to_string();
+        tracing::warn!("{reason}");
+        self.dead_letters.write(&DeadLetter {
+            source: "timer",
+            line: None,
+            partition: None,
+            offset: 0,
+            reason,
+            raw: &raw,
+        })
     }
 
     fn dead_letter(

@@ -44,6 +44,9 @@ pub struct FiredTimer<'a> {
 pub enum CallError {
     /// The UDF returned an error.
     Returned(String),
+    /// The UDF could not decode a state value (written by another version, as another
+    /// type): the element goes to the dead-letter output and the run goes on.
+    StateDecode(String),
     /// The UDF trapped: a panic, a misuse of the contract, an out-of-bounds access...
     Trapped(String),
     /// The call ran past its deadline.
@@ -56,6 +59,7 @@ impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallError::Returned(message) => write!(f, "returned an error: {message}"),
+            CallError::StateDecode(message) => write!(f, "cannot read its state: {message}"),
             CallError::Trapped(detail) => write!(f, "trapped: {detail}"),
             CallError::Timeout(limit) => {
                 write!(

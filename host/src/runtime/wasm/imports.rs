@@ -35,7 +35,10 @@ impl state::Host for StoreData {
         Ok(self
             .host
             .declare_state(&name, kind)
-            .map_err(|message| types::Error { message }))
+            .map_err(|message| types::Error {
+                message,
+                kind: types::ErrorKind::Failed,
+            }))
     }
 
     fn value_get(&mut self, state: u32) -> Result<Option<Vec<u8>>> {
@@ -118,7 +121,10 @@ impl output::Host for StoreData {
         Ok(self
             .host
             .declare_output(&name)
-            .map_err(|message| types::Error { message }))
+            .map_err(|message| types::Error {
+                message,
+                kind: types::ErrorKind::Failed,
+            }))
     }
 
     fn emit(

@@ -265,7 +265,10 @@ fn call<R>(
             instance.stderr.clear();
             Ok(value)
         }
-        Ok(Err(error)) => Err(CallError::Returned(error.message)),
+        Ok(Err(error)) => Err(match error.kind {
+            types::ErrorKind::StateDecode => CallError::StateDecode(error.message),
+            types::ErrorKind::Failed => CallError::Returned(error.message),
+        }),
         Err(trap) => Err(classify_trap(
             trap.into(),
             &instance.stderr,
