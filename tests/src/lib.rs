@@ -90,7 +90,17 @@ pub fn component(crate_name: &str) -> PathBuf {
         .map(|d| format!("{d}/{stem}"))
         .find(|d| repo_root().join(d).join("src").exists())
         .unwrap_or_else(|| format!("udfs/{crate_name}"));
-    built(wasm, &[&format!("{crate_dir}/src"), "guest-sdk/src", "wit"])
+    // A component built without the SDK (not-a-udf) is not rebuilt when the SDK changes.
+    // (The versioned crates keep their manifests one level down, and all use the SDK.)
+    let manifest = std::fs::read_to_string(repo_root().join(&crate_dir).join("Cargo.toml"))
+        .unwrap_or_default();
+    let uses_sdk = crate_dir.ends_with("versioned") || manifest.contains("weir-sdk");
+    let src = format!("{crate_dir}/src");
+    if uses_sdk {
+        built(wasm, &[&src, "guest-sdk/src", "wit"])
+    } else {
+        built(wasm, &[&src])
+    }
 }
 
 /// A finished `weir` process.
