@@ -804,6 +804,12 @@ impl Runner {
             let input = &mut self.inputs[index];
             if input.exhausted && !input.ended && input.queue.is_empty() {
                 input.ended = true;
+                if self.inputs.iter().all(|i| i.ended) {
+                    // The last input ended: the final watermark fires every event-time
+                    // timer now, and no checkpoint follows (a completed run removes
+                    // them), so the keys those timers release need not be remembered.
+                    self.operator.host_mut().keys.stop_tracking();
+                }
                 self.operator
                     .end_source(index)
                     .map_err(|e| self.describe(e, None))?;

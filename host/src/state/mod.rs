@@ -63,8 +63,6 @@ pub struct KeyEntry {
     in_use: bool,
     /// Changed since the last checkpoint (and listed in [`KeyTable::changed`]).
     dirty: bool,
-    /// A hash of the key's bytes that is the same in every run: orders same-time timers.
-    tie_order: u64,
 }
 
 impl KeyEntry {
@@ -73,9 +71,10 @@ impl KeyEntry {
     }
 
     /// The key's stable hash (FNV-1a): where its timers go among timers due at the same
-    /// time, whatever id the key has in this run.
+    /// time, whatever id the key has in this run. Computed when asked (timer changes
+    /// only), so it costs no memory per key.
     pub fn tie_order(&self) -> u64 {
-        self.tie_order
+        stable_hash(&self.key)
     }
 
     pub fn slot(&self, state: StateId) -> Option<&Slot> {
@@ -181,7 +180,6 @@ impl KeyTable {
         };
         let entry = &mut self.entries[id as usize];
         entry.key = Key::from_slice(key);
-        entry.tie_order = stable_hash(key);
         entry.in_use = true;
         self.live += 1;
         let (entries, hasher) = (&self.entries, &self.hasher);
@@ -225,6 +223,15 @@ impl KeyTable {
     /// From now on, remembers which keys change, for [`take_changes`](Self::take_changes).
     pub fn track_changes(&mut self) {
         self.tracking = true;
+    }
+
+    /// Stops remembering changes (no checkpoint will follow) and forgets those remembered.
+    pub fn stop_tracking(&mut self) {
+        self.tracking = false;
+        for id in std::mem::take(&mut self.changed) {
+            self.entries[id as usize].dirty = false;
+        }
+        self.released = Vec::new();
     }
 
     fn mark_changed(&mut self, id: KeyId) {
