@@ -159,6 +159,17 @@ impl ServerArgs {
     }
 }
 
+/// Exit code 0, or 1 with the error printed.
+fn finished(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Prints a client call's answer, or its error.
 fn answer(result: anyhow::Result<serde_json::Value>) -> ExitCode {
     match result {
@@ -176,6 +187,15 @@ fn answer(result: anyhow::Result<serde_json::Value>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A flag that SIGINT or SIGTERM sets (see [`stop_on_signals`]).
+fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    if let Err(e) = stop_on_signals(&stop) {
+        tracing::warn!("cannot handle SIGINT/SIGTERM: {e}");
+    }
+    stop
 }
 
 /// SIGINT or SIGTERM stops the run gracefully; a second one exits at once.
@@ -228,22 +248,13 @@ pub fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let stop = Arc::new(AtomicBool::new(false));
-            if let Err(e) = stop_on_signals(&stop) {
-                tracing::warn!("cannot handle SIGINT/SIGTERM: {e}");
-            }
+            let stop = stop_flag();
             let config = crate::dev::DevConfig {
                 crate_dir,
                 watch,
                 build,
             };
-            match crate::dev::dev(spec, config, stop) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            finished(crate::dev::dev(spec, config, stop))
         }
         Command::Serve {
             pipelines,
@@ -259,13 +270,7 @@ pub fn main() -> ExitCode {
                 probation_calls,
                 pipelines,
             };
-            match crate::serve::serve(config) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            finished(crate::serve::serve(config))
         }
         Command::Deploy {
             file,
@@ -286,16 +291,10 @@ pub fn main() -> ExitCode {
             brokers,
             topic,
             key,
-        } => match crate::produce::produce(&brokers, &topic, &input, key.as_deref()) {
-            Ok(n) => {
-                eprintln!("weir: produced {n} records to topic {topic:?}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
+        } => finished(
+            crate::produce::produce(&brokers, &topic, &input, key.as_deref())
+                .map(|n| eprintln!("weir: produced {n} records to topic {topic:?}")),
+        ),
         Command::Run {
             pipeline,
             inputs,
@@ -326,10 +325,7 @@ pub fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let stop = Arc::new(AtomicBool::new(false));
-            if let Err(e) = stop_on_signals(&stop) {
-                tracing::warn!("cannot handle SIGINT/SIGTERM: {e}");
-            }
+            let stop = stop_flag();
             let options = RunOptions {
                 progress: !quiet,
                 stop: Some(stop),

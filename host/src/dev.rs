@@ -37,10 +37,7 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
     let bytes = std::fs::read(&spec.udf.path)
         .with_context(|| format!("cannot read UDF component {}", spec.udf.path.display()))?;
     let function = prepare(&spec, &bytes).map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    let identity = crate::checkpoint::UdfIdentity {
-        name: spec.udf.name.clone(),
-        sha256: sha256_hex(&bytes),
-    };
+    let identity = crate::checkpoint::UdfIdentity::of(&spec.udf.name, &bytes);
     let control = RunControl::new();
     let options = RunOptions {
         progress: false,

@@ -73,29 +73,25 @@ pub fn run(spec: &PipelineSpec, options: &RunOptions) -> Result<RunReport, RunFa
         error,
         report: None,
     };
-    let component = LoadedComponent::from_file(&spec.udf.name, &spec.udf.path).map_err(fail)?;
+    // Read once: the bytes are both compiled and hashed for the checkpoints' identity.
+    let path = &spec.udf.path;
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read UDF component {}", path.display()))
+        .map_err(fail)?;
+    let component = LoadedComponent::from_bytes(&spec.udf.name, &bytes)
+        .with_context(|| format!("UDF component {}", path.display()))
+        .map_err(fail)?;
     let limits = Limits {
         memory_bytes: spec.udf.memory_limit_bytes,
         call_timeout: spec.udf.call_timeout,
     };
-    let identity = udf_identity(&spec.udf.name, &spec.udf.path).map_err(fail)?;
+    let identity = UdfIdentity::of(&spec.udf.name, &bytes);
     run_with(
         spec,
         Box::new(WasmFunction::new(component, limits)),
         identity,
         options,
     )
-}
-
-/// The UDF's name and the SHA-256 of its component file, recorded in checkpoints.
-pub fn udf_identity(name: &str, path: &std::path::Path) -> anyhow::Result<UdfIdentity> {
-    use sha2::Digest as _;
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let digest = sha2::Sha256::digest(&bytes);
-    Ok(UdfIdentity {
-        name: name.to_string(),
-        sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
-    })
 }
 
 /// One source: where its records come from and how they are decoded.

@@ -73,7 +73,7 @@ impl Deployment {
             )
         })?;
         let function = prepare(&spec, &bytes)?;
-        let identity = identity(&spec.udf.name, &bytes);
+        let identity = UdfIdentity::of(&spec.udf.name, &bytes);
         let control = RunControl::new();
         let options = RunOptions {
             progress: false,
@@ -228,17 +228,4 @@ fn init_info(spec: &PipelineSpec) -> InitInfo {
     }
 }
 
-fn identity(name: &str, bytes: &[u8]) -> UdfIdentity {
-    UdfIdentity {
-        name: name.to_string(),
-        sha256: sha256_hex(bytes),
-    }
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+pub use crate::checkpoint::sha256_hex;
