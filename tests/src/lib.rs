@@ -269,3 +269,62 @@ pub fn example_variant(work: &Workdir, example: &str, udf_lines: &str) -> String
         .replace("[udf]\n", &format!("[udf]\n{udf_lines}\n"));
     work.write(&format!("{example}-variant.toml"), &text)
 }
+
+/// Polls `done` every 20 ms until it holds; panics naming `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A child process's stderr, collected line by line on its own thread, so a test can wait
+/// for what the process logs while it runs.
+pub struct StderrLog {
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl StderrLog {
+    /// Takes over `child`'s stderr (spawned with `Stdio::piped()`).
+    pub fn capture(child: &mut std::process::Child) -> Self {
+        use std::io::BufRead as _;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = std::sync::Arc::clone(&text);
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let mut text = sink.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        Self { text, reader }
+    }
+
+    /// What was logged so far.
+    pub fn text(&self) -> String {
+        self.text.lock().unwrap().clone()
+    }
+
+    pub fn contains(&self, needle: &str) -> bool {
+        self.text.lock().unwrap().contains(needle)
+    }
+
+    /// How often `needle` was logged so far.
+    pub fn count(&self, needle: &str) -> usize {
+        self.text.lock().unwrap().matches(needle).count()
+    }
+
+    /// Everything logged, once the process has closed its stderr.
+    pub fn finish(self) -> String {
+        self.reader.join().expect("the stderr reader");
+        std::sync::Arc::try_unwrap(self.text)
+            .map(|m| m.into_inner().unwrap())
+            .unwrap_or_else(|shared| shared.lock().unwrap().clone())
+    }
+}

@@ -4,12 +4,11 @@
 //! old version registered fire in the new one. A source that does not compile is
 //! reported and the running version stays.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use weir_e2e::{parse_jsonl, repo_root, weir_bin, Workdir};
+use std::time::Duration;
+use weir_e2e::{parse_jsonl, repo_root, wait_for, weir_bin, StderrLog, Workdir};
 
 /// The build settings of `make udfs`, so the copy reuses the workspace's compiled
 /// dependencies instead of building them again.
@@ -56,14 +55,6 @@ debug = "line-tables-only"
     // The lock file of the workspace pins the same dependency versions.
     std::fs::copy(repo_root().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
     name
-}
-
-fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -114,19 +105,8 @@ path = "{output}"
         .stderr(Stdio::piped())
         .spawn()
         .expect("start weir dev");
-    let log = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let log = Arc::clone(&log);
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut log = log.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        })
-    };
-    let logged = |text: &str| log.lock().unwrap().contains(text);
+    let log = StderrLog::capture(&mut child);
+    let logged = |text: &str| log.contains(text);
     let counts = || -> Vec<i64> {
         parse_jsonl(&std::fs::read_to_string(&output).unwrap_or_default())
             .iter()
@@ -182,8 +162,7 @@ path = "{output}"
     // click, by the new one for the second) fire in the new version.
     drop(stdin);
     let status = child.wait().unwrap();
-    reader.join().unwrap();
-    let log = log.lock().unwrap().clone();
+    let log = log.finish();
     assert!(status.success(), "{log}");
     assert_eq!(counts(), [1, 1002, 1001, 1000], "{log}");
     let _ = std::fs::remove_file(&wasm);

@@ -5,21 +5,13 @@
 //! --watch`, which swaps a `.wasm` in whenever it is replaced.
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use weir_e2e::{component, parse_jsonl, weir_bin, Workdir};
+use weir_e2e::{component, parse_jsonl, weir_bin, StderrLog, Workdir};
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_for(what: &str, done: impl FnMut() -> bool) {
+    weir_e2e::wait_for(what, Duration::from_secs(30), done);
 }
 
 #[test]
@@ -61,19 +53,8 @@ path = "{dead}"
         .stderr(Stdio::piped())
         .spawn()
         .expect("start weir dev");
-    let log = Arc::new(Mutex::new(String::new()));
-    let reader = {
-        let log = Arc::clone(&log);
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut log = log.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        })
-    };
-    let reloads = || log.lock().unwrap().matches("weir dev: reloaded").count();
+    let log = StderrLog::capture(&mut child);
+    let reloads = || log.count("weir dev: reloaded");
     let elements = || -> Vec<Value> {
         parse_jsonl(&std::fs::read_to_string(&output).unwrap_or_default())
             .into_iter()
@@ -101,9 +82,7 @@ path = "{dead}"
         });
     };
 
-    wait_for("weir dev to start", || {
-        log.lock().unwrap().contains("watching")
-    });
+    wait_for("weir dev to start", || log.contains("watching"));
     send("a", 1);
     send("b", 2);
     wait_for("v1's counts", || elements().len() == 2);
@@ -135,7 +114,7 @@ path = "{dead}"
             "timed out waiting for v5's output and dead letters: {:?} {:?} {}",
             elements(),
             dead_letters(),
-            log.lock().unwrap()
+            log.text()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -169,8 +148,7 @@ path = "{dead}"
     // The run goes on to its end: every key's timer fires (the timers read no state).
     drop(stdin);
     let status = child.wait().unwrap();
-    reader.join().unwrap();
-    let log = log.lock().unwrap().clone();
+    let log = log.finish();
     assert!(status.success(), "{log}");
     assert!(log.contains("dead letters: 2"), "{log}");
     let timers = parse_jsonl(&std::fs::read_to_string(&output).unwrap())

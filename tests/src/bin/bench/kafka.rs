@@ -20,13 +20,12 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use std::collections::HashSet;
-use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use weir_e2e::gen::Click;
+use weir_e2e::kafka::block_on;
 use weir_e2e::{component, datetime_millis};
 use weir_host::pipeline::{CheckpointSpec, Overrides, PipelineSpec};
 use weir_host::run::{run, RunOptions, RunReport};
@@ -473,24 +472,4 @@ fn delete_topics(brokers: &str, topics: &[&str]) -> anyhow::Result<()> {
         result.map_err(|(t, e)| anyhow::anyhow!("cannot delete topic {t}: {e}"))?;
     }
     Ok(())
-}
-
-/// Runs a future on this thread (the admin client's futures are completed by its own
-/// thread, so nothing needs driving here).
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(std::thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park_timeout(Duration::from_millis(100));
-    }
 }
