@@ -13,6 +13,8 @@ trap 'rm -f "$log"' EXIT
 scripts/services.sh start >/dev/null
 # The status page of `weir serve` is tested in headless Chromium.
 scripts/browser.sh >/dev/null
+# Compiled components are cached inside the checkout, not in the user's ~/.cache.
+export WEIR_CACHE_DIR="$PWD/target/weir-cache"
 cargo test --release --workspace 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 scripts/services.sh stop 2>/dev/null || true

@@ -17,6 +17,10 @@ use std::sync::Arc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Compiles UDF components every time instead of keeping the compiled code in
+    /// `$WEIR_CACHE_DIR/components` (default `~/.cache/weir/components`).
+    #[arg(long, global = true)]
+    no_compile_cache: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -225,6 +229,9 @@ pub fn main() -> ExitCode {
         .with_target(false)
         .init();
     let cli = Cli::parse();
+    if cli.no_compile_cache {
+        crate::runtime::wasm::precompiled::configure(None);
+    }
     match cli.command {
         Command::Dev {
             pipeline,

@@ -34,6 +34,13 @@ const SETTLE_WASM: Duration = Duration::from_millis(20);
 /// Runs `spec` until its input ends or SIGINT/SIGTERM, reloading its UDF on changes.
 pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     let (watch_paths, build) = plan(&spec, &config)?;
+    if let (false, Some(build)) = (spec.udf.path.exists(), &build) {
+        eprintln!(
+            "weir dev: {} does not exist yet; building it",
+            spec.udf.path.display()
+        );
+        build.run().map_err(|why| anyhow::anyhow!(why))?;
+    }
     let bytes = std::fs::read(&spec.udf.path)
         .with_context(|| format!("cannot read UDF component {}", spec.udf.path.display()))?;
     let function = prepare(&spec, &bytes).map_err(|e| anyhow::anyhow!("{}", e.message))?;
@@ -114,18 +121,10 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
         std::thread::sleep(settle);
         while changed.try_recv().is_ok() {}
         let built = Instant::now();
-        if let Some(command) = &build {
-            let status = Command::new("sh").arg("-c").arg(command).status();
-            match status {
-                Ok(s) if s.success() => {}
-                Ok(s) => {
-                    eprintln!("weir dev: the build failed ({s}); the running version stays");
-                    continue;
-                }
-                Err(e) => {
-                    eprintln!("weir dev: cannot run `{command}`: {e}; the running version stays");
-                    continue;
-                }
+        if let Some(build) = &build {
+            if let Err(why) = build.run() {
+                eprintln!("weir dev: {why}; the running version stays");
+                continue;
             }
         }
         let build_time = built.elapsed();
@@ -180,17 +179,36 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
     }
 }
 
-/// What to watch, and the build command.
-fn plan(spec: &PipelineSpec, config: &DevConfig) -> anyhow::Result<(Vec<PathBuf>, Option<String>)> {
+/// What to watch, and the build command: the command line's `--watch`/`--build`, else
+/// the pipeline's `[udf.dev]`, else the Rust crate that builds the component.
+fn plan(spec: &PipelineSpec, config: &DevConfig) -> anyhow::Result<(Vec<PathBuf>, Option<Build>)> {
+    let from_command_line = |command: &String| Build {
+        command: command.clone(),
+        dir: None,
+    };
     if let Some(watch) = &config.watch {
-        return Ok((vec![watch.clone()], config.build.clone()));
+        return Ok((
+            vec![watch.clone()],
+            config.build.as_ref().map(from_command_line),
+        ));
+    }
+    if let (None, Some(dev)) = (&config.crate_dir, &spec.udf.dev) {
+        let build = config
+            .build
+            .as_ref()
+            .map(from_command_line)
+            .unwrap_or(Build {
+                command: dev.build.clone(),
+                dir: Some(dev.dir.clone()),
+            });
+        return Ok((dev.watch.clone(), Some(build)));
     }
     let crate_dir = match &config.crate_dir {
         Some(dir) => dir.clone(),
         None => find_crate(&spec.udf.path)?,
     };
     let manifest = crate_dir.join("Cargo.toml");
-    let build = config.build.clone().unwrap_or_else(|| {
+    let command = config.build.clone().unwrap_or_else(|| {
         format!(
             "cargo build --quiet --release --target wasm32-wasip2 --manifest-path '{}'",
             manifest.display()
@@ -198,7 +216,31 @@ fn plan(spec: &PipelineSpec, config: &DevConfig) -> anyhow::Result<(Vec<PathBuf>
     });
     let mut watch = vec![crate_dir.join("src")];
     watch.push(manifest);
-    Ok((watch, Some(build)))
+    Ok((watch, Some(Build { command, dir: None })))
+}
+
+/// A shell command that rebuilds the component.
+#[derive(Debug, Clone)]
+struct Build {
+    command: String,
+    /// Where it runs (default: the current directory).
+    dir: Option<PathBuf>,
+}
+
+impl Build {
+    /// Runs the build; its output goes to the terminal.
+    fn run(&self) -> Result<(), String> {
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(&self.command);
+        if let Some(dir) = &self.dir {
+            command.current_dir(dir);
+        }
+        match command.status() {
+            Ok(status) if status.success() => Ok(()),
+            Ok(status) => Err(format!("the build failed ({status})")),
+            Err(e) => Err(format!("cannot run `{}`: {e}", self.command)),
+        }
+    }
 }
 
 /// The crate that builds `wasm`: the package whose name, with `-` as `_`, is the file's

@@ -72,7 +72,10 @@ fn newest_file(dir: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
 
 /// The `weir` binary built by `make build`.
 pub fn weir_bin() -> PathBuf {
-    built(target_dir().join("release/weir"), &["host/src", "wit"])
+    built(
+        target_dir().join("release/weir"),
+        &["host/src", "host/templates", "wit"],
+    )
 }
 
 /// A UDF component built by `make udfs`, by crate name (`change-only-counter`).
@@ -140,9 +143,15 @@ fn finished(output: Output) -> Finished {
 /// its own unless `args` choose one, so tests running the same example at once never
 /// share (or leave behind) checkpoints.
 pub fn weir(args: &[&str]) -> Finished {
+    weir_with_env(args, &[])
+}
+
+/// [`weir`] with extra environment variables.
+pub fn weir_with_env(args: &[&str], env: &[(&str, &Path)]) -> Finished {
     let state = tempfile::tempdir().expect("temp dir");
     let mut command = Command::new(weir_bin());
     command.args(args);
+    command.envs(env.iter().copied());
     let chooses = args
         .iter()
         .any(|a| *a == "--state-dir" || *a == "--no-checkpoints");

@@ -102,6 +102,17 @@ pub struct UdfEntry {
     pub max_batch: Option<usize>,
     #[serde(default)]
     pub config: BTreeMap<String, toml::Value>,
+    /// How `weir dev` rebuilds the component (for UDFs that are not Rust crates).
+    pub dev: Option<DevEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevEntry {
+    /// Shell command, run in the pipeline file's folder.
+    pub build: String,
+    /// Files or folders whose changes trigger a rebuild, relative to the pipeline file.
+    pub watch: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -244,6 +255,17 @@ pub struct UdfSpec {
     pub call_timeout: Duration,
     /// Most entries per batched call (0: one call per element and timer).
     pub max_batch: usize,
+    /// `[udf.dev]`: how `weir dev` rebuilds the component, if the file says.
+    pub dev: Option<DevSpec>,
+}
+
+/// How `weir dev` rebuilds a UDF that is not found as a Rust crate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevSpec {
+    pub build: String,
+    /// Where `build` runs: the pipeline file's folder.
+    pub dir: PathBuf,
+    pub watch: Vec<PathBuf>,
 }
 
 /// Where an output's records go.
@@ -634,6 +656,17 @@ fn resolve_udf(
         memory_limit_bytes,
         call_timeout,
         max_batch: entry.max_batch.unwrap_or(DEFAULT_MAX_BATCH),
+        dev: match &entry.dev {
+            Some(dev) => {
+                anyhow::ensure!(!dev.watch.is_empty(), "dev.watch: list at least one path");
+                Some(DevSpec {
+                    build: dev.build.clone(),
+                    dir: resolve("."),
+                    watch: dev.watch.iter().map(|p| resolve(p)).collect(),
+                })
+            }
+            None => None,
+        },
     })
 }
 
@@ -878,6 +911,29 @@ path = "out/clicks.jsonl"
             spec.dead_letter,
             PathBuf::from("/p/demo/pipeline.dead-letter.jsonl")
         );
+    }
+
+    #[test]
+    fn dev_section_resolves_against_the_pipeline_file() {
+        let text = GOOD.replace(
+            "[udf.config]",
+            "[udf.dev]\nbuild = \"./build.sh\"\nwatch = [\"app.py\", \"lib\"]\n\n[udf.config]",
+        );
+        let spec = parse(&text, &Overrides::default()).unwrap();
+        assert_eq!(
+            spec.udf.dev,
+            Some(DevSpec {
+                build: "./build.sh".into(),
+                dir: "/p/demo/.".into(),
+                watch: vec!["/p/demo/app.py".into(), "/p/demo/lib".into()],
+            })
+        );
+        let empty = GOOD.replace(
+            "[udf.config]",
+            "[udf.dev]\nbuild = \"make\"\nwatch = []\n\n[udf.config]",
+        );
+        let error = parse(&empty, &Overrides::default()).unwrap_err();
+        assert!(format!("{error:#}").contains("dev.watch"), "{error:#}");
     }
 
     #[test]

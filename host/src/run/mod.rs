@@ -73,7 +73,8 @@ pub fn run(spec: &PipelineSpec, options: &RunOptions) -> Result<RunReport, RunFa
         error,
         report: None,
     };
-    // Read once: the bytes are both compiled and hashed for the checkpoints' identity.
+    // Read once: the bytes are hashed once, for the compile cache and the checkpoints'
+    // identity.
     let path = &spec.udf.path;
     let bytes = std::fs::read(path)
         .with_context(|| format!("cannot read UDF component {}", path.display()))
@@ -85,7 +86,10 @@ pub fn run(spec: &PipelineSpec, options: &RunOptions) -> Result<RunReport, RunFa
         memory_bytes: spec.udf.memory_limit_bytes,
         call_timeout: spec.udf.call_timeout,
     };
-    let identity = UdfIdentity::of(&spec.udf.name, &bytes);
+    let identity = UdfIdentity {
+        name: spec.udf.name.clone(),
+        sha256: component.sha256.clone(),
+    };
     run_with(
         spec,
         Box::new(WasmFunction::new(component, limits)),

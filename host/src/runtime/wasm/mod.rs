@@ -9,6 +9,7 @@
 
 mod batch;
 mod imports;
+pub mod precompiled;
 pub mod sandbox;
 
 use super::{
@@ -20,7 +21,7 @@ use anyhow::Context as _;
 use sandbox::GuestStderr;
 use std::path::Path;
 use std::time::Duration;
-use wasmtime::component::{Component, ComponentExportIndex, Linker, ResourceTable, TypedFunc};
+use wasmtime::component::{ComponentExportIndex, Linker, ResourceTable, TypedFunc};
 use wasmtime::{Store, StoreLimits};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -64,6 +65,10 @@ pub struct Limits {
 /// A compiled UDF component, ready to instantiate.
 pub struct LoadedComponent {
     pub name: String,
+    /// The SHA-256 of the component's bytes, in hex: its identity in checkpoints.
+    pub sha256: String,
+    /// Whether it came from the compile cache.
+    pub provenance: precompiled::Provenance,
     pre: bindings::KeyedProcessPre<StoreData>,
     /// `weir:udf/batch#process-batch`, if the component exports it.
     batch: Option<ComponentExportIndex>,
@@ -89,9 +94,12 @@ impl LoadedComponent {
             );
         }
         let engine = sandbox::engine();
-        let component = Component::new(engine, bytes)
-            .map_err(anyhow::Error::from)
-            .context("not a valid wasm component")?;
+        let sha256: [u8; 32] = {
+            use sha2::Digest as _;
+            sha2::Sha256::digest(bytes).into()
+        };
+        let (component, provenance) =
+            precompiled::component(engine, bytes, &sha256).context("not a valid wasm component")?;
         let mut linker = Linker::<StoreData>::new(engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(anyhow::Error::from)?;
         bindings::KeyedProcess::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
@@ -111,6 +119,8 @@ impl LoadedComponent {
             .and_then(|interface| component.get_export_index(Some(&interface), "process-batch"));
         Ok(Self {
             name: name.to_string(),
+            sha256: crate::checkpoint::hex(&sha256),
+            provenance,
             pre,
             batch,
         })
