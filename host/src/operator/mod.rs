@@ -185,6 +185,12 @@ impl KeyedOperator {
         self.fire_event_timers(self.watermark.current())
     }
 
+    /// Registers again a timer whose firing failed, so that a rolled-back version fires it.
+    pub fn register_timer_again(&mut self, domain: TimeDomain, at: Timestamp, key: &[u8]) {
+        let id = self.host.keys.intern(key);
+        self.host.timer_for(id, domain, at, true);
+    }
+
     /// Registers again a timer whose firing failed (so that a rolled-back version fires
     /// it), then fires what is due at the current watermark.
     pub fn retry_timer(
@@ -193,8 +199,7 @@ impl KeyedOperator {
         at: Timestamp,
         key: &[u8],
     ) -> Result<(), OperatorError> {
-        let id = self.host.keys.intern(key);
-        self.host.timer_for(id, domain, at, true);
+        self.register_timer_again(domain, at, key);
         match domain {
             TimeDomain::EventTime => self.fire_event_timers(self.watermark.current()),
             TimeDomain::ProcessingTime => Ok(()),

@@ -212,8 +212,8 @@ struct Runner {
     longest_checkpoint_pause: Duration,
     /// What the UDF's `init` is given (again, when a new version is swapped in).
     init_info: InitInfo,
-    /// Run under a `RunControl` (`weir serve`, `weir dev`).
-    steered: bool,
+    /// Set when run under a `RunControl` (`weir serve`, `weir dev`).
+    control: Option<Arc<RunControl>>,
     /// The version a swap replaced, while it may still be rolled back to.
     previous_udf: Option<UdfIdentity>,
     udf_errors: u64,
@@ -352,7 +352,7 @@ impl Runner {
             checkpoints: 0,
             longest_checkpoint_pause: Duration::ZERO,
             init_info: info,
-            steered: options.control.is_some(),
+            control: options.control.clone(),
             previous_udf: None,
             udf_errors: 0,
             last_status: Instant::now() - Duration::from_secs(1),
@@ -408,7 +408,7 @@ impl Runner {
             self.take_chunk(&mut chunk);
             if chunk.is_empty() {
                 // Live input is idle: fire what is due and show what was written.
-                self.fire_processing_timers(options)?;
+                self.fire_processing_timers()?;
                 self.operator.flush().map_err(|e| self.describe(e, None))?;
                 self.dead_letters.flush()?;
                 continue;
@@ -427,7 +427,7 @@ impl Runner {
                 .collect();
             let mut start = 0;
             let result = loop {
-                match self.process_with_rollback(&elements[start..], options) {
+                match self.process_with_rollback(&elements[start..]) {
                     Ok(()) => break Ok(()),
                     Err((index, error)) => {
                         let at = start + index;
@@ -447,17 +447,8 @@ impl Runner {
                                 let reason = self.state_reason(pending.key(), message);
                                 self.dead_letter(*input, &pending.record, &reason)?;
                             }
-                            Activity::Timer {
-                                domain,
-                                timestamp,
-                                key,
-                            } => {
-                                let (domain, timestamp, key) = (*domain, *timestamp, key.clone());
-                                let reason = self.state_reason(&key, message);
-                                self.timer_dead_letter(domain, timestamp, &key, &reason)?;
-                                self.operator
-                                    .resume_event_timers()
-                                    .map_err(|e| self.describe(e, None))?;
+                            Activity::Timer { .. } => {
+                                self.fire_through(Err(error), KeyedOperator::resume_event_timers)?
                             }
                             Activity::Init => break Err((at, error)),
                         }
@@ -481,7 +472,7 @@ impl Runner {
             }
             self.spare.extend(chunk.drain(..).map(|(_, p)| p.record));
             if self.operator.has_processing_timers() {
-                self.fire_processing_timers(options)?;
+                self.fire_processing_timers()?;
             }
             if let Some(bar) = &progress {
                 let processed = self.operator.counters().elements;
@@ -496,7 +487,8 @@ impl Runner {
                 }
             }
         }
-        self.operator.finish().map_err(|e| self.describe(e, None))?;
+        let finished = self.operator.finish();
+        self.fire_through(finished, KeyedOperator::finish)?;
         self.dead_letters.flush()?;
         // Everything read is in the sinks: sources with a position store of their own
         // (Kafka groups) record the end, so a later `startup = "committed"` goes on from it.
@@ -519,7 +511,6 @@ impl Runner {
     fn process_with_rollback(
         &mut self,
         elements: &[(usize, ElementRef<'_>)],
-        options: &RunOptions,
     ) -> Result<(), (usize, OperatorError)> {
         let mut start = 0;
         loop {
@@ -536,7 +527,7 @@ impl Runner {
                         }
                         _ => return Err((index, error)),
                     };
-                    self.roll_back(&error, options);
+                    self.roll_back(&error);
                     start = match activity {
                         Activity::Timer {
                             domain,
@@ -558,44 +549,60 @@ impl Runner {
         }
     }
 
-    /// Fires due processing-time timers, rolling back a failing version on probation.
-    fn fire_processing_timers(&mut self, options: &RunOptions) -> anyhow::Result<()> {
-        loop {
-            match self.operator.fire_processing_timers(wall_clock_ms()) {
-                Ok(()) => return Ok(()),
-                Err(error) => {
-                    let OperatorError::Udf {
-                        activity:
-                            Activity::Timer {
-                                domain,
-                                timestamp,
-                                key,
-                            },
-                        error: call,
-                    } = &error
-                    else {
-                        return Err(self.describe(error, None));
-                    };
-                    if let CallError::StateDecode(message) = call {
-                        let reason = self.state_reason(key, message);
-                        self.timer_dead_letter(*domain, *timestamp, &key.clone(), &reason)?;
-                        continue;
-                    }
-                    if !self.operator.in_probation() {
-                        return Err(self.describe(error, None));
-                    }
-                    let (domain, timestamp, key) = (*domain, *timestamp, key.clone());
-                    self.roll_back(&error, options);
-                    self.operator
-                        .retry_timer(domain, timestamp, &key)
-                        .map_err(|e| self.describe(e, None))?;
-                }
-            }
+    /// Fires due processing-time timers.
+    fn fire_processing_timers(&mut self) -> anyhow::Result<()> {
+        let now = wall_clock_ms();
+        let fired = self.operator.fire_processing_timers(now);
+        self.fire_through(fired, |operator| operator.fire_processing_timers(now))
+    }
+
+    /// Completes an operator call that fires timers (`first` is its result): while a
+    /// timer fails in a way the run survives ([`Self::recover_timer`]), recovers and
+    /// fires what is still due with `next`.
+    fn fire_through(
+        &mut self,
+        first: Result<(), OperatorError>,
+        mut next: impl FnMut(&mut KeyedOperator) -> Result<(), OperatorError>,
+    ) -> anyhow::Result<()> {
+        let mut result = first;
+        while let Err(error) = result {
+            self.recover_timer(error)?;
+            result = next(&mut self.operator);
         }
+        Ok(())
+    }
+
+    /// A timer's failure that need not end the run: a state the UDF cannot read sends the
+    /// timer to the dead letters; a new version failing within its probation is rolled
+    /// back, and the timer registered again for the old one. Anything else ends the run.
+    fn recover_timer(&mut self, error: OperatorError) -> anyhow::Result<()> {
+        let OperatorError::Udf {
+            activity:
+                Activity::Timer {
+                    domain,
+                    timestamp,
+                    key,
+                },
+            error: call,
+        } = &error
+        else {
+            return Err(self.describe(error, None));
+        };
+        let (domain, timestamp, key) = (*domain, *timestamp, key.clone());
+        if let CallError::StateDecode(message) = call {
+            let reason = self.state_reason(&key, message);
+            return self.timer_dead_letter(domain, timestamp, &key, &reason);
+        }
+        if !self.operator.in_probation() {
+            return Err(self.describe(error, None));
+        }
+        self.roll_back(&error);
+        self.operator.register_timer_again(domain, timestamp, &key);
+        Ok(())
     }
 
     /// Goes back to the UDF version before the last swap, and says why.
-    fn roll_back(&mut self, error: &OperatorError, options: &RunOptions) {
+    fn roll_back(&mut self, error: &OperatorError) {
         let failed = self.udf.clone();
         self.operator.rollback();
         if let Some(previous) = self.previous_udf.take() {
@@ -608,7 +615,7 @@ impl Runner {
         );
         tracing::warn!("{message}");
         self.udf_errors += 1;
-        if let Some(control) = &options.control {
+        if let Some(control) = &self.control {
             control.update(|s| {
                 s.udf_errors = self.udf_errors;
                 s.last_error = Some(message);
@@ -732,9 +739,8 @@ impl Runner {
                         input.last_record = Instant::now();
                         if input.idle {
                             input.idle = false;
-                            self.operator
-                                .set_idle(input_at, false)
-                                .map_err(|e| self.describe(e, None))?;
+                            let fired = self.operator.set_idle(input_at, false);
+                            self.fire_through(fired, KeyedOperator::resume_event_timers)?;
                         }
                         match decoded {
                             Ok((key, timestamp)) => {
@@ -790,9 +796,8 @@ impl Runner {
                     input.name,
                     timeout.as_millis()
                 );
-                self.operator
-                    .set_idle(index, true)
-                    .map_err(|e| self.describe(e, None))?;
+                let fired = self.operator.set_idle(index, true);
+                self.fire_through(fired, KeyedOperator::resume_event_timers)?;
             }
         }
         Ok(())
@@ -810,9 +815,8 @@ impl Runner {
                     // them), so the keys those timers release need not be remembered.
                     self.operator.host_mut().keys.stop_tracking();
                 }
-                self.operator
-                    .end_source(index)
-                    .map_err(|e| self.describe(e, None))?;
+                let fired = self.operator.end_source(index);
+                self.fire_through(fired, KeyedOperator::resume_event_timers)?;
             }
         }
         Ok(())
@@ -841,7 +845,7 @@ impl Runner {
     /// timer, at most 100 ms.
     fn idle_wait(&self) -> Duration {
         // A steered run looks for swaps between waits: keep them short.
-        let cap = if self.steered { 10 } else { 100 };
+        let cap = if self.control.is_some() { 10 } else { 100 };
         match self.operator.next_processing_due() {
             Some(due) => Duration::from_millis((due - wall_clock_ms()).clamp(0, cap) as u64),
             None => Duration::from_millis(cap as u64),
