@@ -1,0 +1,1122 @@
+/**
+ * The Weir SDK for JavaScript: write a keyed process function (a UDF) as a plain class,
+ * build it into a WebAssembly component with `componentize-qjs` (the QuickJS engine),
+ * and run it on the Weir host like any Rust UDF.
+ *
+ * ```js
+ * import * as weir from "./weir/index.js";
+ *
+ * export const processFunction = weir.processFunction(class {
+ *   init(ctx) {                        // once per instance: config, states, outputs
+ *     this.gap = ctx.configDuration("gap", "30s");
+ *     this.count = ctx.valueState("count");
+ *     this.out = ctx.mainOutput();
+ *   }
+ *   processElement(ctx, el) {          // once per record, scoped to its key
+ *     const n = (this.count.get() ?? 0) + 1;
+ *     this.count.set(n);
+ *     ctx.registerEventTimer(el.timestamp + this.gap);
+ *   }
+ *   onTimer(ctx, timer) {              // once per firing timer, scoped to its key
+ *     this.out.emit({ key: ctx.key, n: this.count.get() }, { key: ctx.key });
+ *     this.count.clear();
+ *   }
+ * });
+ * ```
+ *
+ * The model is the Rust SDK's (`guest-sdk/src`), in JavaScript's idiom:
+ *
+ * - The host may throw an instance away and `init` a fresh one at any time, so keep only
+ *   config and handles on `this`; whatever must survive belongs in keyed state.
+ * - State handles, timers and outputs act on the current key; none takes a key.
+ *   Keyed state and timers cannot be used in `init`; outputs can be declared only there.
+ * - Throwing fails the call: the host stops the run and prints the message and the
+ *   JavaScript stack (`returned an error: ...`), and drops the records the call emitted.
+ *   A stored state value the UDF cannot decode throws a {@link StateDecodeError}, which the
+ *   host turns into a dead letter for that record instead.
+ * - Timestamps are numbers of milliseconds since the Unix epoch (exact up to 2^53).
+ * - State values are JSON by default (another codec can be given per state); records are
+ *   emitted as `JSON.stringify` text, which is `serde_json`'s compact form.
+ *
+ * How the contract (`wit/weir.wit`, world `keyed-process`) looks from JavaScript with
+ * componentize-qjs, which is what this module hides: each WIT interface is an ES module
+ * `weir:udf/<name>@0.1.0` with camelCase functions; `list<u8>` is a `Uint8Array`; `s64`
+ * and `u32` are numbers; enums are their case names (`"event-time"`); `option<T>` is
+ * `T` or `null`; a `result<_, error>` export returns normally or throws the `error`
+ * record `{message, kind}`; a `result` import returns the ok value or throws. Arguments
+ * of the wrong type trap (with no message), so the SDK checks them first.
+ *
+ * The sandbox has no clock: `Date.now()`, `new Date()` and `performance.now()` throw an
+ * error saying so (use `ctx.currentProcessingTime()` or the element's timestamp). There
+ * is no `console` in QuickJS; the SDK provides one that writes to the host's log.
+ *
+ * @module weir
+ */
+
+import stateHost from "weir:udf/state@0.1.0";
+import timersHost from "weir:udf/timers@0.1.0";
+import outputHost from "weir:udf/output@0.1.0";
+import loggingHost from "weir:udf/logging@0.1.0";
+
+import {
+  codecs,
+  decodeUtf8,
+  decodeUtf8Lossy,
+  encodeUtf8,
+  parseJsonKeepingRaw,
+  rawJson,
+  rawText,
+  toJson,
+  tryDecodeUtf8,
+} from "./text.js";
+import { formatDuration, parseDuration, rustDebugString } from "./duration.js";
+import { formatMillis, formatSeconds, parseMillis } from "./time.js";
+
+export {
+  codecs,
+  parseJsonKeepingRaw,
+  decodeUtf8,
+  decodeUtf8Lossy,
+  encodeUtf8,
+  rawJson,
+  rawText,
+  toJson,
+  formatDuration,
+  parseDuration,
+  formatMillis,
+  formatSeconds,
+  parseMillis,
+};
+
+/** The event-time domain: timers that fire when the watermark reaches them. */
+export const EVENT_TIME = "event-time";
+/** The processing-time domain: timers that fire when the host's wall clock reaches them. */
+export const PROCESSING_TIME = "processing-time";
+/** The watermark before the first record (`i64::MIN`, as a number). */
+export const MIN_TIMESTAMP = -(2 ** 63);
+/** The watermark once every input has ended (`i64::MAX`, which rounds to 2^63 as a number). */
+export const MAX_TIMESTAMP = 2 ** 63;
+/** The log levels, lowest first. */
+export const LOG_LEVELS = Object.freeze(["trace", "debug", "info", "warn", "error"]);
+
+/**
+ * Thrown by state reads when a stored value cannot be decoded: it was written by another
+ * version of the UDF, as another type. The host sends the record to the dead-letter
+ * output with the message and goes on, instead of stopping the run.
+ */
+export class StateDecodeError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "StateDecodeError";
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Where a call is
+
+const IDLE = 0;
+const INIT = 1;
+const CALL = 2;
+/** IDLE at module load and between calls, INIT in `init`, CALL in the two others. */
+let phase = IDLE;
+/** The Context of the call in progress (CALL only). */
+let current = null;
+
+function requireCall() {
+  if (phase !== CALL) {
+    throw new Error(
+      `keyed state and timers can only be used while processing an element or a timer, not ${phase === INIT ? "in init" : "outside a call"}`,
+    );
+  }
+}
+
+function describeValue(value) {
+  if (typeof value === "string") return JSON.stringify(value.length > 50 ? value.slice(0, 50) + "..." : value);
+  if (typeof value === "bigint") return `${value}n`;
+  if (value === null || typeof value !== "object") return String(value);
+  return Array.isArray(value) ? "an array" : `an object (${Object.prototype.toString.call(value)})`;
+}
+
+/** A timestamp argument, checked (the host traps on anything but an integer). */
+function millis(what, value) {
+  if (typeof value === "number" && Number.isInteger(value)) {
+    return value > MAX_TIMESTAMP ? MAX_TIMESTAMP : value < MIN_TIMESTAMP ? MIN_TIMESTAMP : value;
+  }
+  if (typeof value === "bigint") return Number(value);
+  throw new TypeError(`${what}: expected a whole number of milliseconds, got ${describeValue(value)}`);
+}
+
+function domainOf(what, domain) {
+  if (domain === EVENT_TIME || domain === PROCESSING_TIME) return domain;
+  throw new TypeError(`${what}: the domain is "${EVENT_TIME}" or "${PROCESSING_TIME}", not ${describeValue(domain)}`);
+}
+
+/** Key bytes from a string (UTF-8), bytes, or a number (its text, as the host keys them). */
+function keyBytesOf(key) {
+  if (key instanceof Uint8Array) return key;
+  if (typeof key === "string") {
+    if (current !== null && key === current._key) return current.keyBytes;
+    return encodeUtf8(key);
+  }
+  if (typeof key === "number" || typeof key === "bigint") return encodeUtf8(String(key));
+  throw new TypeError(`a key is a string, a number or a Uint8Array, not ${describeValue(key)}`);
+}
+
+// ---------------------------------------------------------------------------------------
+// Logging
+
+function log(level, message) {
+  if (!LOG_LEVELS.includes(level)) {
+    throw new TypeError(`log level must be one of ${LOG_LEVELS.join(", ")}, not ${describeValue(level)}`);
+  }
+  loggingHost.log(level, typeof message === "string" ? message : String(message));
+}
+
+/** Logging methods shared by InitContext and Context. */
+const logMethods = {
+  /**
+   * Logs `message` at `level` ("trace", "debug", "info", "warn" or "error"). The host
+   * writes it to its log with the UDF's name and the current key; the default filter
+   * shows info and above (`WEIR_LOG=info,weir::udf=debug` shows debug).
+   */
+  log(level, message) {
+    log(level, message);
+  },
+  logTrace(message) {
+    log("trace", message);
+  },
+  logDebug(message) {
+    log("debug", message);
+  },
+  logInfo(message) {
+    log("info", message);
+  },
+  logWarn(message) {
+    log("warn", message);
+  },
+  logError(message) {
+    log("error", message);
+  },
+};
+
+/** Logs from anywhere (helpers without a context): `weir.log("info", "...")`. */
+export { log };
+
+// ---------------------------------------------------------------------------------------
+// State
+
+function checkCodec(codec, what) {
+  if (codec === undefined) return codecs.json;
+  if (codec && typeof codec.encode === "function" && typeof codec.decode === "function") return codec;
+  throw new TypeError(`${what}: a codec has encode(value) and decode(bytes) functions (see weir.codecs)`);
+}
+
+function encodeWith(name, codec, value) {
+  if (value === undefined) {
+    throw new TypeError(`state \`${name}\`: cannot store undefined (clear() removes a value)`);
+  }
+  try {
+    return codec.encode(value);
+  } catch (e) {
+    throw new Error(`state \`${name}\`: cannot encode value: ${e && e.message !== undefined ? e.message : e}`);
+  }
+}
+
+function decodeWith(name, codec, bytes) {
+  try {
+    return codec.decode(bytes);
+  } catch (e) {
+    throw new StateDecodeError(
+      `state \`${name}\`: cannot decode stored value as ${codec.name ?? "the state's codec"} (${e && e.message !== undefined ? e.message : e}); was it written with another type?`,
+    );
+  }
+}
+
+/** The first bytes of a value stored under a schema version (then the version's byte). */
+const SCHEMA_TAG_0 = 0xfe;
+const SCHEMA_TAG_1 = 0xed;
+
+/**
+ * One value per key (Flink's `ValueState`). Declared in `init` with
+ * `ctx.valueState(name, codec?)`.
+ */
+export class ValueState {
+  /** @hideconstructor */
+  constructor(id, name, codec) {
+    this._id = id;
+    this._name = name;
+    this._codec = codec;
+    this._schema = 0;
+    this._migrations = new Map();
+  }
+
+  /** The name the state was declared with. */
+  get name() {
+    return this._name;
+  }
+
+  /**
+   * Writes values under schema `version` (1 to 255): raise it when the shape of the
+   * value changes, and say with {@link migrateFrom} how to read the earlier versions.
+   * Without it, values are written untagged (version 0). The same tagging as the Rust SDK.
+   * @param {number} version
+   * @returns {this}
+   */
+  schema(version) {
+    if (!Number.isInteger(version) || version < 0 || version > 255) {
+      throw new RangeError(`state \`${this._name}\`: a schema version is 0 to 255, not ${describeValue(version)}`);
+    }
+    this._schema = version;
+    return this;
+  }
+
+  /**
+   * Reads values written under schema `version` (0: before the state had a schema) and
+   * converts them with `convert`; a converted value is written back when first read.
+   * @param {number} version
+   * @param {(old: *) => *} convert
+   * @param {import("./text.js").Codec} [codec] how the old values were encoded (default: the state's)
+   * @returns {this}
+   */
+  migrateFrom(version, convert, codec) {
+    if (typeof convert !== "function") throw new TypeError("migrateFrom(version, convert): convert is a function");
+    this._migrations.set(version, { convert, codec: checkCodec(codec ?? this._codec, "migrateFrom") });
+    return this;
+  }
+
+  /**
+   * The current key's value, or `undefined` if it has none.
+   * @throws {StateDecodeError} if the stored value cannot be decoded
+   */
+  get() {
+    requireCall();
+    const bytes = stateHost.valueGet(this._id);
+    if (bytes === null || bytes === undefined) return undefined;
+    let version = 0;
+    let body = bytes;
+    if (bytes.length >= 3 && bytes[0] === SCHEMA_TAG_0 && bytes[1] === SCHEMA_TAG_1) {
+      version = bytes[2];
+      body = bytes.subarray(3);
+    }
+    if (version === this._schema) return decodeWith(this._name, this._codec, body);
+    const migration = this._migrations.get(version);
+    if (migration === undefined) {
+      throw new StateDecodeError(
+        `state \`${this._name}\`: the stored value has schema version ${version}, this version of the UDF reads version ${this._schema} and has no migration from ${version}`,
+      );
+    }
+    const value = migration.convert(decodeWith(this._name, migration.codec, body));
+    this.set(value);
+    return value;
+  }
+
+  /** Replaces the current key's value (`undefined` is refused: use {@link clear}). */
+  set(value) {
+    requireCall();
+    let bytes = encodeWith(this._name, this._codec, value);
+    if (this._schema !== 0) {
+      const tagged = new Uint8Array(bytes.length + 3);
+      tagged[0] = SCHEMA_TAG_0;
+      tagged[1] = SCHEMA_TAG_1;
+      tagged[2] = this._schema;
+      tagged.set(bytes, 3);
+      bytes = tagged;
+    }
+    stateHost.valueSet(this._id, bytes);
+  }
+
+  /** Removes the current key's value. */
+  clear() {
+    requireCall();
+    stateHost.clear(this._id);
+  }
+}
+
+/** An ordered list of values per key (Flink's `ListState`): `ctx.listState(name, codec?)`. */
+export class ListState {
+  /** @hideconstructor */
+  constructor(id, name, codec) {
+    this._id = id;
+    this._name = name;
+    this._codec = codec;
+  }
+
+  get name() {
+    return this._name;
+  }
+
+  /** All items of the current key, oldest first (an empty array if none). */
+  get() {
+    requireCall();
+    return stateHost.listGet(this._id).map((bytes) => decodeWith(this._name, this._codec, bytes));
+  }
+
+  /** Appends one item, without reading the others. */
+  append(item) {
+    requireCall();
+    stateHost.listAppend(this._id, encodeWith(this._name, this._codec, item));
+  }
+
+  /** Replaces all items; an empty array clears the list. */
+  set(items) {
+    requireCall();
+    if (!Array.isArray(items)) throw new TypeError(`state \`${this._name}\`: set(items) takes an array`);
+    stateHost.listSet(
+      this._id,
+      items.map((item) => encodeWith(this._name, this._codec, item)),
+    );
+  }
+
+  /** Removes all of the current key's items. */
+  clear() {
+    requireCall();
+    stateHost.clear(this._id);
+  }
+}
+
+/**
+ * A map per key (Flink's `MapState`): `ctx.mapState(name, {key: codec, value: codec})`.
+ * Keys are stored encoded (JSON by default), and {@link entries} comes in the order of
+ * those bytes: strings in code-point order, but numbers as text (`10` before `9`).
+ */
+export class MapState {
+  /** @hideconstructor */
+  constructor(id, name, keyCodec, valueCodec) {
+    this._id = id;
+    this._name = name;
+    this._keyCodec = keyCodec;
+    this._valueCodec = valueCodec;
+  }
+
+  get name() {
+    return this._name;
+  }
+
+  _key(key) {
+    return encodeWith(this._name, this._keyCodec, key);
+  }
+
+  /** The value under `key`, or `undefined`. */
+  get(key) {
+    requireCall();
+    const bytes = stateHost.mapGet(this._id, this._key(key));
+    return bytes === null || bytes === undefined ? undefined : decodeWith(this._name, this._valueCodec, bytes);
+  }
+
+  /** Whether `key` has a value. */
+  has(key) {
+    requireCall();
+    const bytes = stateHost.mapGet(this._id, this._key(key));
+    return bytes !== null && bytes !== undefined;
+  }
+
+  /** Inserts or replaces the value under `key`. */
+  put(key, value) {
+    requireCall();
+    stateHost.mapPut(this._id, this._key(key), encodeWith(this._name, this._valueCodec, value));
+  }
+
+  /** Removes `key` (a no-op if it is missing). */
+  remove(key) {
+    requireCall();
+    stateHost.mapRemove(this._id, this._key(key));
+  }
+
+  /** All `[key, value]` pairs, ordered by the encoded key bytes. */
+  entries() {
+    requireCall();
+    return stateHost
+      .mapEntries(this._id)
+      .map(([k, v]) => [decodeWith(this._name, this._keyCodec, k), decodeWith(this._name, this._valueCodec, v)]);
+  }
+
+  /** All keys, in the order of {@link entries}. */
+  keys() {
+    return this.entries().map((entry) => entry[0]);
+  }
+
+  /** All values, in the order of {@link entries}. */
+  values() {
+    return this.entries().map((entry) => entry[1]);
+  }
+
+  /** Removes every entry of the current key. */
+  clear() {
+    requireCall();
+    stateHost.clear(this._id);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Outputs
+
+/**
+ * A declared output: the main output (`ctx.mainOutput()`) or a side output
+ * (`ctx.output(name)`), which the pipeline file routes to a sink.
+ */
+export class Output {
+  /** @hideconstructor */
+  constructor(id, name) {
+    this._id = id;
+    this._name = name;
+  }
+
+  get name() {
+    return this._name;
+  }
+
+  /**
+   * Emits one record. A `Uint8Array` is emitted as is (it should hold one JSON document);
+   * anything else is written with `JSON.stringify` (raw JSON from {@link rawJson} is
+   * kept verbatim).
+   *
+   * @param {*} value
+   * @param {{key?: string|Uint8Array|number, timestamp?: number}} [options] `key` is the
+   *   record's key (the upsert key for upsert sinks; `ctx.key` for the current one);
+   *   `timestamp` defaults to the element's or timer's
+   */
+  emit(value, options) {
+    if (phase !== CALL) {
+      throw new Error(`output \`${this._name}\`: records can only be emitted while processing an element or a timer`);
+    }
+    let bytes;
+    if (value instanceof Uint8Array) {
+      bytes = value;
+    } else {
+      try {
+        bytes = encodeUtf8(toJson(value));
+      } catch (e) {
+        throw new TypeError(`output \`${this._name}\`: cannot serialize record: ${e && e.message !== undefined ? e.message : e}`);
+      }
+    }
+    let key = null;
+    let timestamp = null;
+    if (options !== undefined && options !== null) {
+      if (options.key !== undefined && options.key !== null) key = keyBytesOf(options.key);
+      if (options.timestamp !== undefined && options.timestamp !== null) {
+        timestamp = millis(`output \`${this._name}\`: timestamp`, options.timestamp);
+      }
+    }
+    outputHost.emit(this._id, bytes, key, timestamp);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Config helpers
+
+function configError(key, reason) {
+  return new Error(`invalid config \`${key}\`: ${reason}`);
+}
+
+/** What serde calls a JSON value in "invalid type: ..., expected ..." messages. */
+function serdeUnexpected(text) {
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return `string ${rustDebugString(text)}`;
+  }
+  if (typeof value === "string") return `string ${rustDebugString(value)}`;
+  if (typeof value === "boolean") return `boolean \`${value}\``;
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "sequence";
+  if (typeof value === "object") return "map";
+  if (/^-?[0-9]+$/.test(text.trim())) return `integer \`${text.trim()}\``;
+  return `floating point \`${value}\``;
+}
+
+function formatChoices(choices) {
+  const quoted = choices.map((c) => `\`${c}\``);
+  if (quoted.length === 1) return `expected ${quoted[0]}`;
+  if (quoted.length === 2) return `expected ${quoted[0]} or ${quoted[1]}`;
+  return `expected one of ${quoted.join(", ")}`;
+}
+
+/**
+ * Passed to `init`: the config, the input names, and where states and outputs are
+ * declared.
+ *
+ * Config values arrive as text (`[udf.config]` in the pipeline file, with the command
+ * line's `--config KEY=VALUE` applied). The typed getters read them as the Rust SDK's
+ * `ctx.config::<T>()` does and fail with the same kind of message naming the key
+ * (`` invalid config `gap`: invalid duration "soon": ... ``). A getter without a
+ * fallback fails if the key is missing (`` invalid config: missing field `gap` ``).
+ */
+export class InitContext {
+  /** @hideconstructor */
+  constructor(config, inputs) {
+    this._config = config;
+    this._inputs = Object.freeze(inputs.slice());
+  }
+
+  /** The names of the connected inputs; `element.inputIndex` indexes this. */
+  get inputs() {
+    return this._inputs;
+  }
+
+  /** All config entries as `[key, text]` pairs, in the host's order. */
+  configEntries() {
+    return this._config.map(([k, v]) => [k, v]);
+  }
+
+  /** The raw text of config entry `key` (the last one if repeated), or `undefined`. */
+  configValue(key) {
+    for (let i = this._config.length - 1; i >= 0; i--) {
+      if (this._config[i][0] === key) return this._config[i][1];
+    }
+    return undefined;
+  }
+
+  _get(key, fallback, parse) {
+    const text = this.configValue(key);
+    if (text === undefined) {
+      if (fallback === undefined) throw new Error(`invalid config: missing field \`${key}\``);
+      return fallback;
+    }
+    return parse(text);
+  }
+
+  /** The text as written (`007` stays `"007"`). */
+  configText(key, fallback) {
+    return this._get(key, fallback, (text) => text);
+  }
+
+  /** A whole number (a safe integer): `17`, `-3`. */
+  configInt(key, fallback) {
+    return this._get(key, fallback, (text) => {
+      const trimmed = text.trim();
+      if (!/^-?(0|[1-9][0-9]*)$/.test(trimmed)) {
+        throw configError(key, `invalid type: ${serdeUnexpected(text)}, expected an integer`);
+      }
+      const n = Number(trimmed);
+      if (!Number.isSafeInteger(n)) throw configError(key, `integer ${trimmed} is out of range (more than 2^53)`);
+      return n;
+    });
+  }
+
+  /** A number: `1.5`, `17`, `-2e3`. */
+  configNumber(key, fallback) {
+    return this._get(key, fallback, (text) => {
+      let value;
+      try {
+        value = JSON.parse(text);
+      } catch {
+        value = undefined;
+      }
+      if (typeof value !== "number") throw configError(key, `invalid type: ${serdeUnexpected(text)}, expected a number`);
+      return value;
+    });
+  }
+
+  /** `true` or `false`. */
+  configBool(key, fallback) {
+    return this._get(key, fallback, (text) => {
+      const trimmed = text.trim();
+      if (trimmed === "true") return true;
+      if (trimmed === "false") return false;
+      throw configError(key, `invalid type: ${serdeUnexpected(text)}, expected a boolean`);
+    });
+  }
+
+  /**
+   * A duration in whole milliseconds: `"500ms"`, `"1s"`, `"5m"`, `"2h"`, `"1d"`,
+   * `"1h 30m"`, or a bare number of milliseconds (see {@link parseDuration}).
+   * @param {string} key
+   * @param {string|number} [fallback] a duration text or milliseconds
+   * @returns {number}
+   */
+  configDuration(key, fallback) {
+    const text = this.configValue(key);
+    if (text === undefined) {
+      if (fallback === undefined) throw new Error(`invalid config: missing field \`${key}\``);
+      return typeof fallback === "number" ? millis(`config \`${key}\` default`, fallback) : parseDuration(fallback);
+    }
+    let value;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      value = text; // not JSON: the text itself
+    }
+    try {
+      if (typeof value === "string") return parseDuration(value);
+      if (typeof value === "number" && /^-?[0-9]+$/.test(text.trim())) {
+        if (value < 0) throw new Error(`invalid duration ${text.trim()}: durations cannot be negative`);
+        if (!Number.isSafeInteger(value)) throw new Error(`duration of ${text.trim()} ms is too large`);
+        return value;
+      }
+    } catch (e) {
+      throw configError(key, e.message);
+    }
+    throw configError(
+      key,
+      `invalid type: ${serdeUnexpected(text)}, expected a duration such as "500ms", "5m" or "1d", or milliseconds`,
+    );
+  }
+
+  /**
+   * One of `choices` (like a Rust enum): the bare name, or the name as a JSON string.
+   * @param {string} key
+   * @param {string[]} choices
+   * @param {string} [fallback]
+   */
+  configChoice(key, choices, fallback) {
+    return this._get(key, fallback, (text) => {
+      let name = text;
+      try {
+        const value = JSON.parse(text);
+        if (typeof value === "string") name = value;
+      } catch {
+        // the bare name
+      }
+      if (choices.includes(name)) return name;
+      throw configError(key, `unknown variant \`${name}\`, ${formatChoices(choices)}`);
+    });
+  }
+
+  /** The text read as JSON if it is JSON (`17`, `true`, `["a", "b"]`), else the text. */
+  configJson(key, fallback) {
+    return this._get(key, fallback, (text) => {
+      try {
+        return JSON.parse(text);
+      } catch {
+        return text;
+      }
+    });
+  }
+
+  _declareState(name, kind) {
+    if (typeof name !== "string") throw new TypeError(`a state name is a string, not ${describeValue(name)}`);
+    try {
+      return stateHost.declare(name, kind);
+    } catch (e) {
+      throw new Error(`cannot declare state \`${name}\`: ${e && e.message !== undefined ? e.message : e}`);
+    }
+  }
+
+  /**
+   * Declares a value state: one value per key.
+   * @param {string} name identifies the state, also for a fresh instance or a new version
+   * @param {import("./text.js").Codec} [codec] default `weir.codecs.json`
+   * @returns {ValueState}
+   */
+  valueState(name, codec) {
+    const checked = checkCodec(codec, `state \`${name}\``);
+    return new ValueState(this._declareState(name, "value"), name, checked);
+  }
+
+  /**
+   * Declares a list state: an ordered list of values per key.
+   * @param {string} name
+   * @param {import("./text.js").Codec} [codec] default `weir.codecs.json`
+   * @returns {ListState}
+   */
+  listState(name, codec) {
+    const checked = checkCodec(codec, `state \`${name}\``);
+    return new ListState(this._declareState(name, "list"), name, checked);
+  }
+
+  /**
+   * Declares a map state: a map per key.
+   * @param {string} name
+   * @param {{key?: import("./text.js").Codec, value?: import("./text.js").Codec}} [codecs]
+   *   default JSON for both
+   * @returns {MapState}
+   */
+  mapState(name, codecs = {}) {
+    const keyCodec = checkCodec(codecs.key, `state \`${name}\` key`);
+    const valueCodec = checkCodec(codecs.value, `state \`${name}\` value`);
+    return new MapState(this._declareState(name, "map"), name, keyCodec, valueCodec);
+  }
+
+  /** Declares the main output (`main`). */
+  mainOutput() {
+    return this.output("main");
+  }
+
+  /**
+   * Declares output `name` (a side output unless it is `main`); the pipeline file must
+   * route it to a sink.
+   * @returns {Output}
+   */
+  output(name) {
+    if (typeof name !== "string") throw new TypeError(`an output name is a string, not ${describeValue(name)}`);
+    if (phase !== INIT) throw new Error(`output "${name}" must be declared in init`);
+    let id;
+    try {
+      id = outputHost.declare(name);
+    } catch (e) {
+      throw new Error(`cannot declare output \`${name}\`: ${e && e.message !== undefined ? e.message : e}`);
+    }
+    return new Output(id, name);
+  }
+}
+Object.assign(InitContext.prototype, logMethods);
+
+// ---------------------------------------------------------------------------------------
+// Elements, timers and the per-call context
+
+/** One input record, with the key and event time the host extracted. */
+export class Element {
+  /** @hideconstructor */
+  constructor(input, inputIndex, keyBytes, value, timestamp) {
+    /** The name of the input the record came from. */
+    this.input = input;
+    /** Its index in `ctx.inputs` of init. */
+    this.inputIndex = inputIndex;
+    /** The key as bytes. */
+    this.keyBytes = keyBytes;
+    /** The record's bytes (one JSON document for the JSON sources). */
+    this.value = value;
+    /** The record's event time, in milliseconds since the epoch. */
+    this.timestamp = timestamp;
+    this._key = undefined;
+  }
+
+  /** The key as text (UTF-8; the text of the number for number keys). */
+  get key() {
+    if (this._key === undefined) this._key = decodeUtf8(this.keyBytes, "key");
+    return this._key;
+  }
+
+  /** The record as text. */
+  text() {
+    const text = tryDecodeUtf8(this.value);
+    return text !== null ? text : decodeUtf8(this.value, `input \`${this.input}\`: record`);
+  }
+
+  /**
+   * The record parsed as JSON.
+   *
+   * `options.raw` names members (at any depth) whose exact JSON text is kept: a string,
+   * number, boolean or null member becomes a `JSON.rawJSON` object, whose `rawJSON`
+   * property is the text (see {@link rawText}) and which `JSON.stringify` (and so
+   * `emit`) writes back verbatim. That is how a number keeps all its digits
+   * (`"cost": 2.67499999999999999`) and a value is passed through unchanged, like serde's
+   * `RawValue`. Object and array members stay parsed. It costs about twice a plain parse.
+   * A function instead is used as the reviver of `JSON.parse`.
+   *
+   * @param {{raw?: string[]} | ((key: string, value: *, context: {source?: string}) => *)} [options]
+   * @throws {Error} `input \`NAME\`: record is not valid JSON: ... (record: ...)`
+   */
+  json(options) {
+    const text = this.text();
+    try {
+      if (typeof options === "function") return JSON.parse(text, options);
+      if (options && options.raw) return parseJsonKeepingRaw(text, options.raw);
+      return JSON.parse(text);
+    } catch (e) {
+      const shown = text.length > 200 ? text.slice(0, 200) + "..." : text;
+      throw new Error(`input \`${this.input}\`: record is not valid JSON: ${e.message} (record: ${shown})`);
+    }
+  }
+}
+
+/** A timer that fired. */
+export class Timer {
+  /** @hideconstructor */
+  constructor(domain, timestamp, keyBytes) {
+    /** `weir.EVENT_TIME` or `weir.PROCESSING_TIME`. */
+    this.domain = domain;
+    /** When it was set to fire. */
+    this.timestamp = timestamp;
+    /** The key it was registered for (the current key), as bytes. */
+    this.keyBytes = keyBytes;
+    this._key = undefined;
+  }
+
+  /** The key as text. */
+  get key() {
+    if (this._key === undefined) this._key = decodeUtf8(this.keyBytes, "key");
+    return this._key;
+  }
+}
+
+/**
+ * The context of one `processElement` or `onTimer` call: the current key and time, the
+ * key's timers, the clocks, and logging. Valid during its call only.
+ */
+export class Context {
+  /** @hideconstructor */
+  constructor(keyBytes, timestamp) {
+    /** The key being processed, as bytes. */
+    this.keyBytes = keyBytes;
+    /** The timestamp of the element or timer being processed. */
+    this.timestamp = timestamp;
+    this._key = undefined;
+  }
+
+  /** The key being processed, as text. */
+  get key() {
+    if (this._key === undefined) this._key = decodeUtf8(this.keyBytes, "key");
+    return this._key;
+  }
+
+  /** The event-time watermark (`weir.MIN_TIMESTAMP` before the first record, `weir.MAX_TIMESTAMP` at the end). */
+  currentWatermark() {
+    requireCall();
+    return timersHost.currentWatermark();
+  }
+
+  /** The host's wall clock, in milliseconds since the epoch. */
+  currentProcessingTime() {
+    requireCall();
+    return timersHost.currentProcessingTime();
+  }
+
+  /**
+   * Registers a timer of the current key in `domain`. Timers are unique per (key,
+   * domain, timestamp); an event-time timer at or before the watermark fires at its
+   * next advance.
+   */
+  registerTimer(domain, timestamp) {
+    requireCall();
+    timersHost.register(domainOf("registerTimer", domain), millis("registerTimer", timestamp));
+  }
+
+  /** Deletes a timer of the current key (a no-op if there is none). */
+  deleteTimer(domain, timestamp) {
+    requireCall();
+    timersHost.delete(domainOf("deleteTimer", domain), millis("deleteTimer", timestamp));
+  }
+
+  registerEventTimer(timestamp) {
+    requireCall();
+    timersHost.register(EVENT_TIME, millis("registerEventTimer", timestamp));
+  }
+
+  deleteEventTimer(timestamp) {
+    requireCall();
+    timersHost.delete(EVENT_TIME, millis("deleteEventTimer", timestamp));
+  }
+
+  registerProcessingTimer(timestamp) {
+    requireCall();
+    timersHost.register(PROCESSING_TIME, millis("registerProcessingTimer", timestamp));
+  }
+
+  deleteProcessingTimer(timestamp) {
+    requireCall();
+    timersHost.delete(PROCESSING_TIME, millis("deleteProcessingTimer", timestamp));
+  }
+
+  /** Clears every state of the current key (its timers stay). */
+  clearAllState() {
+    requireCall();
+    stateHost.clearAll();
+  }
+}
+Object.assign(Context.prototype, logMethods);
+
+// ---------------------------------------------------------------------------------------
+// Errors, as the host reports them
+
+/**
+ * How this SDK's files appear in stack frames (`(/weir/index.js:12:3)`), to leave its
+ * frames out of error reports: the user's code is what a report should point at.
+ */
+const SDK_FRAMES = (() => {
+  const match = /\(([^()]*\/)[^/()]*:\d+(?::\d+)?\)/.exec(String(new Error().stack));
+  return match ? ["index.js", "text.js", "duration.js", "time.js"].map((file) => `(${match[1]}${file}:`) : [];
+})();
+
+function errorText(e) {
+  if (e instanceof Error) {
+    const plain = !e.name || e.name === "Error" || e instanceof StateDecodeError;
+    const head = plain ? String(e.message) : `${e.name}: ${e.message}`;
+    return e.cause !== undefined ? `${head}: ${errorText(e.cause)}` : head;
+  }
+  if (typeof e === "string") return e;
+  if (e !== null && typeof e === "object") {
+    if (typeof e.message === "string") return e.message;
+    try {
+      const json = JSON.stringify(e);
+      if (json !== undefined) return json;
+    } catch {
+      // fall through
+    }
+  }
+  return String(e);
+}
+
+/** The stack of `e` without the SDK's frames. */
+function userStack(e) {
+  if (!(e instanceof Error) || typeof e.stack !== "string") return "";
+  return e.stack
+    .split("\n")
+    .filter((line) => line.trim() !== "" && !SDK_FRAMES.some((frame) => line.includes(frame)))
+    .join("\n");
+}
+
+function isStateDecode(e) {
+  for (let depth = 0; e instanceof Error && depth < 16; depth++, e = e.cause) {
+    if (e instanceof StateDecodeError) return true;
+  }
+  return false;
+}
+
+/** The contract's `error` record for anything thrown. */
+function hostError(e) {
+  if (isStateDecode(e)) return { message: errorText(e), kind: "state-decode" };
+  const stack = userStack(e);
+  return { message: stack === "" ? errorText(e) : `${errorText(e)}\n${stack}`, kind: "failed" };
+}
+
+function failed(message) {
+  return { message, kind: "failed" };
+}
+
+function checkSync(result, method) {
+  if (result !== null && typeof result === "object" && typeof result.then === "function") {
+    throw new Error(`${method} returned a promise: UDF methods must be synchronous (the host calls them one at a time and does not wait)`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The export
+
+/**
+ * @typedef {object} ProcessFunctionClass what a UDF implements
+ * @property {(ctx: InitContext) => void} [init] reads the config, declares states and outputs
+ * @property {(ctx: Context, element: Element) => void} processElement once per record
+ * @property {(ctx: Context, timer: Timer) => void} [onTimer] once per firing timer
+ */
+
+/**
+ * Makes a UDF class (or a plain object with the same methods) the component's
+ * `process-function` export:
+ *
+ * ```js
+ * export const processFunction = weir.processFunction(class { ... });
+ * ```
+ *
+ * The export must be named `processFunction`. For every `init` the host makes, a fresh
+ * instance is created (`new Class(ctx)`, or `Object.create(object)`) and its `init(ctx)`
+ * called; `processElement(ctx, element)` and `onTimer(ctx, timer)` are then called on it.
+ * Whatever they throw becomes the contract's `error`: `failed`, with the message and the
+ * stack, or `state-decode` for a {@link StateDecodeError}.
+ *
+ * @param {Function|object} definition
+ * @returns {{init: Function, processElement: Function, onTimer: Function}}
+ */
+export function processFunction(definition) {
+  const proto = typeof definition === "function" ? definition.prototype : definition;
+  if (proto === null || typeof proto !== "object" || typeof proto.processElement !== "function") {
+    throw new TypeError("weir.processFunction(definition): a class or object with a processElement(ctx, element) method");
+  }
+  const create =
+    typeof definition === "function" ? (ctx) => new definition(ctx) : () => Object.create(definition);
+  let udf = null;
+  let inputs = [];
+
+  return Object.freeze({
+    init(ctx) {
+      udf = null;
+      phase = INIT;
+      try {
+        const initCtx = new InitContext(ctx.config, ctx.inputs);
+        const instance = create(initCtx);
+        if (typeof instance.init === "function") checkSync(instance.init(initCtx), "init");
+        udf = instance;
+        inputs = ctx.inputs;
+      } catch (e) {
+        throw hostError(e);
+      } finally {
+        phase = IDLE;
+      }
+    },
+
+    processElement(element) {
+      if (udf === null) throw failed("weir (js): processElement called before a successful init");
+      const input = inputs[element.input];
+      if (input === undefined) {
+        throw failed(`weir (js): element from input #${element.input} but only ${inputs.length} inputs are connected`);
+      }
+      const ctx = new Context(element.key, element.timestamp);
+      const el = new Element(input, element.input, element.key, element.value, element.timestamp);
+      current = ctx;
+      phase = CALL;
+      try {
+        checkSync(udf.processElement(ctx, el), "processElement");
+      } catch (e) {
+        throw hostError(e);
+      } finally {
+        phase = IDLE;
+        current = null;
+      }
+    },
+
+    onTimer(timer) {
+      if (udf === null) throw failed("weir (js): onTimer called before a successful init");
+      if (typeof udf.onTimer !== "function") return;
+      const ctx = new Context(timer.key, timer.timestamp);
+      const t = new Timer(timer.domain, timer.timestamp, timer.key);
+      current = ctx;
+      phase = CALL;
+      try {
+        checkSync(udf.onTimer(ctx, t), "onTimer");
+      } catch (e) {
+        throw hostError(e);
+      } finally {
+        phase = IDLE;
+        current = null;
+      }
+    },
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// The environment: a console that logs to the host, and clocks that say they are absent
+
+function inspect(value) {
+  if (typeof value === "string") return value;
+  if (value instanceof Error) return userStack(value) ? `${errorText(value)}\n${userStack(value)}` : errorText(value);
+  if (typeof value === "bigint") return `${value}n`;
+  if (value instanceof Uint8Array) return `Uint8Array [${Array.from(value.subarray(0, 64)).join(", ")}${value.length > 64 ? ", ..." : ""}]`;
+  try {
+    const json = JSON.stringify(value);
+    if (json !== undefined) return json;
+  } catch {
+    // fall through
+  }
+  return String(value);
+}
+
+if (typeof globalThis.console === "undefined") {
+  const logAt = (level) => (...args) => loggingHost.log(level, args.map(inspect).join(" "));
+  globalThis.console = Object.freeze({
+    log: logAt("info"),
+    info: logAt("info"),
+    debug: logAt("debug"),
+    trace: logAt("trace"),
+    warn: logAt("warn"),
+    error: logAt("error"),
+  });
+}
+
+{
+  const noClock = (what) => () => {
+    throw new Error(
+      `${what} is not available in a Weir UDF: the sandbox has no clock. Use ctx.currentProcessingTime() or the element's timestamp`,
+    );
+  };
+  const OriginalDate = globalThis.Date;
+  OriginalDate.now = noClock("Date.now()");
+  if (typeof globalThis.performance === "object" && globalThis.performance !== null) {
+    // QuickJS's `performance` is not writable: put one whose `now` says why in its place.
+    const performance = Object.freeze({ now: noClock("performance.now()") });
+    try {
+      Object.defineProperty(globalThis, "performance", { value: performance, writable: true, configurable: true });
+    } catch {
+      // leave it
+    }
+  }
+  globalThis.Date = new Proxy(OriginalDate, {
+    construct(target, args, newTarget) {
+      if (args.length === 0) noClock("new Date() without arguments")();
+      return Reflect.construct(target, args, newTarget);
+    },
+    apply() {
+      return noClock("Date() called as a function")();
+    },
+  });
+}
