@@ -9,7 +9,7 @@ UDF_CRATES := change-only-counter order-timeout session-report tumbling-window s
 	versioned-udf-retyped versioned-udf-migrated not-a-udf
 WEIR := target/release/weir
 
-.PHONY: all setup build host udfs demo test bench fmt clippy lint clean
+.PHONY: all setup build host udfs guests demo test bench fmt clippy lint clean
 
 all: build
 
@@ -27,12 +27,28 @@ udfs: setup
 	CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=debuginfo \
 		$(CARGO) build --release --target $(WASM_TARGET) $(addprefix -p ,$(UDF_CRATES))
 
+## guests: the UDFs written in Python and JavaScript (udfs/python, udfs/js), built with their
+## toolchains (componentize-py, componentize-qjs), which scripts/toolchain/ installs into
+## .weir-tools on first use. The Rust-only targets (build, demo) never need them.
+GUESTS := target/guests
+PYTHON_SDK := $(wildcard guest-sdk/python/*.lock guest-sdk/python/weir/*.py)
+JS_SDK := $(wildcard guest-sdk/js/*.json guest-sdk/js/sdk/*.js)
+
+guests: $(GUESTS)/python/change_only_counter.wasm $(GUESTS)/js/order_timeout.wasm
+
+$(GUESTS)/python/change_only_counter.wasm: $(wildcard udfs/python/change-only-counter/*) $(PYTHON_SDK) wit/weir.wit guest-sdk/python/requirements.lock
+	scripts/toolchain/build-python.sh udfs/python/change-only-counter $@
+
+$(GUESTS)/js/order_timeout.wasm: $(wildcard udfs/js/order-timeout/*) $(JS_SDK) wit/weir.wit guest-sdk/js/package-lock.json
+	scripts/toolchain/build-js.sh udfs/js/order-timeout/app.js $@
+
 ## demo: change-only ad-click counts from the sample clicks, printed as JSON lines
 demo: build
 	$(WEIR) run examples/ad-clicks/pipeline.toml
 
 ## test: unit tests, UDF tests on the SDK's test host, and end-to-end tests of the real components
-test: build
+## (the Python and JavaScript ones too)
+test: build guests
 	scripts/test.sh
 
 ## bench: throughput (wasm vs native, file and Kafka), checkpoint cost and memory figures;

@@ -127,6 +127,22 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Creates a UDF project (Rust, Python or JavaScript) that `weir dev pipeline.toml`
+    /// runs at once: the function, a unit test (Rust), a pipeline and sample input.
+    New {
+        /// The UDF's name: lower-case letters, digits and '-'.
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: crate::new::Lang,
+        /// The project folder (default: ./NAME).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Rust: the weir-sdk crate to depend on (default: the SDK of the Weir checkout
+        /// this binary was built from).
+        #[arg(long, value_name = "DIR")]
+        sdk: Option<PathBuf>,
+    },
     /// Produces JSON lines (a file, or `-` for stdin) to a Kafka topic.
     Produce {
         /// The file to read, or `-` for stdin.
@@ -293,6 +309,23 @@ pub fn main() -> ExitCode {
         Command::Status { name, server } => answer(server.client().status(name.as_deref())),
         Command::Rollback { name, server } => answer(server.client().rollback(&name)),
         Command::Stop { name, server } => answer(server.client().stop(&name)),
+        Command::New {
+            name,
+            lang,
+            dir,
+            sdk,
+        } => {
+            let project = crate::new::NewProject {
+                name,
+                lang,
+                dir,
+                sdk,
+            };
+            finished(crate::new::create(&project).map(|dir| {
+                eprintln!("weir: created {}", dir.display());
+                eprintln!("{}", crate::new::next_steps(&project, &dir));
+            }))
+        }
         Command::Produce {
             input,
             brokers,

@@ -34,6 +34,11 @@ const SETTLE_WASM: Duration = Duration::from_millis(20);
 /// Runs `spec` until its input ends or SIGINT/SIGTERM, reloading its UDF on changes.
 pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     let (watch_paths, build) = plan(&spec, &config)?;
+    // Change events name absolute paths: compare them with absolute ones.
+    let watch_paths: Vec<PathBuf> = watch_paths
+        .iter()
+        .map(std::path::absolute)
+        .collect::<std::io::Result<_>>()?;
     if let (false, Some(build)) = (spec.udf.path.exists(), &build) {
         eprintln!(
             "weir dev: {} does not exist yet; building it",

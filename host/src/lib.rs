@@ -27,6 +27,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod client;
 pub mod dev;
+pub mod new;
 pub mod operator;
 pub mod pipeline;
 pub mod produce;

@@ -78,6 +78,14 @@ pub fn weir_bin() -> PathBuf {
     )
 }
 
+/// A UDF written in another language, built by `make guests`: `guest("python",
+/// "change-only-counter")` is `udfs/python/change-only-counter` with the Python SDK.
+pub fn guest(lang: &str, name: &str) -> PathBuf {
+    let wasm = format!("guests/{lang}/{}.wasm", name.replace('-', "_"));
+    let sources = [format!("udfs/{lang}/{name}"), format!("guest-sdk/{lang}")];
+    built(target_dir().join(wasm), &[&sources[0], &sources[1], "wit"])
+}
+
 /// A UDF component built by `make udfs`, by crate name (`change-only-counter`).
 pub fn component(crate_name: &str) -> PathBuf {
     let wasm = target_dir()

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds {{name}}.wasm, the Weir component, from app.py with componentize-py.
+#
+#   ./build.sh            (weir dev runs it on every save of app.py: see pipeline.toml)
+#
+# Finds componentize-py (0.25.1) through $WEIR_PYTHON_TOOLCHAIN (the executable, or a venv
+# holding it), else on PATH. The SDK (the `weir` package) and the contract (`wit/`) come
+# from this folder, where `weir new` put them; $WEIR_SDK_DIR (a folder holding `weir/`)
+# and $WEIR_WIT_DIR override them.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+out={{name}}.wasm
+sdk=${WEIR_SDK_DIR:-.}
+wit=${WEIR_WIT_DIR:-wit}
+
+toolchain=${WEIR_PYTHON_TOOLCHAIN:-}
+if [[ -n $toolchain && -d $toolchain ]]; then
+  cpy=$toolchain/bin/componentize-py
+elif [[ -n $toolchain ]]; then
+  cpy=$toolchain
+else
+  cpy=$(command -v componentize-py || true)
+fi
+if [[ -z $cpy || ! -x $cpy ]]; then
+  cat >&2 <<'EOF'
+build.sh: componentize-py not found. Install it, for example:
+    python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1
+    export WEIR_PYTHON_TOOLCHAIN=$PWD/.venv
+(in a Weir checkout, scripts/toolchain/python.sh installs the pinned one into
+.weir-tools/python)
+EOF
+  exit 1
+fi
+[[ -f $sdk/weir/__init__.py ]] || { echo "build.sh: no weir SDK package in $sdk/weir" >&2; exit 1; }
+[[ -d $wit ]] || { echo "build.sh: no WIT folder at $wit" >&2; exit 1; }
+
+# Written to a temporary name, then renamed: `weir dev` never sees half a component.
+tmp=$(mktemp "$out.tmp.XXXXXX")
+trap 'rm -f "$tmp"' EXIT
+# Without VIRTUAL_ENV, componentize-py does not add a venv's site-packages to the path;
+# without a backtrace of componentize-py itself, a build error is the Python one alone.
+env -u VIRTUAL_ENV RUST_LIB_BACKTRACE=0 "$cpy" -d "$wit" -w keyed-process componentize \
+  -p "$sdk" -p . -o "$tmp" app >/dev/null
+chmod 644 "$tmp"
+mv -f "$tmp" "$out"
+trap - EXIT
+echo "build.sh: wrote $out ($(( $(wc -c <"$out") / 1000000 )) MB)" >&2
