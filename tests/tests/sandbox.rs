@@ -96,6 +96,23 @@ fn a_memory_hungry_udf_is_stopped_at_its_limit() {
 }
 
 #[test]
+fn a_leaking_udf_is_replaced_by_a_fresh_instance_before_its_limit() {
+    // 64 KiB leaked per record: 600 records leak 37.5 MiB, past a limit of 16 MiB.
+    let work = Workdir::new();
+    let lines: Vec<Value> = (0..600)
+        .map(|n| json!({"k": format!("k{}", n % 7), "ts": n, "fail": "leak"}))
+        .collect();
+    let pipeline = pipeline(&work, &lines, "memory_limit = \"16MiB\"\nmax_batch = 0");
+    let run = weir(&["run", &pipeline]);
+    run.assert_success();
+    assert_eq!(
+        read_jsonl(work.path("out.jsonl")),
+        lines,
+        "every record, once"
+    );
+}
+
+#[test]
 fn an_error_returned_by_the_udf_is_reported() {
     let (run, _, _) = failing_run("error", "");
     assert!(

@@ -22,7 +22,7 @@ use sandbox::GuestStderr;
 use std::path::Path;
 use std::time::Duration;
 use wasmtime::component::{ComponentExportIndex, Linker, ResourceTable, TypedFunc};
-use wasmtime::{Store, StoreLimits};
+use wasmtime::Store;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// Bindings generated from `wit/weir.wit`.
@@ -43,7 +43,7 @@ pub struct StoreData {
     udf: std::sync::Arc<str>,
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: sandbox::MemoryLimiter,
 }
 
 impl WasiView for StoreData {
@@ -251,6 +251,16 @@ impl WasmFunction {
             Err(CallError::Trapped(_) | CallError::Timeout(_) | CallError::OutOfMemory { .. })
         ) {
             // A trapped store cannot be used again; the next call gets a fresh instance.
+            self.instance = None;
+        } else if instance.store.data().limits.memory_bytes > limits.memory_bytes / 4 * 3 {
+            // A guest whose memory keeps growing (a leak in it, or in its language's
+            // bindings) is replaced before it reaches its limit: the state is the host's,
+            // so a fresh instance goes on where this one was.
+            tracing::debug!(
+                "UDF {}: replacing its instance, which holds {} MiB of linear memory",
+                self.component.name,
+                instance.store.data().limits.memory_bytes >> 20
+            );
             self.instance = None;
         }
         result

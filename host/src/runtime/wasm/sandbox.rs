@@ -4,7 +4,7 @@
 //! - Deadlines: the engine uses epoch interruption (about 2% overhead, against 5% for
 //!   fuel); a ticker thread advances the epoch every [`EPOCH_TICK`], and each call gets a
 //!   deadline of its `call_timeout` in ticks.
-//! - Memory: a [`StoreLimits`] caps each instance's linear memory; growing past it traps
+//! - Memory: a [`MemoryLimiter`] caps each instance's linear memory; growing past it traps
 //!   instead of failing quietly inside the guest.
 //! - WASI: components built for `wasm32-wasip2` import WASI's cli, io, clocks, random and
 //!   filesystem interfaces. They are satisfied with a context that grants nothing: no
@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use wasmtime::{Config, Engine, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Config, Engine, ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx};
 
@@ -102,14 +102,70 @@ pub fn deadline_ticks(timeout: Duration) -> u64 {
 }
 
 /// Memory limits of one instance.
-pub fn limits(memory_limit_bytes: usize) -> StoreLimits {
-    StoreLimitsBuilder::new()
-        .memory_size(memory_limit_bytes)
-        .instances(64)
-        .tables(64)
-        .memories(16)
-        .trap_on_grow_failure(true)
-        .build()
+pub fn limits(memory_limit_bytes: usize) -> MemoryLimiter {
+    MemoryLimiter {
+        limits: StoreLimitsBuilder::new()
+            .memory_size(memory_limit_bytes)
+            .instances(64)
+            .tables(64)
+            .memories(16)
+            .trap_on_grow_failure(true)
+            .build(),
+        memory_bytes: 0,
+    }
+}
+
+/// An instance's limits, and the linear memory it holds in all (a component may have
+/// several memories), so the host can replace an instance whose memory only grows
+/// before it reaches its limit.
+pub struct MemoryLimiter {
+    limits: StoreLimits,
+    /// The sum of the instance's linear memory sizes.
+    pub memory_bytes: usize,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        if allowed {
+            self.memory_bytes += desired.saturating_sub(current);
+        }
+        Ok(allowed)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limits.memory_grow_failed(error)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limits.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories()
+    }
 }
 
 /// A WASI context that grants nothing, with stderr captured into `stderr`.

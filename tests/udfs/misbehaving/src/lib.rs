@@ -52,6 +52,12 @@ impl ProcessFunction for Misbehaving {
                     hoard.push(std::hint::black_box(vec![1u8; 1 << 20]));
                 }
             }
+            Some("leak") => {
+                // Memory that is never given back, as a leak in a guest language's
+                // bindings does; the record itself is passed on.
+                std::mem::forget(std::hint::black_box(vec![1u8; 64 << 10]));
+                self.out.emit(&value)
+            }
             Some("error") => bail!("asked to fail on {value}"),
             Some("escape") => {
                 let file = std::fs::read_to_string("/etc/hostname").ok();
