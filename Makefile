@@ -54,7 +54,7 @@ test: build guests
 ## bench: throughput (wasm vs native, file and Kafka), checkpoint cost and memory figures;
 ## the last lines are the results. Starts the broker (scripts/services.sh) if it is not
 ## running, and stops it afterwards only if it was not already running.
-bench: build
+bench: build guests
 	$(CARGO) build --release -p weir-e2e --bin weir-bench
 	@if scripts/services.sh status 2>/dev/null; then started=0; else started=1; fi; \
 	scripts/services.sh start >/dev/null || exit 1; \

@@ -17,18 +17,24 @@
 //!    not timed; after every run the output topic is read back and must hold exactly
 //!    the records the run says it emitted.
 //!
+//! 5. Other languages: the Python and JavaScript twins of the counter and the order
+//!    timeout against the Rust ones, per element and at start-up (see `languages.rs`).
+//!
 //! The last lines are machine-readable, the very last one as it always was:
 //!
 //! ```text
+//! udf-language lang=python udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M
+//! udf-startup lang=python udf=change-only-counter compile_ms=C cached_ms=D
 //! checkpoint-cost interval_ms=1000 with_records_per_s=N without_records_per_s=M slowdown_pct=P
 //! kafka-to-kafka partitions=1 records_per_s=N emitted=E checkpoint_interval_ms=1000
 //! kafka-to-kafka partitions=4 records_per_s=N emitted=E checkpoint_interval_ms=1000
 //! change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R
 //! ```
 //!
-//! `weir-bench native|wasm|checkpoints|kafka` runs one part only.
+//! `weir-bench native|wasm|checkpoints|kafka|languages` runs one part only.
 
 mod kafka;
+mod languages;
 mod state_dir;
 
 use serde::{Deserialize, Serialize};
@@ -58,6 +64,8 @@ const KAFKA_PARTITIONS: [i32; 2] = [1, 4];
 fn main() -> anyhow::Result<()> {
     let data = repo_root().join("target/bench-data");
     std::fs::create_dir_all(&data)?;
+    // Compiled components are kept with the bench's data, as the start-up runs keep them.
+    weir_host::runtime::wasm::precompiled::configure(Some(data.join("compile-cache/components")));
 
     let clicks = data.join("clicks-2m-10ms.jsonl");
     ensure_clicks(&clicks)?;
@@ -76,6 +84,15 @@ fn main() -> anyhow::Result<()> {
                 }
                 return Ok(());
             }
+            "languages" => {
+                for r in languages::per_element(&data, &clicks)? {
+                    println!("{}", r.line());
+                }
+                for s in languages::startup(&data)? {
+                    println!("{}", s.line());
+                }
+                return Ok(());
+            }
             "native" => run_with(
                 &spec,
                 Box::new(NativeChangeOnlyCounter::default()),
@@ -84,7 +101,9 @@ fn main() -> anyhow::Result<()> {
             ),
             "wasm" => run(&spec, &RunOptions::default()),
             other => {
-                anyhow::bail!("unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka]")
+                anyhow::bail!(
+                    "unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka|languages]"
+                )
             }
         }
         .map_err(|f| anyhow::anyhow!("{f}"))?;
@@ -136,8 +155,16 @@ fn main() -> anyhow::Result<()> {
         "checkpoints must not change what the counter emits"
     );
     let kafka = kafka_throughput(&data)?;
+    let language_runs = languages::per_element(&data, &clicks)?;
+    let startups = languages::startup(&data)?;
 
     println!();
+    for r in &language_runs {
+        println!("{}", r.line());
+    }
+    for s in &startups {
+        println!("{}", s.line());
+    }
     println!("{}", cost.line());
     for r in &kafka {
         println!("{}", kafka_line(r));
