@@ -44,10 +44,15 @@ Rules, beyond those of the Rust SDK:
   (`ctx.current_processing_time()` is the host's clock), and `print` output is dropped:
   log with `ctx.log_info(...)` (stderr goes to the host's log at debug level).
 
+Test natively: `weir.testing.TestHost(MyFunction, config={...})` runs the UDF with plain
+CPython against an in-memory host (`python3 -m unittest`, no wasm); see docs/udf-python.md.
+
 Modules: `context` (contexts, elements, timers, outputs, config), `state` (value, list and
 map state), `codec` (how values become bytes: JSON by default), `duration` and `time`
-(pure helpers, usable outside a component too), `_export` (the glue to the component's
-export) and `_bindings` (the host's imports; the only module that talks to the host).
+(pure helpers, usable outside a component too), `testing` (the in-memory `TestHost`; not
+imported by `weir` itself, so not in the component), `_export` (the glue to the
+component's export), `_bindings` (the host's imports; the only module that talks to the
+host) and `_native` (those imports in plain CPython: the in-memory host).
 """
 
 from . import time

@@ -17,6 +17,10 @@ while the component is built (when the app module is imported and the interprete
 snapshotted), not when it runs, so `export` reads the UDF's sources into `linecache` then,
 and tracebacks show source lines. And the module path's folders are mounted as `/0`,
 `/1`, ..., which the traceback leaves out: `File "app.py", line 12`.
+
+In plain CPython `export` works too (the app module imports natively), but nothing calls
+the class it returns: `weir.testing.TestHost` runs the `ProcessFunction` subclass itself
+and lets its exceptions through as they are.
 """
 
 import linecache
@@ -114,7 +118,7 @@ def export(cls):
     if not (isinstance(cls, type) and issubclass(cls, ProcessFunction)):
         raise TypeError(f"weir.export: {cls!r} is not a subclass of weir.ProcessFunction")
     app_file = getattr(sys.modules.get(cls.__module__), "__file__", None)
-    if app_file:
+    if app_file and _host.IN_COMPONENT:  # natively the files stay where they are
         _keep_sources(os.path.dirname(app_file), os.path.dirname(__file__))
     slot = {}  # "udf": the live instance, "inputs": the input names
 
@@ -161,5 +165,6 @@ def export(cls):
                 raise _Err(_wit_error(e)) from None
 
     Export.__name__ = Export.__qualname__ = "ProcessFunction"
+    Export.udf_class = cls  # for weir.testing.TestHost(app.ProcessFunction)
     Export.__doc__ = f"The component's `process-function` export, running {cls.__name__}."
     return Export

@@ -1,0 +1,544 @@
+"""The semantics of weir.testing.TestHost, driven by a scriptable UDF: the tests of the
+Rust SDK's TestHost (guest-sdk/src/testing/tests.rs), in plain CPython.
+
+    PYTHONPATH=guest-sdk/python:guest-sdk/python/tests python3 -m unittest -v test_testing
+"""
+
+import unittest
+from dataclasses import dataclass
+from unittest import mock
+
+import weir
+from weir import TimeDomain
+from weir.testing import Emitted, HostTrap, LogLine, TestHost
+
+MAX = weir.MAX_TIMESTAMP
+
+
+class Script(weir.ProcessFunction):
+    """Emits one record per firing timer; everything else is scripted by the elements:
+    `register`, `delete`, `register_processing`, `delete_processing` (timestamps),
+    `chain` ([at, then]: when the timer at `at` fires, register one at `then`), `set`
+    (a text to store), `clear_all`, `fail` (a message to raise weir.Error with)."""
+
+    def init(self, ctx):
+        self.text = ctx.value_state("text")
+        self.chains = ctx.map_state("chains")
+        self.seen = ctx.list_state("seen")
+        self.out = ctx.main_output()
+        self.side = ctx.output("side")
+
+    def process_element(self, ctx, el):
+        cmd = el.json()
+        if "fail" in cmd:
+            raise weir.Error(f"scripted failure: {cmd['fail']}")
+        self.seen.append(el.timestamp())
+        for ts in cmd.get("register", []):
+            ctx.register_event_timer(ts)
+        for ts in cmd.get("delete", []):
+            ctx.delete_event_timer(ts)
+        for ts in cmd.get("register_processing", []):
+            ctx.register_processing_timer(ts)
+        for ts in cmd.get("delete_processing", []):
+            ctx.delete_processing_timer(ts)
+        for at, then in cmd.get("chain", []):
+            self.chains.put(at, then)
+        if "set" in cmd:
+            self.text.set(cmd["set"])
+        if cmd.get("clear_all"):
+            ctx.clear_all_state()
+
+    def on_timer(self, ctx, timer):
+        then = self.chains.get(timer.timestamp())
+        if then is not None:
+            self.chains.remove(timer.timestamp())
+            ctx.register_event_timer(then)
+        fired = {
+            "key": timer.key_str(),
+            "domain": timer.domain().name,
+            "watermark": ctx.current_watermark(),
+            "now": ctx.current_processing_time(),
+        }
+        self.out.emit(fired, key=ctx.current_key())
+
+
+def fired(host):
+    """`(key, timestamp)` of every timer that fired, in order."""
+    return [(e.value["key"], e.timestamp) for e in host.take_outputs("main")]
+
+
+class TimerTest(unittest.TestCase):
+    def test_event_timers_fire_in_timestamp_then_key_order(self):
+        h = TestHost(Script)
+        h.process("main", "b", {"register": [30, 10]}, 1)
+        h.process("main", "a", {"register": [20, 10]}, 2)
+        h.advance_watermark(25)
+        self.assertEqual(fired(h), [("a", 10), ("b", 10), ("a", 20)])
+        self.assertEqual(h.pending_timers(), [(b"b", TimeDomain.EVENT_TIME, 30)])
+        self.assertEqual(h.watermark(), 25)
+        h.advance_watermark(30)
+        self.assertEqual(fired(h), [("b", 30)])
+        self.assertEqual(h.pending_timers(), [])
+
+    def test_timers_see_the_new_watermark_and_are_emitted_at_their_timestamp(self):
+        h = TestHost(Script)
+        h.process("main", "a", {"register": [10]}, 1)
+        h.advance_watermark(12)
+        self.assertEqual(
+            h.outputs("main"),
+            [Emitted({"key": "a", "domain": "EVENT_TIME", "watermark": 12, "now": 0}, 10, key="a")],
+        )
+
+    def test_timers_are_unique_per_key_domain_and_timestamp(self):
+        h = TestHost(Script)
+        h.process("main", "a", {"register": [10, 10], "register_processing": [10]}, 1)
+        h.process("main", "a", {"register": [10]}, 2)
+        h.process("main", "b", {"register": [10]}, 3)
+        self.assertEqual(
+            h.pending_timers(),
+            [
+                (b"a", TimeDomain.EVENT_TIME, 10),
+                (b"b", TimeDomain.EVENT_TIME, 10),
+                (b"a", TimeDomain.PROCESSING_TIME, 10),
+            ],
+        )
+        h.advance_watermark(100)
+        self.assertEqual(fired(h), [("a", 10), ("b", 10)])
+
+    def test_deleting_a_timer_and_deleting_a_missing_one(self):
+        h = TestHost(Script)
+        h.process("main", "a", {"register": [10, 20]}, 1)
+        # Deletes only a's timer at 10; b has none, 99 does not exist, the domain differs.
+        h.process("main", "b", {"delete": [10, 20]}, 2)
+        h.process("main", "a", {"delete": [10, 99], "delete_processing": [20]}, 3)
+        h.advance_watermark(100)
+        self.assertEqual(fired(h), [("a", 20)])
+
+    def test_a_deleted_timer_registered_again_fires_once(self):
+        h = TestHost(Script)
+        h.process("main", "a", {"register": [10]}, 1)
+        h.process("main", "a", {"delete": [10]}, 2)
+        h.process("main", "a", {"register": [10]}, 3)
+        h.advance_watermark(100)
+        self.assertEqual(fired(h), [("a", 10)])
+
+    def test_timers_registered_while_firing_fire_in_the_same_advance_if_due(self):
+        h = TestHost(Script)
+        # At 10: register 15 (due); at 15: register 5 (due, earlier than anything fired);
+        # at 5: register 40 (not due).
+        h.process("main", "a", {"register": [10], "chain": [[10, 15], [15, 5], [5, 40]]}, 1)
+        h.process("main", "b", {"register": [12]}, 1)
+        h.advance_watermark(25)
+        self.assertEqual(fired(h), [("a", 10), ("b", 12), ("a", 15), ("a", 5)])
+        self.assertEqual(h.pending_timers(), [(b"a", TimeDomain.EVENT_TIME, 40)])
+
+    def test_timers_at_or_before_the_watermark_wait_for_its_next_advance(self):
+        h = TestHost(Script)
+        h.advance_watermark(100)
+        h.process("main", "a", {"register": [50, 100]}, 1)
+        h.advance_watermark(100)
+        h.advance_watermark(90)
+        self.assertEqual(fired(h), [])
+        self.assertEqual(h.watermark(), 100)
+        h.advance_watermark(101)
+        out = h.take_outputs("main")
+        self.assertEqual([e.timestamp for e in out], [50, 100])
+        self.assertTrue(all(e.value["watermark"] == 101 for e in out))
+
+    def test_processing_time_timers_follow_the_clock(self):
+        h = TestHost(Script, processing_time=1_000)
+        h.process("main", "a", {"register_processing": [1_500, 2_000, 900]}, 1)
+        h.process("main", "b", {"register_processing": [1_500]}, 1)
+        # The overdue timer fires at the next look at the clock, even if it did not move.
+        h.set_processing_time(1_000)
+        self.assertEqual(fired(h), [("a", 900)])
+        # The clock never goes back.
+        h.set_processing_time(500)
+        self.assertEqual(h.processing_time(), 1_000)
+        h.set_processing_time(1_600)
+        self.assertEqual(fired(h), [("a", 1_500), ("b", 1_500)])
+        self.assertEqual(h.processing_time(), 1_600)
+        # Event time does not fire processing timers.
+        h.advance_watermark(MAX - 1)
+        self.assertEqual(fired(h), [])
+        h.set_processing_time(5_000)
+        out = h.take_outputs("main")
+        self.assertEqual(
+            [(e.timestamp, e.value["now"], e.value["domain"]) for e in out],
+            [(2_000, 5_000, "PROCESSING_TIME")],
+        )
+
+    def test_finish_fires_event_timers_then_processing_timers(self):
+        h = TestHost(Script)
+        h.process("main", "a", {"register_processing": [7, 3], "register": [1_000_000, 5]}, 1)
+        h.process("main", "b", {"register": [MAX], "chain": [[MAX, 6]]}, 1)
+        h.finish()
+        out = h.take_outputs("main")
+        self.assertEqual(
+            [(e.value["domain"], e.timestamp) for e in out],
+            [
+                ("EVENT_TIME", 5),
+                ("EVENT_TIME", 1_000_000),
+                ("EVENT_TIME", MAX),
+                ("EVENT_TIME", 6),  # registered while firing, and due
+                ("PROCESSING_TIME", 3),
+                ("PROCESSING_TIME", 7),
+            ],
+        )
+        self.assertEqual(out[4].value["now"], 3)
+        self.assertEqual(h.pending_timers(), [])
+        self.assertEqual(h.watermark(), MAX)
+
+    def test_a_timer_loop_is_reported(self):
+        class Forever(weir.ProcessFunction):
+            def process_element(self, ctx, el):
+                ctx.register_processing_timer(0)
+
+            def on_timer(self, ctx, timer):
+                ctx.register_processing_timer(timer.timestamp() + 1)
+
+        h = TestHost(Forever)
+        h.process("main", "k", {}, 0)
+        with mock.patch("weir.testing.FIRING_LIMIT", 1_000):
+            with self.assertRaisesRegex(RuntimeError, "keeps registering due timers while firing"):
+                h.finish()
+
+    def test_timestamps_must_fit_64_bits(self):
+        h = TestHost(Script)
+        with self.assertRaisesRegex(OverflowError, "outside the 64-bit range"):
+            h.process("main", "a", {"register": [MAX + 1]}, 1)
+        with self.assertRaisesRegex(TypeError, "takes an int timestamp, got float"):
+            h.process("main", "a", {"register": [1.5]}, 1)
+
+
+class StateTest(unittest.TestCase):
+    def test_state_is_per_key_and_clear_all_keeps_timers(self):
+        h = TestHost(Script)
+        h.process("main", "a", {"set": "x", "register": [10]}, 1)
+        h.process("main", "b", {"set": "y"}, 2)
+        self.assertTrue(h.has_state("a") and h.has_state("b") and not h.has_state("c"))
+        self.assertEqual(h.keys_with_state(), [b"a", b"b"])
+        self.assertEqual(h.state("a", "text"), "x")
+        self.assertEqual(h.state("a", "seen"), [1])
+        self.assertEqual(h.state_bytes("b", "text"), b'"y"')
+        h.process("main", "a", {"clear_all": True}, 3)
+        self.assertFalse(h.has_state("a"))
+        self.assertTrue(h.has_state("b"))
+        self.assertEqual(h.state("a", "text"), None)
+        self.assertEqual(h.pending_timers(), [(b"a", TimeDomain.EVENT_TIME, 10)])
+
+    def test_value_list_and_map_state_round_trip(self):
+        class States(weir.ProcessFunction):
+            def init(self, ctx):
+                self.value = ctx.value_state("value")
+                self.list = ctx.list_state("list")
+                self.map = ctx.map_state("map")
+                self.same_name = ctx.value_state("value", weir.TEXT)
+                self.out = ctx.main_output()
+
+            def process_element(self, ctx, el):
+                command = el.json()
+                if command == "write":
+                    assert self.value.get() is None
+                    self.value.set(["v", 7])
+                    self.list.append("one")
+                    self.list.append("two")
+                    self.map.put("b", 2)
+                    self.map.put("a", 1)
+                    self.map.put("b", 3)
+                elif command == "read":
+                    self.out.emit(
+                        {
+                            "value": self.value.get(),
+                            "list": self.list.get(),
+                            "map": self.map.entries(),
+                            "b": self.map.get("b"),
+                            "missing": self.map.get("zzz"),
+                            "has_a": self.map.contains_key("a"),
+                        }
+                    )
+                elif command == "shrink":
+                    self.list.set(["only"])
+                    self.map.remove("a")
+                    self.map.remove("nope")
+                    self.value.clear()
+                elif command == "empty":
+                    self.list.set([])
+                    self.map.clear()
+                else:
+                    raise weir.Error(f"unknown command {command}")
+
+        h = TestHost(States)
+        h.process("main", "k", '"write"', 1)
+        h.process("main", "k", '"read"', 2)
+        h.process("main", "other", b'"read"', 3)
+        out = h.take_outputs("main")
+        self.assertEqual(
+            out[0],
+            Emitted(
+                {
+                    "value": ["v", 7],
+                    "list": ["one", "two"],
+                    "map": [["a", 1], ["b", 3]],
+                    "b": 3,
+                    "missing": None,
+                    "has_a": True,
+                },
+                2,
+            ),
+        )
+        self.assertEqual(
+            out[1].value,
+            {"value": None, "list": [], "map": [], "b": None, "missing": None, "has_a": False},
+        )
+        self.assertEqual(h.state("k", "map"), [("a", 1), ("b", 3)])
+        h.process("main", "k", '"shrink"', 4)
+        h.process("main", "k", '"read"', 5)
+        self.assertEqual(
+            h.take_outputs("main")[0].value,
+            {"value": None, "list": ["only"], "map": [["b", 3]], "b": 3, "missing": None, "has_a": False},
+        )
+        self.assertTrue(h.has_state("k"))
+        h.process("main", "k", '"empty"', 6)
+        self.assertFalse(h.has_state("k"), "an empty list and an empty map are no state")
+
+    def test_a_state_read_with_another_codec_is_a_state_decode_error(self):
+        class Mistyped(weir.ProcessFunction):
+            def init(self, ctx):
+                self.raw = ctx.value_state("s", weir.RAW)
+                self.typed = ctx.value_state("s", weir.JsonCodec(Point))
+
+            def process_element(self, ctx, el):
+                if el.json() == "write":
+                    self.raw.set(b"\x00\x01")
+                else:
+                    self.typed.get()
+
+        h = TestHost(Mistyped)
+        h.process("main", "k", '"write"', 1)
+        with self.assertRaises(weir.StateDecodeError) as caught:
+            h.process("main", "k", '"read"', 2)
+        self.assertTrue(
+            str(caught.exception).startswith(
+                "state `s`: cannot decode stored value as JSON Point"
+            ),
+            caught.exception,
+        )
+
+    def test_a_schema_migration_converts_old_values_on_first_read(self):
+        class Counter(weir.ProcessFunction):
+            version = 1
+
+            def init(self, ctx):
+                self.plain = ctx.value_state("count")
+                self.counted = (
+                    ctx.value_state("count")
+                    .schema(1)
+                    .migrate_from(0, lambda n: {"n": n, "migrated": True})
+                )
+                self.out = ctx.main_output()
+
+            def process_element(self, ctx, el):
+                if self.version == 1:
+                    n = (self.plain.get() or 0) + 1
+                    self.plain.set(n)
+                    self.out.emit({"n": n})
+                    return
+                counted = self.counted.get() or {"n": 0, "migrated": False}
+                counted["n"] += 1
+                self.counted.set(counted)
+                self.out.emit(counted)
+
+        class Counter2(Counter):
+            version = 2
+
+        v1 = TestHost(Counter)
+        v1.process("main", "k", {}, 1)
+        v1.process("main", "k", {}, 2)
+        stored = v1.state_bytes("k", "count")
+        self.assertEqual(stored, b"2")
+        v2 = TestHost(Counter2)
+        v2.set_state_bytes("k", "count", stored)
+        v2.process("main", "k", {}, 3)
+        v2.process("main", "k", {}, 4)
+        v2.process("main", "new", {}, 5)
+        self.assertEqual(
+            [e.value for e in v2.take_outputs("main")],
+            [{"n": 3, "migrated": True}, {"n": 4, "migrated": True}, {"n": 1, "migrated": False}],
+        )
+        # Written back under schema 1: the tag, then the JSON.
+        self.assertEqual(v2.state_bytes("k", "count")[:3], b"\xfe\xed\x01")
+        self.assertEqual(v2.state("k", "count"), {"n": 4, "migrated": True})
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+class HostRulesTest(unittest.TestCase):
+    def test_udf_errors_come_out_as_they_are(self):
+        h = TestHost(Script)
+        with self.assertRaises(weir.Error) as caught:
+            h.process("main", "a", {"fail": "boom"}, 1)
+        self.assertEqual(str(caught.exception), "scripted failure: boom")
+        with self.assertRaisesRegex(weir.Error, "^input `main`: cannot decode the record as JSON"):
+            h.process("main", "a", "{not json", 1)
+        with self.assertRaises(ValueError) as caught:
+            h.process("nope", "a", {}, 1)
+        self.assertEqual(str(caught.exception), "TestHost: unknown input `nope`; inputs are ['main']")
+
+    def test_other_exceptions_too(self):
+        class Divides(weir.ProcessFunction):
+            def process_element(self, ctx, el):
+                return 1 // el.json()["n"]
+
+        with self.assertRaises(ZeroDivisionError):
+            TestHost(Divides).process("main", "k", {"n": 0}, 1)
+
+    def test_inputs_config_and_logs(self):
+        case = self
+
+        class Inputs(weir.ProcessFunction):
+            def init(self, ctx):
+                case.assertEqual(ctx.inputs(), ["orders", "payments"])
+                case.assertEqual(ctx.config_value("x"), "2")
+                case.assertEqual(ctx.config_value("y"), None)
+                case.assertEqual(ctx.config_int("n"), 3)
+                case.assertEqual(ctx.config_bool("b"), True)
+                ctx.log_info("ready")
+                self.out = ctx.main_output()
+
+            def process_element(self, ctx, el):
+                ctx.log_warn(f"from {el.input()}")
+                record = {"input": el.input(), "index": el.input_index(), "key": el.key_str()}
+                self.out.emit(record, key="k", timestamp=el.timestamp() + 1)
+
+        h = TestHost(
+            Inputs,
+            config=[("x", "1"), ("x", "2"), ("n", 3), ("b", True)],
+            inputs=["orders", "payments"],
+        )
+        h.process("payments", "p1", "{}", 10)
+        self.assertEqual(
+            h.outputs("main"),
+            [Emitted({"input": "payments", "index": 1, "key": "p1"}, 11, key=b"k")],
+        )
+        self.assertEqual(
+            h.logs(),
+            [
+                LogLine(weir.LogLevel.INFO, None, "ready"),
+                LogLine(weir.LogLevel.WARN, b"p1", "from payments"),
+            ],
+        )
+
+    def test_reinit_keeps_state_timers_and_outputs(self):
+        h = TestHost(Script)
+        h.process("main", "a", {"set": "x", "register": [10]}, 1)
+        first = h.udf
+        h.reinit()
+        self.assertIsNot(h.udf, first)
+        self.assertTrue(h.has_state("a"))
+        h.advance_watermark(10)
+        self.assertEqual(fired(h), [("a", 10)])
+
+    def test_several_hosts_are_independent(self):
+        one, two = TestHost(Script), TestHost(Script)
+        one.process("main", "a", {"set": "x", "register": [10]}, 1)
+        self.assertFalse(two.has_state("a"))
+        two.advance_watermark(20)
+        self.assertEqual(fired(two), [])
+        one.advance_watermark(20)
+        self.assertEqual(fired(one), [("a", 10)])
+
+    def test_reading_an_undeclared_output_is_an_error(self):
+        h = TestHost(Script)
+        self.assertEqual(h.outputs("side"), [])
+        with self.assertRaisesRegex(ValueError, "output `nope` was not declared"):
+            h.outputs("nope")
+
+    def test_state_access_in_init_traps(self):
+        class Eager(weir.ProcessFunction):
+            def init(self, ctx):
+                try:
+                    ctx.value_state("s").get()
+                except Exception:  # a trap is not an exception the UDF can catch
+                    pass
+
+        with self.assertRaisesRegex(HostTrap, "called from init; keyed state and timers"):
+            TestHost(Eager)
+
+    def test_state_access_without_a_host_is_an_error(self):
+        with self.assertRaisesRegex(RuntimeError, "needs a host"):
+            weir.ValueState(0, "s").get()
+
+    def test_declarations_follow_the_host_rules(self):
+        case = self
+
+        class Late(weir.ProcessFunction):
+            def init(self, ctx):
+                a, b = ctx.value_state("s"), ctx.value_state("s")
+                case.assertEqual((a.name, b.name), ("s", "s"))
+                with case.assertRaises(weir.Error) as caught:
+                    ctx.list_state("s")
+                case.assertEqual(
+                    str(caught.exception),
+                    "cannot declare state `s`: state `s` is a value state, declared again as a "
+                    "list state",
+                )
+                with case.assertRaises(weir.Error) as caught:
+                    ctx.value_state("")
+                case.assertEqual(
+                    str(caught.exception), "cannot declare state ``: a state needs a non-empty name"
+                )
+                self.ctx = ctx
+                ctx.main_output()
+
+            def process_element(self, ctx, el):
+                self.ctx.main_output()  # looking up a declared output is fine
+                self.ctx.output("late")  # declaring a new one is not
+
+        h = TestHost(Late)
+        with self.assertRaises(weir.Error) as caught:
+            h.process("main", "k", "{}", 1)
+        self.assertEqual(
+            str(caught.exception), "cannot declare output `late`: output `late` must be declared in init"
+        )
+
+    def test_a_failed_call_emits_nothing(self):
+        class EmitThenFail(weir.ProcessFunction):
+            def init(self, ctx):
+                self.out = ctx.main_output()
+
+            def process_element(self, ctx, el):
+                self.out.emit(1)
+                if not el.json():
+                    raise weir.Error("asked to fail")
+                self.out.emit(2)
+
+        h = TestHost(EmitThenFail)
+        with self.assertRaises(weir.Error):
+            h.process("main", "k", "false", 7)
+        self.assertEqual(h.outputs("main"), [])
+        h.process("main", "k", "true", 8)
+        self.assertEqual(h.outputs("main"), [Emitted(1, 8), Emitted(2, 8)])
+
+    def test_a_record_that_is_not_json_traps(self):
+        class Text(weir.ProcessFunction):
+            def init(self, ctx):
+                self.out = ctx.main_output(weir.TEXT)
+
+            def process_element(self, ctx, el):
+                self.out.emit("plain text")
+
+        with self.assertRaisesRegex(HostTrap, "output `main` got a record that is not JSON"):
+            TestHost(Text).process("main", "k", "{}", 1)
+
+    def test_only_process_functions_are_hosted(self):
+        with self.assertRaisesRegex(TypeError, "not a subclass of weir.ProcessFunction"):
+            TestHost(object)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,297 @@
+"""An in-memory Weir host for unit-testing UDFs with plain CPython: no wasm, no
+componentize-py. The Python counterpart of the Rust SDK's `weir_sdk::testing::TestHost`.
+
+`TestHost` drives a `weir.ProcessFunction` subclass as the real host does: it calls
+`init`, scopes state and timers to the key of each element or timer, fires event-time
+timers when the watermark advances and processing-time timers when its clock does, and
+records what the UDF emits and logs. The UDF runs on the same SDK code as in a component;
+only the host's imports are replaced (see `weir._native`).
+
+    import unittest
+    from weir.testing import Emitted, TestHost
+    from weir.time import parse_millis
+
+    import app
+
+    class CounterTest(unittest.TestCase):
+        def test_counts(self):
+            host = TestHost(app.ChangeOnlyCounter, config={"window": "5m"}, inputs=["clicks"])
+            host.process("clicks", "ad-1", {"ad_id": "ad-1"}, 1_000)
+            host.advance_watermark(400_000)
+            self.assertEqual(host.take_outputs("main"), [
+                Emitted({"ad_id": "ad-1", "clicks": 1, ...}, 1_000, key="ad-1"), ...])
+
+Exceptions the UDF raises come out of the call that ran it (`process`, `advance_watermark`,
+`TestHost(...)` for `init`, ...) as they are: `weir.Error`, `weir.StateDecodeError` (the
+host would dead-letter that element), or any other. The records a failed call emitted are
+dropped, as the host does. Breaking one of the host's rules (state used in `init`, an
+output declared elsewhere, a record that is not JSON) raises `HostTrap`.
+
+Keys are `str` (stored as UTF-8) or `bytes`; `Emitted.key` and the keys of
+`pending_timers()` and `keys_with_state()` are `bytes`. Times are `int` milliseconds.
+"""
+
+import json
+
+from . import _native
+from ._export import ProcessFunction
+from ._native import Emitted, HostTrap, LogLine, TimeDomain
+from .codec import to_json
+from .context import Context, Element, InitContext, Timer
+
+__all__ = ["TestHost", "Emitted", "LogLine", "HostTrap"]
+
+#: How many timers may fire in one advance before the TestHost calls it a loop.
+FIRING_LIMIT = 1_000_000
+
+_SCHEMA_TAG = b"\xfe\xed"
+
+
+def _key_bytes(key):
+    if isinstance(key, str):
+        return key.encode()
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key)
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key).encode()  # as the host extracts a JSON number key
+    raise TypeError(f"TestHost: a key is str or bytes, got {type(key).__name__}")
+
+
+def _value_bytes(value):
+    """An element's value as a test gives it: `bytes` or `str` (JSON text) as they are,
+    anything else (dict, list, number, ...) written as compact JSON."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    return to_json(value).encode()
+
+
+def _config_pairs(config):
+    """`[udf.config]` as the host passes it: text values. Non-text values are written as
+    the host writes TOML ones (`3`, `true`, JSON for lists and tables)."""
+    items = config.items() if isinstance(config, dict) else config
+    return [(str(k), v if isinstance(v, str) else to_json(v)) for k, v in items]
+
+
+def _udf_class(udf):
+    cls = getattr(udf, "udf_class", udf)  # the class weir.export returned, or the UDF's
+    if not (isinstance(cls, type) and issubclass(cls, ProcessFunction)):
+        raise TypeError(f"TestHost: {udf!r} is not a subclass of weir.ProcessFunction")
+    return cls
+
+
+class TestHost:
+    """An in-memory host running one UDF instance; see the module docs.
+
+    `TestHost(MyFunction, config={"gap": "30s"}, inputs=["events"], processing_time=0)`
+    creates the instance and calls its `init` (whose exception, if any, comes out here).
+    `udf` is the `weir.ProcessFunction` subclass (or the class `weir.export` made of it);
+    `config` a dict (or pairs) of `[udf.config]` entries; `inputs` the names of the
+    connected inputs (default `["main"]`); `processing_time` the clock's start (ms).
+    With `print_logs=True` the UDF's log lines are also printed to stderr.
+    """
+
+    __test__ = False  # not a test class, for pytest
+
+    def __init__(self, udf, config=None, inputs=("main",), processing_time=0, print_logs=False):
+        self._cls = _udf_class(udf)
+        self._config = _config_pairs(config or {})
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        self._inputs = list(inputs)
+        self._world = _native.World(processing_time, print_logs)
+        #: The UDF instance (replaced by `reinit`).
+        self.udf = self._init()
+
+    # --- running calls -------------------------------------------------------------------
+
+    def _run(self, phase, key, timestamp, call, *args):
+        """Runs `call(*args)` in `phase` (scoped to `key` at `timestamp`), as the host
+        runs each call; a failed call's records are dropped."""
+        world = self._world
+        previous = _native.install(world)
+        world.begin(phase, key, timestamp)
+        ok = False
+        try:
+            result = call(*args)
+            ok = True
+            return result
+        finally:
+            world.end_call(ok)
+            _native.install(previous)
+
+    def _init(self):
+        def init():
+            udf = self._cls()
+            udf.init(InitContext(self._config, self._inputs))
+            return udf
+
+        return self._run(_native._INIT, None, None, init)
+
+    def reinit(self):
+        """Replaces the instance with a fresh one (calling `init` again) while keeping all
+        state, timers and outputs, as the real host may at any time. Use it to check that
+        the UDF keeps nothing important in `self`."""
+        self.udf = self._init()
+
+    def process(self, input, key, value, timestamp):  # noqa: A002 - the host's word
+        """Feeds one element from `input` (one of `inputs`), with the key and event
+        timestamp the host would have extracted. `value` is the record: a dict, list or
+        other JSON value (written as compact JSON), or `str`/`bytes` of JSON text, passed
+        as they are. Raises what the UDF raised."""
+        try:
+            index = self._inputs.index(input)
+        except ValueError:
+            raise ValueError(
+                f"TestHost: unknown input `{input}`; inputs are {self._inputs}"
+            ) from None
+        key = _key_bytes(key)
+        value = _value_bytes(value)
+        _native._check_i64("TestHost.process", "timestamp", timestamp)
+        element = Element(self._inputs[index], index, key, value, timestamp)
+        self._run(
+            _native._KEYED, key, timestamp,
+            self.udf.process_element, Context(key, timestamp), element,
+        )
+
+    def _fire_due(self, domain, upto):
+        """Fires due timers of `domain` one at a time, so that timers registered while
+        firing are picked up in order too. Returns how many fired."""
+        world = self._world
+        fired = 0
+        while True:
+            due = world.pop_due_timer(domain, upto)
+            if due is None:
+                return fired
+            ts, key = due
+            if domain is TimeDomain.PROCESSING_TIME:
+                world.processing_time = max(world.processing_time, ts)
+            self._run(
+                _native._KEYED, key, ts,
+                self.udf.on_timer, Context(key, ts), Timer(domain, ts, key),
+            )
+            fired += 1
+            if fired == FIRING_LIMIT:
+                raise RuntimeError(
+                    f"TestHost: {FIRING_LIMIT} {domain.name} timers fired in one go; the UDF "
+                    "keeps registering due timers while firing (the host would never finish)"
+                )
+
+    def advance_watermark(self, watermark):
+        """Advances the watermark to `watermark` if that is later than the current one,
+        then fires every event-time timer at or before it in (timestamp, key) order,
+        including timers registered while firing. Timers registered at or before an
+        unchanged watermark wait for its next advance, as in the host."""
+        _native._check_i64("TestHost.advance_watermark", "watermark", watermark)
+        if watermark <= self._world.watermark:
+            return
+        self._world.watermark = watermark
+        self._fire_due(TimeDomain.EVENT_TIME, watermark)
+
+    def set_processing_time(self, now):
+        """Moves the processing-time clock to `now` (it never goes back), then fires every
+        processing-time timer at or before the clock in (timestamp, key) order, including
+        overdue ones and ones registered while firing, as the host does when it looks at
+        its wall clock between elements."""
+        _native._check_i64("TestHost.set_processing_time", "time", now)
+        world = self._world
+        world.processing_time = max(world.processing_time, now)
+        self._fire_due(TimeDomain.PROCESSING_TIME, world.processing_time)
+
+    def finish(self):
+        """Ends the input as the host does: the watermark goes to `weir.MAX_TIMESTAMP`,
+        firing every event-time timer, then processing-time timers fire in timestamp order
+        until none is left (the clock moving to each), even ones registered meanwhile."""
+        self.advance_watermark(_native.I64_MAX)
+        self._fire_due(TimeDomain.PROCESSING_TIME, _native.I64_MAX)
+
+    # --- what came out -------------------------------------------------------------------
+
+    def outputs(self, name):
+        """The records emitted to output `name` so far, as `Emitted(value, timestamp,
+        key)`: the value parsed from JSON, the timestamp the UDF gave or else the
+        element's or timer's, the key as bytes or None. Raises `ValueError` if the UDF did
+        not declare the output."""
+        return list(self._world.emitted[self._world.output_id(name)])
+
+    def take_outputs(self, name):
+        """Like `outputs`, and forgets them, for checking step by step."""
+        emitted = self._world.emitted[self._world.output_id(name)]
+        taken = list(emitted)
+        emitted.clear()
+        return taken
+
+    def logs(self):
+        """Everything the UDF logged so far, as `LogLine(level, key, message)`."""
+        return list(self._world.logs)
+
+    def pending_timers(self):
+        """The timers not yet fired as `(key, domain, timestamp)` (key as bytes): event-time
+        ones first, each domain in firing order."""
+        return self._world.pending_timers()
+
+    def watermark(self):
+        """The current watermark (`weir.MIN_TIMESTAMP` before the first advance)."""
+        return self._world.watermark
+
+    def processing_time(self):
+        """The processing-time clock."""
+        return self._world.processing_time
+
+    # --- state ---------------------------------------------------------------------------
+
+    def has_state(self, key):
+        """Whether `key` holds any state, to check that the UDF cleans up after itself."""
+        return _key_bytes(key) in self._world.data
+
+    def keys_with_state(self):
+        """The keys that hold any state, sorted by bytes."""
+        return sorted(self._world.data)
+
+    def _state_id(self, name):
+        state_id = self._world.state_id(name)
+        if state_id is None:
+            declared = [n for n, _ in self._world.states]
+            raise ValueError(f"TestHost: no state `{name}` was declared; declared: {declared}")
+        return state_id
+
+    def state(self, key, name):
+        """The content of state `name` for `key`, decoded as JSON (the SDK's default
+        codec; a dataclass state comes back as a dict): a value state's value or None, a
+        list state's items, a map state's `(key, value)` pairs in key-byte order. For
+        other codecs, read `state_bytes`."""
+        state_id = self._state_id(name)
+        kind = self._world.states[state_id][1]
+        data = self._world.data.get(_key_bytes(key), {}).get(state_id)
+
+        def decode(raw):
+            if raw.startswith(_SCHEMA_TAG):
+                raw = raw[3:]  # the tag and the schema version
+            try:
+                return json.loads(raw)
+            except ValueError as e:
+                raise ValueError(
+                    f"TestHost: state `{name}` holds bytes that are not JSON ({e}); read "
+                    "them with state_bytes"
+                ) from None
+
+        if kind is _native.StateKind.VALUE:
+            return None if data is None else decode(data)
+        if kind is _native.StateKind.LIST:
+            return [decode(item) for item in data or ()]
+        return [(decode(k), decode(v)) for k, v in sorted((data or {}).items())]
+
+    def state_bytes(self, key, name):
+        """The stored bytes of value state `name` for `key` (as the host keeps them), or
+        None."""
+        data = self._world.data.get(_key_bytes(key), {}).get(self._state_id(name))
+        return data if isinstance(data, bytes) else None
+
+    def set_state_bytes(self, key, name, data):
+        """Sets the stored bytes of value state `name` for `key`: state as an earlier
+        version of the UDF left it, to test a migration."""
+        state_id = self._state_id(name)
+        if self._world.states[state_id][1] is not _native.StateKind.VALUE:
+            raise ValueError(f"TestHost: state `{name}` is not a value state")
+        self._world.data.setdefault(_key_bytes(key), {})[state_id] = bytes(data)
