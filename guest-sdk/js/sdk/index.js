@@ -37,14 +37,18 @@
  * - Timestamps are numbers of milliseconds since the Unix epoch (exact up to 2^53).
  * - State values are JSON by default (another codec can be given per state); records are
  *   emitted as `JSON.stringify` text, which is `serde_json`'s compact form.
+ * - Unit tests run the same code under plain Node.js, without wasm: `new TestHost(processFunction)`
+ *   from `testing.js` is an in-memory host (`node --test`).
  *
  * How the contract (`wit/weir.wit`, world `keyed-process`) looks from JavaScript with
  * componentize-qjs, which is what this module hides: each WIT interface is an ES module
- * `weir:udf/<name>@0.1.0` with camelCase functions; `list<u8>` is a `Uint8Array`; `s64`
- * and `u32` are numbers; enums are their case names (`"event-time"`); `option<T>` is
- * `T` or `null`; a `result<_, error>` export returns normally or throws the `error`
- * record `{message, kind}`; a `result` import returns the ok value or throws. Arguments
- * of the wrong type trap (with no message), so the SDK checks them first.
+ * `weir:udf/<name>@0.1.0` with camelCase functions (`component.js` imports them, and
+ * the SDK reaches them through `host.js`, which lets `testing.js` stand in for them under
+ * Node.js); `list<u8>` is a `Uint8Array`; `s64` and `u32` are numbers; enums are their
+ * case names (`"event-time"`); `option<T>` is `T` or `null`; a `result<_, error>` export
+ * returns normally or throws the `error` record `{message, kind}`; a `result` import
+ * returns the ok value or throws. Arguments of the wrong type trap (with no message), so
+ * the SDK checks them first.
  *
  * The sandbox has no clock: `Date.now()`, `new Date()` and `performance.now()` throw an
  * error saying so (use `ctx.currentProcessingTime()` or the element's timestamp). There
@@ -53,10 +57,17 @@
  * @module weir
  */
 
-import stateHost from "weir:udf/state@0.1.0";
-import timersHost from "weir:udf/timers@0.1.0";
-import outputHost from "weir:udf/output@0.1.0";
-import loggingHost from "weir:udf/logging@0.1.0";
+// The host's interfaces: the component's imports (`weir:udf/state@0.1.0`, ...), or the
+// in-memory host of testing.js under Node.js. host.js decides; these bindings are live.
+import {
+  DEFINITION,
+  componentHost,
+  internals,
+  logging as loggingHost,
+  output as outputHost,
+  state as stateHost,
+  timers as timersHost,
+} from "./host.js";
 
 import {
   codecs,
@@ -916,7 +927,7 @@ Object.assign(Context.prototype, logMethods);
  */
 const SDK_FRAMES = (() => {
   const match = /\(([^()]*\/)[^/()]*:\d+(?::\d+)?\)/.exec(String(new Error().stack));
-  return match ? ["index.js", "text.js", "duration.js", "time.js"].map((file) => `(${match[1]}${file}:`) : [];
+  return match ? ["index.js", "text.js", "duration.js", "time.js", "host.js", "component.js", "testing.js"].map((file) => `(${match[1]}${file}:`) : [];
 })();
 
 function errorText(e) {
@@ -995,6 +1006,9 @@ function checkSync(result, method) {
  * Whatever they throw becomes the contract's `error`: `failed`, with the message and the
  * stack, or `state-decode` for a {@link StateDecodeError}.
  *
+ * Under Node.js, `new TestHost(processFunction)` (`testing.js`) runs the same definition
+ * against an in-memory host, for unit tests.
+ *
  * @param {Function|object} definition
  * @returns {{init: Function, processElement: Function, onTimer: Function}}
  */
@@ -1003,12 +1017,29 @@ export function processFunction(definition) {
   if (proto === null || typeof proto !== "object" || typeof proto.processElement !== "function") {
     throw new TypeError("weir.processFunction(definition): a class or object with a processElement(ctx, element) method");
   }
+  const runner = makeRunner(definition, hostError, failed);
+  return Object.freeze({
+    init: runner.init,
+    processElement: runner.processElement,
+    onTimer: runner.onTimer,
+    // For TestHost (testing.js), which makes a runner of its own from it.
+    [DEFINITION]: definition,
+  });
+}
+
+/**
+ * The three calls of the contract's `process-function` for one UDF instance at a time.
+ * What the UDF throws goes through `toThrown` (the component's export turns it into the
+ * contract's `error` record; the TestHost keeps it as it is), and the runner's own
+ * failures through `failure`.
+ */
+function makeRunner(definition, toThrown, failure) {
   const create =
     typeof definition === "function" ? (ctx) => new definition(ctx) : () => Object.create(definition);
   let udf = null;
   let inputs = [];
 
-  return Object.freeze({
+  return {
     init(ctx) {
       udf = null;
       phase = INIT;
@@ -1019,17 +1050,17 @@ export function processFunction(definition) {
         udf = instance;
         inputs = ctx.inputs;
       } catch (e) {
-        throw hostError(e);
+        throw toThrown(e);
       } finally {
         phase = IDLE;
       }
     },
 
     processElement(element) {
-      if (udf === null) throw failed("weir (js): processElement called before a successful init");
+      if (udf === null) throw failure("weir (js): processElement called before a successful init");
       const input = inputs[element.input];
       if (input === undefined) {
-        throw failed(`weir (js): element from input #${element.input} but only ${inputs.length} inputs are connected`);
+        throw failure(`weir (js): element from input #${element.input} but only ${inputs.length} inputs are connected`);
       }
       const ctx = new Context(element.key, element.timestamp);
       const el = new Element(input, element.input, element.key, element.value, element.timestamp);
@@ -1038,7 +1069,7 @@ export function processFunction(definition) {
       try {
         checkSync(udf.processElement(ctx, el), "processElement");
       } catch (e) {
-        throw hostError(e);
+        throw toThrown(e);
       } finally {
         phase = IDLE;
         current = null;
@@ -1046,7 +1077,7 @@ export function processFunction(definition) {
     },
 
     onTimer(timer) {
-      if (udf === null) throw failed("weir (js): onTimer called before a successful init");
+      if (udf === null) throw failure("weir (js): onTimer called before a successful init");
       if (typeof udf.onTimer !== "function") return;
       const ctx = new Context(timer.key, timer.timestamp);
       const t = new Timer(timer.domain, timer.timestamp, timer.key);
@@ -1055,13 +1086,18 @@ export function processFunction(definition) {
       try {
         checkSync(udf.onTimer(ctx, t), "onTimer");
       } catch (e) {
-        throw hostError(e);
+        throw toThrown(e);
       } finally {
         phase = IDLE;
         current = null;
       }
     },
-  });
+
+    /** The current instance (`null` before a successful init). */
+    get instance() {
+      return udf;
+    },
+  };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1081,9 +1117,10 @@ function inspect(value) {
   return String(value);
 }
 
-if (typeof globalThis.console === "undefined") {
+/** A `console` whose methods write to the host's log. */
+function hostConsole() {
   const logAt = (level) => (...args) => loggingHost.log(level, args.map(inspect).join(" "));
-  globalThis.console = Object.freeze({
+  return Object.freeze({
     log: logAt("info"),
     info: logAt("info"),
     debug: logAt("debug"),
@@ -1093,24 +1130,21 @@ if (typeof globalThis.console === "undefined") {
   });
 }
 
-{
-  const noClock = (what) => () => {
+function noClock(what) {
+  return () => {
     throw new Error(
       `${what} is not available in a Weir UDF: the sandbox has no clock. Use ctx.currentProcessingTime() or the element's timestamp`,
     );
   };
-  const OriginalDate = globalThis.Date;
-  OriginalDate.now = noClock("Date.now()");
-  if (typeof globalThis.performance === "object" && globalThis.performance !== null) {
-    // QuickJS's `performance` is not writable: put one whose `now` says why in its place.
-    const performance = Object.freeze({ now: noClock("performance.now()") });
-    try {
-      Object.defineProperty(globalThis, "performance", { value: performance, writable: true, configurable: true });
-    } catch {
-      // leave it
-    }
-  }
-  globalThis.Date = new Proxy(OriginalDate, {
+}
+
+/**
+ * A `Date` like `OriginalDate` whose `now()`, argument-less constructor and call throw,
+ * and a `performance` whose `now()` throws: the clocks a component does not have.
+ */
+function clocklessGlobals(OriginalDate) {
+  const now = noClock("Date.now()");
+  const Date = new Proxy(OriginalDate, {
     construct(target, args, newTarget) {
       if (args.length === 0) noClock("new Date() without arguments")();
       return Reflect.construct(target, args, newTarget);
@@ -1118,5 +1152,42 @@ if (typeof globalThis.console === "undefined") {
     apply() {
       return noClock("Date() called as a function")();
     },
+    get(target, property, receiver) {
+      return property === "now" ? now : Reflect.get(target, property, receiver);
+    },
+  });
+  return { Date, now, performance: Object.freeze({ now: noClock("performance.now()") }) };
+}
+
+if (componentHost !== null) {
+  // In a component, for good: QuickJS has no console, and the stubbed WASI clocks would
+  // trap without a message.
+  if (typeof globalThis.console === "undefined") globalThis.console = hostConsole();
+  const OriginalDate = globalThis.Date;
+  const clockless = clocklessGlobals(OriginalDate);
+  OriginalDate.now = clockless.now;
+  if (typeof globalThis.performance === "object" && globalThis.performance !== null) {
+    // QuickJS's `performance` is not writable: put one whose `now` says why in its place.
+    try {
+      Object.defineProperty(globalThis, "performance", {
+        value: clockless.performance,
+        writable: true,
+        configurable: true,
+      });
+    } catch {
+      // leave it
+    }
+  }
+  globalThis.Date = clockless.Date;
+} else {
+  // Under Node.js, testing.js puts these in place around each call into the UDF only,
+  // so that a test sees what the component would, and the test runner keeps its clocks.
+  const clockless = clocklessGlobals(globalThis.Date);
+  internals.sandboxGlobals = Object.freeze({
+    console: hostConsole(),
+    Date: clockless.Date,
+    performance: clockless.performance,
   });
 }
+
+internals.makeRunner = makeRunner;

@@ -208,7 +208,7 @@ export function rawJson(text) {
  */
 export function rawText(value) {
   if (value instanceof RawJsonText) return value.rawJSON;
-  if (value !== null && typeof value === "object" && JSON.isRawJSON(value)) return value.rawJSON;
+  if (value !== null && typeof value === "object" && HAS_RAW_JSON && JSON.isRawJSON(value)) return value.rawJSON;
   return undefined;
 }
 
@@ -226,9 +226,99 @@ export function rawText(value) {
  * @throws {SyntaxError} if the text is not JSON
  */
 export function parseJsonKeepingRaw(text, names) {
+  if (!SOURCE_ACCESS) return parseJsonKeepingRawSlowly(text, names);
   return JSON.parse(text, (key, value, context) =>
     context !== undefined && context.source !== undefined && names.includes(key) ? JSON.rawJSON(context.source) : value,
   );
+}
+
+/** Whether the engine has `JSON.rawJSON` and `JSON.isRawJSON` (QuickJS-ng, Node.js 21+). */
+const HAS_RAW_JSON = typeof JSON.rawJSON === "function" && typeof JSON.isRawJSON === "function";
+
+/** Whether `JSON.parse` gives a reviver the source text, and `JSON.rawJSON` exists. */
+const SOURCE_ACCESS = (() => {
+  let source;
+  try {
+    JSON.parse("17.0", (key, value, context) => {
+      source = context !== undefined ? context.source : undefined;
+      return value;
+    });
+  } catch {
+    // no reviver support worth the name
+  }
+  return HAS_RAW_JSON && source === "17.0";
+})();
+
+const JSON_WHITESPACE = (c) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+
+/**
+ * {@link parseJsonKeepingRaw} for engines without source access (Node.js 20, where unit
+ * tests run): the same result, with raw members as {@link rawJson} objects, from a scan of
+ * the text in JavaScript. Not used in a component.
+ */
+function parseJsonKeepingRawSlowly(text, names) {
+  JSON.parse(text); // the engine's own error for text that is not JSON; valid from here on
+  let i = 0;
+  const skipWhitespace = () => {
+    while (i < text.length && JSON_WHITESPACE(text.charCodeAt(i))) i++;
+  };
+  const stringEnd = (start) => {
+    let j = start + 1;
+    for (;;) {
+      const c = text.charCodeAt(j);
+      if (c === 0x5c) j += 2;
+      else if (c === 0x22) return j + 1;
+      else j++;
+    }
+  };
+  const set = (holder, key, value) => {
+    if (key === "__proto__") {
+      Object.defineProperty(holder, key, { value, writable: true, enumerable: true, configurable: true });
+    } else {
+      holder[key] = value;
+    }
+  };
+  const parseValue = (key) => {
+    skipWhitespace();
+    const c = text[i];
+    if (c === "{" || c === "[") {
+      const isObject = c === "{";
+      const holder = isObject ? {} : [];
+      i++;
+      skipWhitespace();
+      if (text[i] === (isObject ? "}" : "]")) {
+        i++;
+        return holder;
+      }
+      for (let index = 0; ; index++) {
+        skipWhitespace();
+        let member = String(index);
+        if (isObject) {
+          const end = stringEnd(i);
+          member = JSON.parse(text.slice(i, end));
+          i = end;
+          skipWhitespace();
+          i++; // the colon
+        }
+        set(holder, member, parseValue(member));
+        skipWhitespace();
+        if (text[i++] !== ",") return holder; // the closing bracket
+      }
+    }
+    const start = i;
+    if (c === '"') {
+      i = stringEnd(i);
+    } else {
+      while (i < text.length) {
+        const d = text.charCodeAt(i);
+        if (JSON_WHITESPACE(d) || d === 0x2c || d === 0x5d || d === 0x7d) break;
+        i++;
+      }
+    }
+    const source = text.slice(start, i);
+    return names.includes(key) ? new RawJsonText(source) : JSON.parse(source);
+  };
+  return parseValue("");
 }
 
 /**

@@ -27,7 +27,7 @@ fi
 if [[ -z $cqjs || ! -x $cqjs ]]; then
   cat >&2 <<'MSG'
 build.sh: componentize-qjs not found. Install it (it needs Node.js >= 18), for example:
-    npm install --save-exact componentize-qjs@0.4.5      # into ./node_modules
+    npm install          # componentize-qjs 0.4.5, from package.json, into ./node_modules
 or set WEIR_JS_TOOLCHAIN to a componentize-qjs executable (in a Weir checkout,
 scripts/toolchain/js.sh --print installs the pinned one into .weir-tools/js and prints it)
 MSG

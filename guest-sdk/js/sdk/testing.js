@@ -1,0 +1,709 @@
+/**
+ * An in-memory Weir host for unit-testing a JavaScript UDF with plain Node.js
+ * (`node --test`): no wasm, no componentize-qjs, no npm packages. The JavaScript twin of
+ * the Rust SDK's `weir_sdk::testing::TestHost`, with the same rules.
+ *
+ * ```js
+ * import { test } from "node:test";
+ * import assert from "node:assert/strict";
+ * import { TestHost } from "./weir/testing.js";
+ * import { processFunction } from "./app.js";
+ *
+ * test("counts per key", () => {
+ *   const host = new TestHost(processFunction, { config: { window: "5m" } });
+ *   host.process("main", "ad-1", { ad_id: "ad-1" }, 1_000);
+ *   host.advanceWatermark(400_000);
+ *   assert.deepEqual(host.takeOutputs("main"), [{ value: { clicks: 1 }, key: "ad-1", timestamp: 1_000 }]);
+ * });
+ * ```
+ *
+ * The TestHost runs the UDF exactly as the component does: the same SDK code, called
+ * through the same three entry points (`init`, `process-element`, `on-timer`), with the
+ * host's interfaces (state, timers, output, logging) served from memory instead of the
+ * component's imports. Like the real host it calls `init` once (and again on
+ * {@link TestHost#reinit}), scopes state and timers to the key of each element or timer,
+ * fires event-time timers when the watermark advances and processing-time timers when its
+ * clock does, in (timestamp, key) order, and keeps what the UDF emits and logs. The
+ * records a failing call emitted are dropped, as the host drops them.
+ *
+ * What the UDF throws comes out of the TestHost's methods as it was thrown (with its
+ * stack), so a failing test points at the line; a {@link StateDecodeError} stays one.
+ * During each call the globals look as they do in a component: `Date.now()`,
+ * `new Date()` and `performance.now()` throw, `console` writes to the host's log, and
+ * what QuickJS lacks is gone (`setTimeout`, `fetch`, `TextEncoder`, `TextDecoder`,
+ * `crypto`, `URL`, `Intl`, `Buffer`, `process`, ...).
+ *
+ * Timestamps are numbers of milliseconds, as in the SDK; `MIN_TIMESTAMP` and
+ * `MAX_TIMESTAMP` (±2^63) stand for the host's `i64::MIN` and `i64::MAX`.
+ *
+ * @module weir/testing
+ */
+
+import {
+  EVENT_TIME,
+  LOG_LEVELS,
+  MAX_TIMESTAMP,
+  MIN_TIMESTAMP,
+  PROCESSING_TIME,
+  processFunction as makeProcessFunction,
+  toJson,
+} from "./index.js";
+import { DEFINITION, componentHost, currentHost, internals, setHost } from "./host.js";
+import { encodeUtf8, tryDecodeUtf8 } from "./text.js";
+
+/** Writes a line to stderr (the console is the UDF's during a call). */
+const printLine = (() => {
+  const stderr = globalThis.process?.stderr;
+  const originalConsole = globalThis.console;
+  return stderr ? (line) => stderr.write(line + "\n") : (line) => originalConsole.error(line);
+})();
+
+/** How many timers may fire in one advance before the TestHost calls it a loop. */
+const FIRING_LIMIT = 1_000_000;
+
+const STATE_KINDS = ["value", "list", "map"];
+
+// ---------------------------------------------------------------------------------------
+// Bytes
+
+/** Bytes as a "binary string" (one char per byte): Map keys that sort as the bytes do. */
+function binary(bytes) {
+  let out = "";
+  for (let i = 0; i < bytes.length; i += 8192) {
+    out += String.fromCharCode.apply(null, bytes.subarray(i, Math.min(bytes.length, i + 8192)));
+  }
+  return out;
+}
+
+/** The bytes of a binary string. */
+function unbinary(text) {
+  const out = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
+  return out;
+}
+
+/** Key bytes as a test gives them: text (UTF-8), a number (its text, as the host keys them), or bytes. */
+function keyBytes(key, what = "a key") {
+  if (key instanceof Uint8Array) return key;
+  if (typeof key === "string") return encodeUtf8(key);
+  if (typeof key === "number" || typeof key === "bigint") return encodeUtf8(String(key));
+  throw new TypeError(`TestHost: ${what} is a string, a number or a Uint8Array, not ${typeof key}`);
+}
+
+/** Key bytes as a test reads them: the text if they are UTF-8, else the bytes. */
+function keyText(bytes) {
+  const text = tryDecodeUtf8(bytes);
+  return text !== null ? text : bytes.slice();
+}
+
+function checkBytes(value, call) {
+  if (value instanceof Uint8Array) return value.slice();
+  if (Array.isArray(value) && value.every((b) => Number.isInteger(b) && b >= 0 && b <= 255)) {
+    return Uint8Array.from(value);
+  }
+  throw new TypeError(`weir host: \`${call}\` takes bytes (a Uint8Array) (the host traps)`);
+}
+
+function checkTimestamp(value, what) {
+  if (typeof value === "number" && Number.isInteger(value)) {
+    return Math.max(MIN_TIMESTAMP, Math.min(MAX_TIMESTAMP, value));
+  }
+  throw new TypeError(`${what}: expected a whole number of milliseconds, got ${String(value)}`);
+}
+
+function checkDomain(domain, call) {
+  if (domain === EVENT_TIME || domain === PROCESSING_TIME) return domain;
+  throw new TypeError(`weir host: \`${call}\`: no time domain ${JSON.stringify(domain)} (the host traps)`);
+}
+
+/** Orders timers as they fire: by timestamp, then by key bytes. */
+function compareTimers(a, b) {
+  if (a.timestamp !== b.timestamp) return a.timestamp < b.timestamp ? -1 : 1;
+  return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// The in-memory host: keyed state, timers, clocks, outputs and logs, with the host's rules
+
+const IDLE = 0;
+const INIT = 1;
+const KEYED = 2;
+
+class World {
+  constructor(processingTime, printLevel) {
+    this.phase = IDLE;
+    /** The current key (a binary string) and the call's timestamp, when KEYED. */
+    this.key = "";
+    this.timestamp = 0;
+    this.watermark = MIN_TIMESTAMP;
+    this.processingTime = processingTime;
+    /** Declared states: {name, kind}, by id. */
+    this.states = [];
+    /**
+     * key (binary string) -> Map(state id -> Uint8Array | Uint8Array[] | Map(binary -> Uint8Array)).
+     * Only keys with a non-empty state are present.
+     */
+    this.data = new Map();
+    this.outputs = [];
+    this.emitted = [];
+    /** Records of the running call: [output id, record]. */
+    this.pending = [];
+    /** Sorted in firing order: {timestamp, key}. */
+    this.timers = { [EVENT_TIME]: [], [PROCESSING_TIME]: [] };
+    this.logs = [];
+    this.printLevel = printLevel;
+    this.host = Object.freeze({
+      state: this.stateInterface(),
+      timers: this.timersInterface(),
+      output: this.outputInterface(),
+      logging: Object.freeze({ log: (level, message) => this.log(level, message) }),
+    });
+  }
+
+  currentKey(call) {
+    if (this.phase === KEYED) return this.key;
+    if (this.phase === INIT) {
+      throw new Error(
+        `weir host: \`${call}\` called from init; keyed state and timers are scoped to the current key and only usable in processElement and onTimer (the host traps)`,
+      );
+    }
+    throw new Error(
+      `weir host: \`${call}\` called outside processElement/onTimer; keyed state and timers need a current key (the host traps)`,
+    );
+  }
+
+  checkState(id, kind, call) {
+    const declared = this.states[id];
+    if (declared === undefined) throw new Error(`weir host: \`${call}\` on undeclared state id ${id} (the host traps)`);
+    if (kind !== undefined && declared.kind !== kind) {
+      throw new Error(`weir host: \`${call}\` on state \`${declared.name}\`, which is a ${declared.kind} state (the host traps)`);
+    }
+  }
+
+  slot(id, kind, call) {
+    this.checkState(id, kind, call);
+    const slots = this.data.get(this.currentKey(call));
+    return slots === undefined ? undefined : slots.get(id);
+  }
+
+  setSlot(id, kind, call, value) {
+    this.checkState(id, kind, call);
+    const key = this.currentKey(call);
+    if (value === undefined) {
+      this.removeSlot(key, id);
+      return;
+    }
+    let slots = this.data.get(key);
+    if (slots === undefined) this.data.set(key, (slots = new Map()));
+    slots.set(id, value);
+  }
+
+  removeSlot(key, id) {
+    const slots = this.data.get(key);
+    if (slots === undefined) return;
+    slots.delete(id);
+    if (slots.size === 0) this.data.delete(key);
+  }
+
+  stateInterface() {
+    return Object.freeze({
+      declare: (name, kind) => {
+        if (typeof name !== "string" || !STATE_KINDS.includes(kind)) {
+          throw new TypeError("weir host: `state.declare` takes a name and a kind (the host traps)");
+        }
+        if (name === "") throw new Error("a state needs a non-empty name");
+        const id = this.states.findIndex((s) => s.name === name);
+        if (id >= 0) {
+          const declared = this.states[id].kind;
+          if (declared !== kind) throw new Error(`state "${name}" is a ${declared} state, declared again as ${kind}`);
+          return id;
+        }
+        this.states.push({ name, kind });
+        return this.states.length - 1;
+      },
+      valueGet: (id) => {
+        const value = this.slot(id, "value", "state.value-get");
+        return value === undefined ? null : value.slice();
+      },
+      valueSet: (id, value) => {
+        this.setSlot(id, "value", "state.value-set", checkBytes(value, "state.value-set"));
+      },
+      listGet: (id) => {
+        const items = this.slot(id, "list", "state.list-get");
+        return items === undefined ? [] : items.map((item) => item.slice());
+      },
+      listAppend: (id, item) => {
+        const items = this.slot(id, "list", "state.list-append") ?? [];
+        this.setSlot(id, "list", "state.list-append", [...items, checkBytes(item, "state.list-append")]);
+      },
+      listSet: (id, items) => {
+        if (!Array.isArray(items)) throw new TypeError("weir host: `state.list-set` takes a list (the host traps)");
+        const copied = items.map((item) => checkBytes(item, "state.list-set"));
+        this.setSlot(id, "list", "state.list-set", copied.length === 0 ? undefined : copied);
+      },
+      mapGet: (id, key) => {
+        const map = this.slot(id, "map", "state.map-get");
+        const value = map === undefined ? undefined : map.get(binary(checkBytes(key, "state.map-get")));
+        return value === undefined ? null : value.slice();
+      },
+      mapPut: (id, key, value) => {
+        const map = new Map(this.slot(id, "map", "state.map-put"));
+        map.set(binary(checkBytes(key, "state.map-put")), checkBytes(value, "state.map-put"));
+        this.setSlot(id, "map", "state.map-put", map);
+      },
+      mapRemove: (id, key) => {
+        const map = new Map(this.slot(id, "map", "state.map-remove"));
+        map.delete(binary(checkBytes(key, "state.map-remove")));
+        this.setSlot(id, "map", "state.map-remove", map.size === 0 ? undefined : map);
+      },
+      mapEntries: (id) => {
+        const map = this.slot(id, "map", "state.map-entries");
+        if (map === undefined) return [];
+        return [...map.keys()].sort().map((k) => [unbinary(k), map.get(k).slice()]);
+      },
+      clear: (id) => {
+        this.checkState(id, undefined, "state.clear");
+        this.removeSlot(this.currentKey("state.clear"), id);
+      },
+      clearAll: () => {
+        this.data.delete(this.currentKey("state.clear-all"));
+      },
+    });
+  }
+
+  timersInterface() {
+    return Object.freeze({
+      register: (domain, at) => {
+        const timer = { timestamp: checkTimestamp(at, "timers.register"), key: this.currentKey("timers.register") };
+        const timers = this.timers[checkDomain(domain, "timers.register")];
+        const [index, found] = this.findTimer(timers, timer);
+        if (!found) timers.splice(index, 0, timer);
+      },
+      delete: (domain, at) => {
+        const timer = { timestamp: checkTimestamp(at, "timers.delete"), key: this.currentKey("timers.delete") };
+        const timers = this.timers[checkDomain(domain, "timers.delete")];
+        const [index, found] = this.findTimer(timers, timer);
+        if (found) timers.splice(index, 1);
+      },
+      currentWatermark: () => this.watermark,
+      currentProcessingTime: () => this.processingTime,
+    });
+  }
+
+  /** Where `timer` is or would go in sorted `timers`, and whether it is there. */
+  findTimer(timers, timer) {
+    let lo = 0;
+    let hi = timers.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (compareTimers(timers[mid], timer) < 0) lo = mid + 1;
+      else hi = mid;
+    }
+    return [lo, lo < timers.length && compareTimers(timers[lo], timer) === 0];
+  }
+
+  /** Removes and returns the first timer of `domain` due at `upto`, or undefined. */
+  popDueTimer(domain, upto) {
+    const timers = this.timers[domain];
+    return timers.length !== 0 && timers[0].timestamp <= upto ? timers.shift() : undefined;
+  }
+
+  outputInterface() {
+    return Object.freeze({
+      declare: (name) => {
+        const id = this.outputs.indexOf(name);
+        if (id >= 0) return id;
+        if (this.phase !== INIT) throw new Error(`output ${JSON.stringify(name)} must be declared in init`);
+        if (name === "") throw new Error("an output needs a non-empty name");
+        this.outputs.push(name);
+        this.emitted.push([]);
+        return this.outputs.length - 1;
+      },
+      emit: (id, value, key, timestamp) => {
+        if (this.phase !== KEYED) {
+          throw new Error("weir host: `output.emit` called outside processElement/onTimer (the host traps)");
+        }
+        if (this.outputs[id] === undefined) {
+          throw new Error(`weir host: \`output.emit\` to undeclared output id ${id} (the host traps)`);
+        }
+        const bytes = checkBytes(value, "output.emit");
+        const text = tryDecodeUtf8(bytes);
+        let parsed;
+        try {
+          if (text === null) throw new Error("not UTF-8");
+          parsed = JSON.parse(text);
+        } catch (e) {
+          throw new Error(
+            `weir host: output \`${this.outputs[id]}\` got a record that is not JSON (${e.message}): ${text ?? "(bytes)"}`,
+          );
+        }
+        const record = {
+          value: parsed,
+          key: key === null || key === undefined ? null : keyText(checkBytes(key, "output.emit")),
+          timestamp:
+            timestamp === null || timestamp === undefined ? this.timestamp : checkTimestamp(timestamp, "output.emit"),
+        };
+        // The JSON text as emitted, for what JSON.parse loses (digits beyond 2^53, `1.0`).
+        Object.defineProperty(record, "text", { value: text, enumerable: false });
+        this.pending.push([id, record]);
+      },
+    });
+  }
+
+  /** Ends a call: its records reach the outputs if it succeeded, and are dropped if not. */
+  endCall(succeeded) {
+    this.phase = IDLE;
+    const pending = this.pending;
+    this.pending = [];
+    if (succeeded) for (const [id, record] of pending) this.emitted[id].push(record);
+  }
+
+  outputId(name) {
+    const id = this.outputs.indexOf(name);
+    if (id < 0) {
+      throw new Error(`TestHost: output \`${name}\` was not declared; declared outputs: ${JSON.stringify(this.outputs)}`);
+    }
+    return id;
+  }
+
+  log(level, message) {
+    if (!LOG_LEVELS.includes(level) || typeof message !== "string") {
+      throw new TypeError("weir host: `logging.log` takes a level and a string (the host traps)");
+    }
+    const key = this.phase === KEYED ? keyText(unbinary(this.key)) : null;
+    this.logs.push({ level, key, message });
+    if (this.printLevel !== "off" && LOG_LEVELS.indexOf(level) >= LOG_LEVELS.indexOf(this.printLevel)) {
+      printLine(`[${level}] ${key === null ? "" : `key=${typeof key === "string" ? key : `[${key}]`}: `}${message}`);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The globals of a component, around each call
+
+/**
+ * Globals of Node.js that a component does not have (QuickJS has none of them, and the
+ * SDK adds none): hidden during calls, so that a UDF using one fails its tests as it
+ * would fail in the host.
+ */
+const ABSENT_IN_COMPONENT = [
+  "setTimeout",
+  "setInterval",
+  "setImmediate",
+  "clearTimeout",
+  "clearInterval",
+  "clearImmediate",
+  "fetch",
+  "TextEncoder",
+  "TextDecoder",
+  "crypto",
+  "structuredClone",
+  "process",
+  "Buffer",
+  "URL",
+  "URLSearchParams",
+  "Intl",
+  "WebAssembly",
+];
+
+/**
+ * Replaces some globals of `globalThis` and removes others; returns a function that puts
+ * them back.
+ */
+function swapGlobals(replacements, removed) {
+  const names = [...Object.keys(replacements), ...removed];
+  const saved = names.map((name) => [name, Object.getOwnPropertyDescriptor(globalThis, name)]);
+  for (const [name, value] of Object.entries(replacements)) {
+    Object.defineProperty(globalThis, name, { value, writable: true, configurable: true, enumerable: false });
+  }
+  for (const name of removed) delete globalThis[name];
+  return () => {
+    for (const [name, descriptor] of saved) {
+      if (descriptor === undefined) delete globalThis[name];
+      else Object.defineProperty(globalThis, name, descriptor);
+    }
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// The TestHost
+
+/** The definition (class or object) behind a UDF as a test may give it. */
+function definitionOf(udf) {
+  if (udf !== null && (typeof udf === "object" || typeof udf === "function")) {
+    if (udf[DEFINITION] !== undefined) return udf[DEFINITION]; // weir.processFunction(...)
+    const exported = udf.processFunction; // the UDF's module: import * as app from "./app.js"
+    if (exported !== null && typeof exported === "object" && exported[DEFINITION] !== undefined) {
+      return exported[DEFINITION];
+    }
+    return makeProcessFunction(udf)[DEFINITION]; // a class or object; checked there
+  }
+  throw new TypeError(
+    "TestHost(udf): the UDF's processFunction export (weir.processFunction(...)), its module, or its class",
+  );
+}
+
+function configEntries(config) {
+  const entries = Array.isArray(config) ? config : Object.entries(config ?? {});
+  return entries.map((entry) => {
+    if (!Array.isArray(entry) || entry.length !== 2 || typeof entry[0] !== "string") {
+      throw new TypeError("TestHost: config is an object {key: value} or a list of [key, value] pairs");
+    }
+    const value = entry[1];
+    return [entry[0], typeof value === "string" ? value : typeof value === "object" ? JSON.stringify(value) : String(value)];
+  });
+}
+
+const OPTIONS = ["config", "inputs", "processingTime", "logLevel"];
+
+/**
+ * An in-memory host running one UDF instance. See the module's description.
+ */
+export class TestHost {
+  #definition;
+  #runner = null;
+  #config;
+  #inputs;
+  #world;
+  #calling = false;
+
+  /**
+   * Creates the host and calls the UDF's `init`; throws what `init` throws.
+   *
+   * @param {object|Function} udf the UDF's `processFunction` export, its module
+   *   (`import * as app from "./app.js"`), or its class
+   * @param {object} [options]
+   * @param {Object<string, string>|Array<[string, string]>} [options.config] config entries, as
+   *   `[udf.config]` or `--config KEY=VALUE` give them (text; numbers and booleans are
+   *   turned into text; in a list of pairs a later entry for the same key wins)
+   * @param {string[]} [options.inputs] the names of the connected inputs (default `["main"]`)
+   * @param {number} [options.processingTime] where the processing-time clock starts (default 0)
+   * @param {string} [options.logLevel] the lowest level of the UDF's log lines printed to
+   *   stderr: "trace", "debug", "info" (the default, as `weir` shows), "warn", "error" or
+   *   "off"; {@link logs} has them all anyway
+   */
+  constructor(udf, options = {}) {
+    if (componentHost !== null) throw new Error("TestHost runs under Node.js, not inside a component");
+    for (const name of Object.keys(options)) {
+      if (!OPTIONS.includes(name)) throw new TypeError(`TestHost: unknown option \`${name}\` (options: ${OPTIONS.join(", ")})`);
+    }
+    const { config = {}, inputs = ["main"], processingTime = 0, logLevel = "info" } = options;
+    if (!Array.isArray(inputs) || inputs.length === 0 || !inputs.every((i) => typeof i === "string")) {
+      throw new TypeError("TestHost: inputs is a non-empty list of input names");
+    }
+    if (logLevel !== "off" && !LOG_LEVELS.includes(logLevel)) {
+      throw new TypeError(`TestHost: logLevel is one of ${LOG_LEVELS.join(", ")} or off`);
+    }
+    this.#definition = definitionOf(udf);
+    this.#config = configEntries(config);
+    this.#inputs = inputs.slice();
+    this.#world = new World(checkTimestamp(processingTime, "TestHost: processingTime"), logLevel);
+    this.reinit();
+  }
+
+  /** Runs `body` as one call of the host into the UDF, in `phase` (for `key` at `timestamp`). */
+  #call(phase, key, timestamp, body) {
+    if (this.#calling) throw new Error("TestHost: called from inside a call into the UDF");
+    const world = this.#world;
+    const previousHost = currentHost();
+    setHost(world.host);
+    const restoreGlobals = swapGlobals(internals.sandboxGlobals, ABSENT_IN_COMPONENT);
+    this.#calling = true;
+    world.phase = phase;
+    world.key = key;
+    world.timestamp = timestamp;
+    let succeeded = false;
+    try {
+      body();
+      succeeded = true;
+    } finally {
+      world.endCall(succeeded);
+      this.#calling = false;
+      restoreGlobals();
+      setHost(previousHost);
+    }
+  }
+
+  /**
+   * Replaces the instance with a fresh one (calling `init` again) while keeping all state,
+   * timers and outputs, as the real host may at any time. Use it to check that a UDF keeps
+   * nothing important on `this`. If `init` throws, the old instance stays.
+   */
+  reinit() {
+    const runner = internals.makeRunner(this.#definition, (e) => e, (message) => new Error(message));
+    const ctx = { config: this.#config.map(([k, v]) => [k, v]), inputs: this.#inputs.slice() };
+    this.#call(INIT, "", 0, () => runner.init(ctx));
+    this.#runner = runner;
+  }
+
+  /**
+   * Feeds one element from `input` (one of the input names), with the key and event
+   * timestamp the host would have extracted. Throws what the UDF throws.
+   *
+   * @param {string} input
+   * @param {string|number|Uint8Array} key text (UTF-8), a number (keyed by its text, as the
+   *   host keys JSON numbers), or bytes
+   * @param {*} value the record: a `Uint8Array` or a string is passed as is (the JSON text);
+   *   anything else is written as JSON (`weir.rawJson` members verbatim)
+   * @param {number} timestamp the record's event time, in milliseconds
+   */
+  process(input, key, value, timestamp) {
+    const index = this.#inputs.indexOf(input);
+    if (index < 0) throw new Error(`TestHost: unknown input \`${input}\`; inputs are ${JSON.stringify(this.#inputs)}`);
+    const bytes = keyBytes(key);
+    const ts = checkTimestamp(timestamp, "TestHost.process: timestamp");
+    let record;
+    if (value instanceof Uint8Array) record = value.slice();
+    else if (typeof value === "string") record = encodeUtf8(value);
+    else record = encodeUtf8(toJson(value));
+    this.#call(KEYED, binary(bytes), ts, () =>
+      this.#runner.processElement({ input: index, key: bytes.slice(), value: record, timestamp: ts }),
+    );
+  }
+
+  #fire(domain, timestamp, key) {
+    this.#call(KEYED, key, timestamp, () => this.#runner.onTimer({ domain, timestamp, key: unbinary(key) }));
+  }
+
+  /** Fires due timers of `domain` one at a time, so that ones registered meanwhile fire in order too. */
+  #fireDue(domain, upto) {
+    for (let fired = 1; ; fired++) {
+      const timer = this.#world.popDueTimer(domain, upto);
+      if (timer === undefined) return;
+      if (domain === PROCESSING_TIME) {
+        this.#world.processingTime = Math.max(this.#world.processingTime, timer.timestamp);
+      }
+      this.#fire(domain, timer.timestamp, timer.key);
+      if (fired === FIRING_LIMIT) {
+        throw new Error(
+          `TestHost: ${FIRING_LIMIT} ${domain} timers fired in one go; the UDF keeps registering due timers while firing (the host would never finish)`,
+        );
+      }
+    }
+  }
+
+  /**
+   * Advances the watermark to `watermark` if that is later than the current one, then
+   * fires every event-time timer at or before it in (timestamp, key) order, including
+   * timers registered while firing. Timers registered at or before an unchanged
+   * watermark wait for its next advance, as in the host.
+   * @param {number} watermark
+   */
+  advanceWatermark(watermark) {
+    const wm = checkTimestamp(watermark, "TestHost.advanceWatermark");
+    if (wm <= this.#world.watermark) return;
+    this.#world.watermark = wm;
+    this.#fireDue(EVENT_TIME, wm);
+  }
+
+  /**
+   * Moves the processing-time clock to `now` (it never goes back), then fires every
+   * processing-time timer at or before the clock in (timestamp, key) order, including
+   * overdue ones and ones registered while firing: the host checks its wall clock between
+   * elements in the same way.
+   * @param {number} now
+   */
+  setProcessingTime(now) {
+    const world = this.#world;
+    world.processingTime = Math.max(world.processingTime, checkTimestamp(now, "TestHost.setProcessingTime"));
+    this.#fireDue(PROCESSING_TIME, world.processingTime);
+  }
+
+  /**
+   * Ends the input as the host does: the watermark goes to `MAX_TIMESTAMP`, firing every
+   * event-time timer, then processing-time timers fire in timestamp order until none is
+   * left (the clock moving to each), even ones registered meanwhile.
+   */
+  finish() {
+    this.advanceWatermark(MAX_TIMESTAMP);
+    this.#fireDue(PROCESSING_TIME, MAX_TIMESTAMP);
+  }
+
+  /**
+   * Everything emitted to output `name` so far, oldest first: `{value, key, timestamp}`,
+   * with `value` parsed from the JSON the UDF emitted, `key` the record's key as text
+   * (bytes if not UTF-8; `null` if the UDF gave none), and `timestamp` the one the UDF
+   * gave, else the element's or timer's. A non-enumerable `text` property holds the JSON
+   * text as emitted (for digits that `JSON.parse` loses). Throws if the UDF did not
+   * declare the output.
+   * @param {string} name
+   * @returns {{value: *, key: string|Uint8Array|null, timestamp: number}[]}
+   */
+  outputs(name) {
+    return this.#world.emitted[this.#world.outputId(name)].slice();
+  }
+
+  /** Like {@link outputs}, and forgets them, for checking step by step. */
+  takeOutputs(name) {
+    const id = this.#world.outputId(name);
+    const records = this.#world.emitted[id];
+    this.#world.emitted[id] = [];
+    return records;
+  }
+
+  /**
+   * The timers not yet fired, as `{key, domain, timestamp}`: event-time ones first, each
+   * domain in firing order.
+   */
+  pendingTimers() {
+    return [EVENT_TIME, PROCESSING_TIME].flatMap((domain) =>
+      this.#world.timers[domain].map((t) => ({ key: keyText(unbinary(t.key)), domain, timestamp: t.timestamp })),
+    );
+  }
+
+  /** The current watermark (`MIN_TIMESTAMP` before the first advance). */
+  get watermark() {
+    return this.#world.watermark;
+  }
+
+  /** The processing-time clock. */
+  get processingTime() {
+    return this.#world.processingTime;
+  }
+
+  /** Whether `key` holds any state, to check that a UDF cleans up after itself. */
+  hasState(key) {
+    return this.#world.data.has(binary(keyBytes(key)));
+  }
+
+  /** The keys that hold any state, in byte order (as text, or bytes if not UTF-8). */
+  keysWithState() {
+    return [...this.#world.data.keys()].sort().map((k) => keyText(unbinary(k)));
+  }
+
+  /** The stored bytes of value state `name` for `key` (as the host keeps them), or `undefined`. */
+  stateBytes(key, name) {
+    const id = this.#world.states.findIndex((s) => s.name === name);
+    if (id < 0) return undefined;
+    const slots = this.#world.data.get(binary(keyBytes(key)));
+    const value = slots === undefined ? undefined : slots.get(id);
+    return value instanceof Uint8Array ? value.slice() : undefined;
+  }
+
+  /**
+   * Sets the stored bytes of value state `name` for `key`: state as an earlier version of
+   * the UDF left it, to test a migration or a state-decode error.
+   */
+  setStateBytes(key, name, bytes) {
+    const id = this.#world.states.findIndex((s) => s.name === name);
+    if (id < 0 || this.#world.states[id].kind !== "value") {
+      throw new Error(`TestHost: no value state \`${name}\` was declared`);
+    }
+    const k = binary(keyBytes(key));
+    let slots = this.#world.data.get(k);
+    if (slots === undefined) this.#world.data.set(k, (slots = new Map()));
+    slots.set(id, checkBytes(bytes, "TestHost.setStateBytes"));
+  }
+
+  /** Everything the UDF logged so far: `{level, key, message}` (`key` null in init). */
+  logs() {
+    return this.#world.logs.slice();
+  }
+
+  /** The current UDF instance (what `this` is in its methods). */
+  get udf() {
+    return this.#runner.instance;
+  }
+}
+
+export { MAX_TIMESTAMP, MIN_TIMESTAMP, EVENT_TIME, PROCESSING_TIME };
