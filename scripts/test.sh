@@ -17,6 +17,9 @@ scripts/browser.sh >/dev/null
 export WEIR_CACHE_DIR="$PWD/target/weir-cache"
 cargo test --release --workspace 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# The Python and JavaScript SDKs and UDFs, natively.
+scripts/test-guests.sh 2>&1 | tee -a "$log"
+[[ ${PIPESTATUS[0]} = 0 ]] || status=1
 scripts/services.sh stop 2>/dev/null || true
 
 echo
@@ -26,5 +29,16 @@ awk '/^test result:/ {
          if ($(i + 1) ~ /^failed/) failed += $i
        }
      }
+     # Python unittest: "Ran N tests", then "OK" or "FAILED (failures=F, errors=E)".
+     /^Ran [0-9]+ tests?/ { ran = $2 }
+     /^OK/ && ran != "" { passed += ran; ran = "" }
+     /^FAILED \(/ && ran != "" {
+       bad = 0; s = $0
+       while (match(s, /(failures|errors)=[0-9]+/)) { split(substr(s, RSTART, RLENGTH), kv, "="); bad += kv[2]; s = substr(s, RSTART + RLENGTH) }
+       passed += ran - bad; failed += bad; ran = ""
+     }
+     # node --test: "# pass N" and "# fail N".
+     /^# pass [0-9]+/ { passed += $3 }
+     /^# fail [0-9]+/ { failed += $3 }
      END { printf "weir: %d passed, %d failed\n", passed, failed }' "$log"
 exit "$status"

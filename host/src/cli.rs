@@ -128,7 +128,7 @@ enum Command {
         server: ServerArgs,
     },
     /// Creates a UDF project (Rust, Python or JavaScript) that `weir dev pipeline.toml`
-    /// runs at once: the function, a unit test (Rust), a pipeline and sample input.
+    /// runs at once: the function, its unit tests, a pipeline and sample input.
     New {
         /// The UDF's name: lower-case letters, digits and '-'.
         name: String,

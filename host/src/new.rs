@@ -72,14 +72,17 @@ pub fn create(project: &NewProject) -> anyhow::Result<PathBuf> {
 
 /// What to do next, printed after the project is made.
 pub fn next_steps(project: &NewProject, dir: &Path) -> String {
-    let mut steps = vec![format!("cd {}", dir.display())];
-    if project.lang == Lang::Rust {
-        steps.push("cargo test                # the unit test, natively".into());
-    }
-    steps.push(
+    let test = match project.lang {
+        Lang::Rust => "cargo test               ",
+        Lang::Python => "python3 -m unittest      ",
+        Lang::Js => "node --test              ",
+    };
+    let steps = vec![
+        format!("cd {}", dir.display()),
+        format!("{test} # the unit tests, natively, on the SDK's test host"),
         "weir dev pipeline.toml    # builds the component, runs it, reloads it on every save"
             .into(),
-    );
+    ];
     format!(
         "next:\n  {}\nthe project's README.md says more",
         steps.join("\n  ")

@@ -82,7 +82,12 @@ pub fn weir_bin() -> PathBuf {
 /// "change-only-counter")` is `udfs/python/change-only-counter` with the Python SDK.
 pub fn guest(lang: &str, name: &str) -> PathBuf {
     let wasm = format!("guests/{lang}/{}.wasm", name.replace('-', "_"));
-    let sources = [format!("udfs/{lang}/{name}"), format!("guest-sdk/{lang}")];
+    // The SDK files that go into a component (not the SDK's own tests and scripts).
+    let sdk = match lang {
+        "python" => "guest-sdk/python/weir",
+        _ => "guest-sdk/js/sdk",
+    };
+    let sources = [format!("udfs/{lang}/{name}"), sdk.to_string()];
     built(target_dir().join(wasm), &[&sources[0], &sources[1], "wit"])
 }
 

@@ -1,4 +1,5 @@
-//! `weir new`: a project in each language builds with its toolchain and runs at once,
+//! `weir new`: a project in each language passes its own unit tests, builds with its
+//! toolchain and runs at once,
 //! and all three print the same sessions for the sample input. A bad config is refused
 //! with the UDF's own message in every language.
 
@@ -110,6 +111,13 @@ fn a_python_project_builds_and_runs() {
     let parent = tempfile::tempdir().unwrap();
     let dir = new_project(parent.path(), "python");
     check(
+        Command::new("python3")
+            .args(["-m", "unittest", "-v"])
+            .current_dir(&dir)
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+        "the project's unit tests",
+    );
+    check(
         Command::new(dir.join("build.sh")).env("WEIR_PYTHON_TOOLCHAIN", toolchain("python")),
         "build.sh",
     );
@@ -120,6 +128,10 @@ fn a_python_project_builds_and_runs() {
 fn a_javascript_project_builds_and_runs() {
     let parent = tempfile::tempdir().unwrap();
     let dir = new_project(parent.path(), "js");
+    check(
+        Command::new("node").arg("--test").current_dir(&dir),
+        "the project's unit tests",
+    );
     check(
         Command::new(dir.join("build.sh")).env("WEIR_JS_TOOLCHAIN", toolchain("js")),
         "build.sh",
