@@ -77,7 +77,7 @@ pub fn next_steps(project: &NewProject, dir: &Path) -> String {
         Lang::Python => "python3 -m unittest      ",
         Lang::Js => "node --test              ",
     };
-    let steps = vec![
+    let steps = [
         format!("cd {}", dir.display()),
         format!("{test} # the unit tests, natively, on the SDK's test host"),
         "weir dev pipeline.toml    # builds the component, runs it, reloads it on every save"
