@@ -60,6 +60,11 @@ enum Command {
         /// Prints no summary at the end.
         #[arg(long, short)]
         quiet: bool,
+        /// Joins Kafka consumer group GROUP and runs the tasks (partitions) the group
+        /// gives this process; start more processes with the same group to scale out
+        /// (see docs/scaling.md). Every source must be a Kafka source.
+        #[arg(long, value_name = "GROUP")]
+        group: Option<String>,
     },
     /// Runs a pipeline and hot-swaps its UDF whenever its sources change (rebuilding it).
     Dev {
@@ -347,6 +352,7 @@ pub fn main() -> ExitCode {
             no_checkpoints,
             fresh,
             quiet,
+            group,
         } => {
             let overrides = Overrides {
                 inputs,
@@ -366,6 +372,9 @@ pub fn main() -> ExitCode {
                 }
             };
             let stop = stop_flag();
+            if let Some(group) = group {
+                return finished(crate::cluster::run_in_group(&spec, &group, stop));
+            }
             let options = RunOptions {
                 progress: !quiet,
                 stop: Some(stop),

@@ -26,6 +26,7 @@
 pub mod checkpoint;
 pub mod cli;
 pub mod client;
+pub mod cluster;
 pub mod dev;
 pub mod new;
 pub mod operator;

@@ -236,10 +236,44 @@ fn partitions_of(consumer: &BaseConsumer, topic: &str) -> Vec<i32> {
     ids
 }
 
+/// Reads every partition of `topic` from the beginning until two seconds pass without a
+/// message (16 s before the first one): all it holds, however many that is.
+pub fn read_all(topic: &str) -> Vec<Received> {
+    read_until(topic, usize::MAX, Duration::from_secs(2))
+}
+
 /// Reads every partition of `topic` from the beginning until `expected` messages arrived
 /// (panics after a minute), then checks for a second that no more come. Messages are in
 /// arrival order: in offset order within a partition, interleaved across partitions.
 pub fn read_topic(topic: &str, expected: usize) -> Vec<Received> {
+    let got = read_until(topic, expected, Duration::ZERO);
+    // Nothing more than expected arrives.
+    let consumer = consumer("weir-e2e-reader");
+    let mut list = TopicPartitionList::new();
+    for partition in partitions_of(&consumer, topic) {
+        let next = got
+            .iter()
+            .filter(|m| m.partition == partition)
+            .map(|m| m.offset + 1)
+            .max()
+            .unwrap_or(0);
+        list.add_partition_offset(topic, partition, Offset::Offset(next))
+            .expect("add partition");
+    }
+    consumer.assign(&list).expect("assign the partitions");
+    if let Some(Ok(m)) = consumer.poll(Duration::from_secs(1)) {
+        panic!(
+            "an extra message in {topic}: partition {} offset {}",
+            m.partition(),
+            m.offset()
+        );
+    }
+    got
+}
+
+/// Reads `topic` from the beginning until `expected` messages arrived or, with a
+/// non-zero `quiet`, until that long passes without one.
+fn read_until(topic: &str, expected: usize, quiet: Duration) -> Vec<Received> {
     let consumer = consumer("weir-e2e-reader");
     let mut list = TopicPartitionList::new();
     for partition in partitions_of(&consumer, topic) {
@@ -264,22 +298,28 @@ pub fn read_topic(topic: &str, expected: usize) -> Vec<Received> {
         partition: m.partition(),
         offset: m.offset(),
     };
+    let mut last = Instant::now();
     while got.len() < expected {
+        // The first message may take a while (joining, the first fetch); after that,
+        // `quiet` without one means the end.
+        let waited = if got.is_empty() { quiet * 8 } else { quiet };
+        if !quiet.is_zero() && last.elapsed() > waited {
+            break;
+        }
         assert!(
             Instant::now() < deadline,
             "only {} of {expected} messages arrived in {topic} within {} s",
             got.len(),
             TIMEOUT.as_secs()
         );
-        match consumer.poll(Duration::from_millis(500)) {
+        match consumer.poll(Duration::from_millis(200)) {
             None => {}
             Some(Err(e)) => panic!("consuming {topic}: {e}"),
-            Some(Ok(m)) => got.push(received(&m)),
+            Some(Ok(m)) => {
+                got.push(received(&m));
+                last = Instant::now();
+            }
         }
-    }
-    // Nothing more than expected arrives.
-    if let Some(Ok(m)) = consumer.poll(Duration::from_secs(1)) {
-        panic!("an extra message in {topic}: {:?}", received(&m));
     }
     got
 }

@@ -17,6 +17,7 @@
 
 pub mod codec;
 pub mod file;
+pub mod kafka_store;
 pub mod keyed;
 pub mod store;
 
@@ -25,7 +26,6 @@ pub use store::{Chain, CheckpointStore};
 
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The default time between checkpoints.
@@ -165,11 +165,16 @@ impl Checkpointer {
     /// Opens the state directory; with `fresh`, forgets what it holds. Returns the chain
     /// to restore, if any.
     pub fn open(
-        dir: &Path,
-        interval: Duration,
+        spec: &crate::pipeline::CheckpointSpec,
         fresh: bool,
     ) -> anyhow::Result<(Self, Option<Chain>)> {
-        let mut store = CheckpointStore::open(dir)?;
+        let interval = spec.interval;
+        let mut store = match &spec.kafka {
+            Some(target) => CheckpointStore::on(std::sync::Arc::new(
+                kafka_store::KafkaBackend::open(target)?,
+            )),
+            None => CheckpointStore::open(&spec.dir)?,
+        };
         if fresh {
             store.clear()?;
         }
@@ -247,6 +252,15 @@ mod tests {
     use super::*;
     use crate::sink::SinkState;
 
+    fn in_dir(dir: &std::path::Path) -> crate::pipeline::CheckpointSpec {
+        crate::pipeline::CheckpointSpec {
+            enabled: true,
+            dir: dir.to_path_buf(),
+            interval: DEFAULT_INTERVAL,
+            kafka: None,
+        }
+    }
+
     fn meta(epoch: u64, parent: Option<u64>) -> Meta {
         Meta {
             epoch,
@@ -296,7 +310,7 @@ mod tests {
     #[test]
     fn chains_restore_newest_skip_damaged_and_prune() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut c, chain) = Checkpointer::open(dir.path(), DEFAULT_INTERVAL, false).unwrap();
+        let (mut c, chain) = Checkpointer::open(&in_dir(dir.path()), false).unwrap();
         assert!(chain.is_none());
         assert_eq!(write(&mut c, &[1; 10_000]).parent, None);
         assert_eq!(write(&mut c, &[2; 10]).parent, Some(1));
@@ -307,7 +321,7 @@ mod tests {
         );
         drop(c);
 
-        let (c, chain) = Checkpointer::open(dir.path(), DEFAULT_INTERVAL, false).unwrap();
+        let (c, chain) = Checkpointer::open(&in_dir(dir.path()), false).unwrap();
         let chain = chain.unwrap();
         let epochs: Vec<u64> = chain.files.iter().map(|f| f.meta.epoch).collect();
         assert_eq!(epochs, vec![1, 2, 3]);
@@ -321,7 +335,7 @@ mod tests {
         let middle = bytes.len() / 2;
         bytes[middle] ^= 0xff;
         std::fs::write(&newest, &bytes).unwrap();
-        let (mut c, chain) = Checkpointer::open(dir.path(), DEFAULT_INTERVAL, false).unwrap();
+        let (mut c, chain) = Checkpointer::open(&in_dir(dir.path()), false).unwrap();
         assert_eq!(chain.unwrap().newest().meta.epoch, 2);
         assert!(!newest.exists());
         assert_eq!(

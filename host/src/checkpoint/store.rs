@@ -1,14 +1,17 @@
-//! The checkpoint directory: atomic writes, finding the newest good checkpoint, pruning.
+//! The checkpoint store: finding the newest good checkpoint, writing in the background,
+//! pruning, over a [`Backend`] that keeps the checkpoints by epoch.
 //!
-//! Each checkpoint is one file, `checkpoint-<epoch>.weir`, written to a temporary name,
-//! synced, renamed into place and the directory synced: a crash leaves either the whole
-//! file or none of it. Writing happens on a background thread, so the run only waits
-//! for it at the next checkpoint. A lock file keeps two runs from sharing a directory.
+//! In a directory, each checkpoint is one file, `checkpoint-<epoch>.weir`, written to a
+//! temporary name, synced, renamed into place and the directory synced: a crash leaves
+//! either the whole file or none of it. Writing happens on a background thread, so the
+//! run only waits for it at the next checkpoint. A lock file keeps two runs from sharing
+//! a directory.
 
 use super::file::CheckpointFile;
 use anyhow::Context as _;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// A checkpoint that can be restored: its full base first, then its increments.
@@ -25,14 +28,144 @@ impl Chain {
     }
 }
 
+/// Where checkpoint files are kept, by epoch: a local directory ([`DirBackend`]) or a
+/// partition of a Kafka topic (`super::kafka_store::KafkaBackend`, for tasks that move
+/// between processes).
+pub trait Backend: Send + Sync {
+    /// Where, for messages.
+    fn describe(&self) -> String;
+    /// Epochs held, oldest first.
+    fn epochs(&self) -> anyhow::Result<Vec<u64>>;
+    fn read(&self, epoch: u64) -> anyhow::Result<Vec<u8>>;
+    /// Writes checkpoint `epoch` durably, all of it or nothing. Runs on a background thread.
+    fn write(&self, epoch: u64, data: &[u8]) -> anyhow::Result<()>;
+    fn delete(&self, epoch: u64) -> anyhow::Result<()>;
+}
+
 pub struct CheckpointStore {
-    dir: PathBuf,
-    _lock: File,
+    backend: Arc<dyn Backend>,
     writing: Option<JoinHandle<anyhow::Result<u64>>>,
 }
 
 impl CheckpointStore {
     /// Opens (creating) a checkpoint directory and locks it for this run.
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        Ok(Self::on(Arc::new(DirBackend::open(dir)?)))
+    }
+
+    /// A store on another backend.
+    pub fn on(backend: Arc<dyn Backend>) -> Self {
+        Self {
+            backend,
+            writing: None,
+        }
+    }
+
+    /// Epochs of the checkpoints present, oldest first.
+    pub fn epochs(&self) -> anyhow::Result<Vec<u64>> {
+        self.backend.epochs()
+    }
+
+    /// The newest checkpoint whose whole chain reads back intact. A damaged file is
+    /// reported and skipped for the checkpoint before it; it is never loaded.
+    pub fn newest_good(&self) -> anyhow::Result<Option<Chain>> {
+        let epochs = self.epochs()?;
+        for &epoch in epochs.iter().rev() {
+            match self.load_chain(epoch) {
+                Ok(chain) => return Ok(Some(chain)),
+                Err(e) => tracing::warn!(
+                    "checkpoint {epoch} in {} cannot be used ({e:#}); trying the one before",
+                    self.backend.describe()
+                ),
+            }
+        }
+        Ok(None)
+    }
+
+    fn load_chain(&self, epoch: u64) -> anyhow::Result<Chain> {
+        let mut files = Vec::new();
+        let mut sizes = Vec::new();
+        let mut next = Some(epoch);
+        while let Some(epoch) = next {
+            let data = self.backend.read(epoch)?;
+            let file = CheckpointFile::decode(&data)
+                .with_context(|| format!("checkpoint {epoch} in {}", self.backend.describe()))?;
+            anyhow::ensure!(
+                file.meta.epoch == epoch,
+                "checkpoint {epoch} in {} says it is checkpoint {}",
+                self.backend.describe(),
+                file.meta.epoch
+            );
+            next = file.meta.parent;
+            sizes.push(data.len() as u64);
+            files.push(file);
+        }
+        files.reverse();
+        sizes.reverse();
+        Ok(Chain { files, sizes })
+    }
+
+    /// Starts writing checkpoint `epoch` in the background; then deletes the ones
+    /// before `keep_from` (older chains). Waits for the previous write first.
+    pub fn write(&mut self, epoch: u64, data: Vec<u8>, keep_from: u64) -> anyhow::Result<()> {
+        self.wait()?;
+        let backend = Arc::clone(&self.backend);
+        let handle = std::thread::Builder::new()
+            .name("weir-checkpoint".into())
+            .spawn(move || {
+                backend.write(epoch, &data)?;
+                for old in backend.epochs()? {
+                    if old < keep_from {
+                        backend.delete(old)?;
+                    }
+                }
+                Ok(epoch)
+            })?;
+        self.writing = Some(handle);
+        Ok(())
+    }
+
+    /// Waits for the write in progress; returns the epoch it made durable, if any.
+    pub fn wait(&mut self) -> anyhow::Result<Option<u64>> {
+        match self.writing.take() {
+            None => Ok(None),
+            Some(handle) => match handle.join() {
+                Ok(result) => result.map(Some).with_context(|| {
+                    format!("cannot write a checkpoint to {}", self.backend.describe())
+                }),
+                Err(_) => anyhow::bail!("the checkpoint writer panicked"),
+            },
+        }
+    }
+
+    /// Deletes checkpoints after `epoch`: after restoring `epoch`, newer files (one was
+    /// damaged) belong to a history that did not happen, and must not be chained onto.
+    pub fn discard_after(&self, epoch: u64) -> anyhow::Result<()> {
+        for e in self.epochs()? {
+            if e > epoch {
+                self.backend.delete(e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes every checkpoint (a run that completed, or `--fresh`).
+    pub fn clear(&mut self) -> anyhow::Result<()> {
+        self.wait()?;
+        for e in self.epochs()? {
+            self.backend.delete(e)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checkpoints as files in a directory, `checkpoint-<epoch>.weir`, locked for one run.
+pub struct DirBackend {
+    dir: PathBuf,
+    _lock: File,
+}
+
+impl DirBackend {
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
@@ -47,20 +180,20 @@ impl CheckpointStore {
         Ok(Self {
             dir: dir.to_path_buf(),
             _lock: lock,
-            writing: None,
         })
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     fn path(&self, epoch: u64) -> PathBuf {
         self.dir.join(format!("checkpoint-{epoch:010}.weir"))
     }
+}
 
-    /// Epochs of the checkpoint files present, oldest first.
-    pub fn epochs(&self) -> anyhow::Result<Vec<u64>> {
+impl Backend for DirBackend {
+    fn describe(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn epochs(&self) -> anyhow::Result<Vec<u64>> {
         let mut epochs = Vec::new();
         for entry in std::fs::read_dir(&self.dir)
             .with_context(|| format!("cannot list {}", self.dir.display()))?
@@ -79,94 +212,17 @@ impl CheckpointStore {
         Ok(epochs)
     }
 
-    /// The newest checkpoint whose whole chain reads back intact. A damaged file is
-    /// reported and skipped for the checkpoint before it; it is never loaded.
-    pub fn newest_good(&self) -> anyhow::Result<Option<Chain>> {
-        let epochs = self.epochs()?;
-        for &epoch in epochs.iter().rev() {
-            match self.load_chain(epoch) {
-                Ok(chain) => return Ok(Some(chain)),
-                Err(e) => tracing::warn!(
-                    "checkpoint {epoch} in {} cannot be used ({e:#}); trying the one before",
-                    self.dir.display()
-                ),
-            }
-        }
-        Ok(None)
+    fn read(&self, epoch: u64) -> anyhow::Result<Vec<u8>> {
+        let path = self.path(epoch);
+        std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
     }
 
-    fn load_chain(&self, epoch: u64) -> anyhow::Result<Chain> {
-        let mut files = Vec::new();
-        let mut sizes = Vec::new();
-        let mut next = Some(epoch);
-        while let Some(epoch) = next {
-            let path = self.path(epoch);
-            let data =
-                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-            let file =
-                CheckpointFile::decode(&data).with_context(|| format!("{}", path.display()))?;
-            anyhow::ensure!(
-                file.meta.epoch == epoch,
-                "{} says it is checkpoint {}",
-                path.display(),
-                file.meta.epoch
-            );
-            next = file.meta.parent;
-            sizes.push(data.len() as u64);
-            files.push(file);
-        }
-        files.reverse();
-        sizes.reverse();
-        Ok(Chain { files, sizes })
+    fn write(&self, epoch: u64, data: &[u8]) -> anyhow::Result<()> {
+        write_atomically(&self.dir, &self.path(epoch), data)
     }
 
-    /// Starts writing checkpoint `epoch` in the background; then deletes the files
-    /// before `keep_from` (older chains). Waits for the previous write first.
-    pub fn write(&mut self, epoch: u64, data: Vec<u8>, keep_from: u64) -> anyhow::Result<()> {
-        self.wait()?;
-        let (dir, path) = (self.dir.clone(), self.path(epoch));
-        let handle = std::thread::Builder::new()
-            .name("weir-checkpoint".into())
-            .spawn(move || {
-                write_atomically(&dir, &path, &data)?;
-                prune(&dir, keep_from)?;
-                Ok(epoch)
-            })?;
-        self.writing = Some(handle);
-        Ok(())
-    }
-
-    /// Waits for the write in progress; returns the epoch it made durable, if any.
-    pub fn wait(&mut self) -> anyhow::Result<Option<u64>> {
-        match self.writing.take() {
-            None => Ok(None),
-            Some(handle) => match handle.join() {
-                Ok(result) => result.map(Some).with_context(|| {
-                    format!("cannot write a checkpoint to {}", self.dir.display())
-                }),
-                Err(_) => anyhow::bail!("the checkpoint writer panicked"),
-            },
-        }
-    }
-
-    /// Deletes checkpoints after `epoch`: after restoring `epoch`, newer files (one was
-    /// damaged) belong to a history that did not happen, and must not be chained onto.
-    pub fn discard_after(&self, epoch: u64) -> anyhow::Result<()> {
-        for e in self.epochs()? {
-            if e > epoch {
-                remove(&self.path(e))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes every checkpoint (a run that completed, or `--fresh`).
-    pub fn clear(&mut self) -> anyhow::Result<()> {
-        self.wait()?;
-        for e in self.epochs()? {
-            remove(&self.path(e))?;
-        }
-        Ok(())
+    fn delete(&self, epoch: u64) -> anyhow::Result<()> {
+        remove(&self.path(epoch))
     }
 }
 
@@ -184,22 +240,6 @@ fn write_atomically(dir: &Path, path: &Path, data: &[u8]) -> anyhow::Result<()> 
     File::open(dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("cannot sync {}", dir.display()))
-}
-
-fn prune(dir: &Path, keep_from: u64) -> anyhow::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let epoch = name
-            .to_string_lossy()
-            .strip_prefix("checkpoint-")
-            .and_then(|n| n.strip_suffix(".weir"))
-            .and_then(|n| n.parse::<u64>().ok());
-        if epoch.is_some_and(|e| e < keep_from) {
-            remove(&entry.path())?;
-        }
-    }
-    Ok(())
 }
 
 fn remove(path: &Path) -> anyhow::Result<()> {

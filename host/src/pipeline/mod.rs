@@ -211,6 +211,19 @@ pub struct CheckpointSpec {
     pub enabled: bool,
     pub dir: PathBuf,
     pub interval: Duration,
+    /// Set for a task of a pipeline run in a consumer group: its checkpoints go to a
+    /// Kafka partition instead of `dir`, so they can follow the task to another process.
+    pub kafka: Option<crate::checkpoint::kafka_store::KafkaCheckpoints>,
+}
+
+impl CheckpointSpec {
+    /// Where the checkpoints are, for messages.
+    pub fn location(&self) -> String {
+        match &self.kafka {
+            Some(k) => format!("kafka topic {}[{}]", k.topic, k.partition),
+            None => self.dir.display().to_string(),
+        }
+    }
 }
 
 /// A Kafka source's settings.
@@ -223,6 +236,9 @@ pub struct KafkaSourceSpec {
     pub bounded: bool,
     pub connect_timeout: Duration,
     pub properties: Vec<(String, String)>,
+    /// Only these partition numbers of each topic (a task of a pipeline run in a
+    /// consumer group, see `crate::cluster`); all of them when `None`.
+    pub partitions: Option<Vec<i32>>,
 }
 
 /// Where a source reads from.
@@ -491,6 +507,7 @@ fn checkpoint_spec(
         enabled: entry.and_then(|e| e.enabled).unwrap_or(true),
         dir,
         interval,
+        kafka: None,
     })
 }
 
@@ -586,6 +603,7 @@ fn kafka_source(entry: &SourceEntry) -> anyhow::Result<KafkaSourceSpec> {
         bounded: entry.bounded.unwrap_or(false),
         connect_timeout,
         properties: kafka_properties(entry.properties.as_ref())?,
+        partitions: None,
     })
 }
 

@@ -29,9 +29,9 @@ impl Restored {
             let meta = &chain.newest().meta;
             anyhow::ensure!(
                 meta.pipeline == spec.name && meta.udf.name == udf.name,
-                "the state directory {} holds checkpoints of pipeline {:?} with UDF {:?}, not of {:?} with {:?}; \
+                "{} holds checkpoints of pipeline {:?} with UDF {:?}, not of {:?} with {:?}; \
                  use another --state-dir, or --fresh to start over",
-                spec.checkpoint.dir.display(),
+                spec.checkpoint.location(),
                 meta.pipeline,
                 meta.udf.name,
                 spec.name,
@@ -48,7 +48,7 @@ impl Restored {
                 "resuming from checkpoint {} ({} file(s) in {}), watermark {}",
                 meta.epoch,
                 chain.files.len(),
-                spec.checkpoint.dir.display(),
+                spec.checkpoint.location(),
                 crate::time::display(meta.watermark)
             );
         }

@@ -230,11 +230,7 @@ impl Runner {
         options: &RunOptions,
     ) -> anyhow::Result<Self> {
         let (checkpointer, chain) = if spec.checkpoint.enabled {
-            let (checkpointer, chain) = Checkpointer::open(
-                &spec.checkpoint.dir,
-                spec.checkpoint.interval,
-                options.fresh,
-            )?;
+            let (checkpointer, chain) = Checkpointer::open(&spec.checkpoint, options.fresh)?;
             (Some(checkpointer), chain)
         } else {
             (None, None)
@@ -334,7 +330,15 @@ impl Runner {
         if checkpointer.is_some() {
             operator.host_mut().keys.track_changes();
         }
-        let dead_letters = DeadLetters::open(&spec.dead_letter, restored.dead_letters())
+        let mut dead_letter_resume = restored.dead_letters();
+        if spec.checkpoint.kafka.is_some() {
+            // A task of a consumer group may have moved here from another machine, whose
+            // dead-letter file this one is not: append to what is here instead.
+            let here = std::fs::metadata(&spec.dead_letter).map_or(0, |m| m.len());
+            dead_letter_resume =
+                dead_letter_resume.map(|(length, count)| (length.min(here), count));
+        }
+        let dead_letters = DeadLetters::open(&spec.dead_letter, dead_letter_resume)
             .context("dead-letter output")?;
         Ok(Self {
             pipeline: spec.name.clone(),

@@ -251,6 +251,9 @@ fn find_partitions(
         };
         let mut ids: Vec<i32> = found.partitions().iter().map(|p| p.id()).collect();
         ids.sort_unstable();
+        if let Some(only) = &spec.partitions {
+            ids.retain(|id| only.contains(id));
+        }
         partitions.extend(ids.into_iter().map(|p| (topic.clone(), p)));
     }
     Ok(partitions)

@@ -239,6 +239,7 @@ properties = {{ "linger.ms" = "5" }}
         enabled: true,
         dir: state.to_path_buf(),
         interval,
+        kafka: None,
     };
     Ok(spec)
 }

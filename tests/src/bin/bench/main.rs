@@ -211,6 +211,7 @@ fn checkpoint_cost(data: &Path, spec: &PipelineSpec) -> anyhow::Result<Checkpoin
         enabled: true,
         dir: dir.clone(),
         interval: CHECKPOINT_INTERVAL,
+        kafka: None,
     };
     let fresh = RunOptions {
         fresh: true,

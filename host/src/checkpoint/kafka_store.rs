@@ -1,0 +1,272 @@
+//! Checkpoints in a partition of a Kafka topic, so that a task's state can follow its
+//! partition to another process, on another machine, after a rebalance.
+//!
+//! Task `p` of a pipeline keeps its checkpoints in partition `p` of the topic
+//! `<group>.<pipeline>.checkpoints`. A checkpoint is written as messages keyed by its epoch, in
+//! chunks of at most [`CHUNK_BYTES`] (brokers limit message sizes), each with a header
+//! `weir-chunk: <attempt>/<index>/<count>`; deleting one writes a message with a header
+//! `weir-deleted` and no value. The store reads the partition once, when it opens, and
+//! keeps the complete checkpoints in memory: a checkpoint counts only once every chunk
+//! of one attempt has been read, so a writer that crashed halfway leaves nothing usable
+//! behind. Each write waits for the brokers to acknowledge every chunk (`acks=all`).
+//!
+//! The partition grows with every checkpoint; deleted ones are skipped when it is read.
+//! A production cluster bounds it with the topic's retention (`retention.ms` longer than
+//! two checkpoint chains); see docs/scaling.md.
+
+use super::store::Backend;
+use anyhow::Context as _;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Most bytes in one message.
+pub const CHUNK_BYTES: usize = 512 << 10;
+/// How long opening waits for the partition to be read, and a write for its acks.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where a task's checkpoints go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaCheckpoints {
+    pub brokers: String,
+    pub topic: String,
+    pub partition: i32,
+}
+
+pub struct KafkaBackend {
+    target: KafkaCheckpoints,
+    producer: BaseProducer,
+    /// The complete checkpoints, by epoch.
+    held: Mutex<BTreeMap<u64, Vec<u8>>>,
+}
+
+impl KafkaBackend {
+    /// Reads the partition to its end and keeps the checkpoints it holds.
+    pub fn open(target: &KafkaCheckpoints) -> anyhow::Result<Self> {
+        let describe = describe(target);
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &target.brokers)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("message.max.bytes", (CHUNK_BYTES + (64 << 10)).to_string())
+            .create()
+            .with_context(|| format!("{describe}: cannot create a producer"))?;
+        let held = read_all(target).with_context(|| format!("cannot read {describe}"))?;
+        Ok(Self {
+            target: target.clone(),
+            producer,
+            held: Mutex::new(held),
+        })
+    }
+
+    fn send(&self, epoch: u64, value: &[u8], headers: OwnedHeaders) -> anyhow::Result<()> {
+        let key = epoch.to_string();
+        let mut record = BaseRecord::to(&self.target.topic)
+            .partition(self.target.partition)
+            .key(&key)
+            .payload(value)
+            .headers(headers);
+        let started = Instant::now();
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(code), returned))
+                    if code == rdkafka::types::RDKafkaErrorCode::QueueFull
+                        && started.elapsed() < TIMEOUT =>
+                {
+                    self.producer.poll(Duration::from_millis(10));
+                    record = returned;
+                }
+                Err((e, _)) => anyhow::bail!("{}: {e}", describe(&self.target)),
+            }
+        }
+    }
+}
+
+fn describe(target: &KafkaCheckpoints) -> String {
+    format!(
+        "kafka topic {}[{}] on {}",
+        target.topic, target.partition, target.brokers
+    )
+}
+
+impl Backend for KafkaBackend {
+    fn describe(&self) -> String {
+        describe(&self.target)
+    }
+
+    fn epochs(&self) -> anyhow::Result<Vec<u64>> {
+        Ok(self
+            .held
+            .lock()
+            .expect("not poisoned")
+            .keys()
+            .copied()
+            .collect())
+    }
+
+    fn read(&self, epoch: u64) -> anyhow::Result<Vec<u8>> {
+        self.held
+            .lock()
+            .expect("not poisoned")
+            .get(&epoch)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("{}: no checkpoint {epoch}", self.describe()))
+    }
+
+    fn write(&self, epoch: u64, data: &[u8]) -> anyhow::Result<()> {
+        // An attempt id tells this write's chunks from those of an earlier, broken one.
+        let attempt = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or_default();
+        let chunks: Vec<&[u8]> = if data.is_empty() {
+            vec![data]
+        } else {
+            data.chunks(CHUNK_BYTES).collect()
+        };
+        for (index, chunk) in chunks.iter().enumerate() {
+            let header = format!("{attempt}/{index}/{}", chunks.len());
+            let headers = OwnedHeaders::new().insert(Header {
+                key: "weir-chunk",
+                value: Some(header.as_bytes()),
+            });
+            self.send(epoch, chunk, headers)?;
+        }
+        self.producer
+            .flush(TIMEOUT)
+            .with_context(|| format!("{}: checkpoint {epoch} not acknowledged", self.describe()))?;
+        self.held
+            .lock()
+            .expect("not poisoned")
+            .insert(epoch, data.to_vec());
+        Ok(())
+    }
+
+    fn delete(&self, epoch: u64) -> anyhow::Result<()> {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "weir-deleted",
+            value: Some(b"1".as_slice()),
+        });
+        self.send(epoch, &[], headers)?;
+        self.producer
+            .flush(TIMEOUT)
+            .with_context(|| format!("{}: deletion not acknowledged", self.describe()))?;
+        self.held.lock().expect("not poisoned").remove(&epoch);
+        Ok(())
+    }
+}
+
+/// The reader's context: reaching the end of the partition is how reading ends, not an
+/// error worth the log.
+struct Quiet;
+
+impl rdkafka::ClientContext for Quiet {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!("reading checkpoints: {error}: {reason}");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for Quiet {}
+
+/// A checkpoint being put together from its chunks.
+struct Partial {
+    attempt: u64,
+    count: usize,
+    chunks: Vec<Vec<u8>>,
+}
+
+/// Reads the partition from its start to its end; returns the complete checkpoints.
+fn read_all(target: &KafkaCheckpoints) -> anyhow::Result<BTreeMap<u64, Vec<u8>>> {
+    let consumer: BaseConsumer<Quiet> = ClientConfig::new()
+        .set("bootstrap.servers", &target.brokers)
+        .set("group.id", "weir-checkpoint-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set(
+            "fetch.message.max.bytes",
+            (CHUNK_BYTES + (64 << 10)).to_string(),
+        )
+        .create_with_context(Quiet)?;
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(&target.topic, target.partition, Offset::Beginning)?;
+    consumer.assign(&assignment)?;
+    let mut held = BTreeMap::new();
+    let mut partial: BTreeMap<u64, Partial> = BTreeMap::new();
+    let started = Instant::now();
+    loop {
+        anyhow::ensure!(
+            started.elapsed() < TIMEOUT,
+            "the partition was not read to its end within {} s",
+            TIMEOUT.as_secs()
+        );
+        let Some(result) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let message = match result {
+            Ok(message) => message,
+            Err(KafkaError::PartitionEOF(_)) => break,
+            Err(e) => {
+                tracing::debug!("reading checkpoints: {e}");
+                continue;
+            }
+        };
+        let Some(epoch) = message
+            .key()
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .and_then(|k| k.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let header = |name: &str| {
+            message.headers().and_then(|headers| {
+                headers
+                    .iter()
+                    .find(|h| h.key == name)
+                    .and_then(|h| h.value)
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+            })
+        };
+        if header("weir-deleted").is_some() {
+            held.remove(&epoch);
+            partial.remove(&epoch);
+            continue;
+        }
+        let Some(chunk) = header("weir-chunk") else {
+            continue;
+        };
+        let parts: Vec<u64> = chunk.split('/').filter_map(|n| n.parse().ok()).collect();
+        let [attempt, index, count] = parts[..] else {
+            continue;
+        };
+        let entry = partial.entry(epoch).or_insert(Partial {
+            attempt,
+            count: count as usize,
+            chunks: Vec::new(),
+        });
+        if entry.attempt != attempt || index as usize != entry.chunks.len() {
+            // A new attempt (or chunks out of order): start over with this one.
+            *entry = Partial {
+                attempt,
+                count: count as usize,
+                chunks: Vec::new(),
+            };
+            if index != 0 {
+                continue;
+            }
+        }
+        entry
+            .chunks
+            .push(message.payload().unwrap_or_default().to_vec());
+        if entry.chunks.len() == entry.count {
+            let done = partial.remove(&epoch).expect("present");
+            held.insert(epoch, done.chunks.concat());
+        }
+    }
+    Ok(held)
+}

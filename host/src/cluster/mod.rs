@@ -1,0 +1,365 @@
+//! Scaling out on Kafka: many `weir run --group G` processes share one pipeline, and
+//! Kafka's consumer-group protocol spreads its partitions over them. This is the Kafka
+//! Streams model, with wasm UDFs.
+//!
+//! - A **task** is one partition number `p` of the pipeline's source topics: partition
+//!   `p` of each topic (the topics must be co-partitioned: the same number of
+//!   partitions, and the same key in the same partition). A task is a whole pipeline run
+//!   of its own ([`crate::run::run`]) over those partitions: its own UDF instance, keyed
+//!   state, timers and watermark. So its output does not depend on which process runs it,
+//!   nor on what else that process runs.
+//! - The process joins the group with one consumer subscribed to the first source
+//!   topic (cooperative-sticky assignment, so a rebalance moves only the partitions that
+//!   change hands). It fetches nothing itself (its partitions are paused): an assigned
+//!   partition starts a task, a revoked one stops its task, which checkpoints first. The
+//!   callback returns, and the group moves on, only once the task has stopped.
+//! - A task's checkpoints go to partition `p` of the topic `<group>.<pipeline>.checkpoints`
+//!   (created with the pipeline's partition count), not to a local directory, so the
+//!   process that gets the partition next restores the task, timers included, before it
+//!   reads a record. The checkpoint holds the source offsets, which win over committed
+//!   ones; offsets are committed only after the checkpoint holding them is acknowledged,
+//!   to the group `<group>.offsets` (a broker takes commits to a group only from its
+//!   members, and the tasks' consumers are not members: they are assigned partitions).
+//! - Kafka sink records carry `weir-id: <pipeline>/p<task>/<output>/<n>`; `n` is in the
+//!   checkpoints, so the records a task re-sends after it moved (or crashed) repeat ids,
+//!   and a consumer drops them.
+
+use crate::pipeline::{PipelineSpec, SinkTarget, SourceLocation};
+use crate::run::{run, RunOptions};
+use anyhow::Context as _;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::{ClientConfig, ClientContext, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// What the group's tasks share.
+struct Plan {
+    spec: PipelineSpec,
+    group: String,
+    brokers: String,
+    /// The topic whose partitions the group assigns: the first source's first topic.
+    task_topic: String,
+    checkpoint_topic: String,
+}
+
+/// A task running on its own thread.
+struct Task {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<anyhow::Result<()>>,
+}
+
+/// The tasks of this process, by partition.
+#[derive(Default)]
+struct Tasks {
+    running: BTreeMap<i32, Task>,
+    /// The first error of a task, which ends the process.
+    failed: Option<anyhow::Error>,
+}
+
+/// Runs `spec` as one member of consumer group `group` until `stop` is set or a task
+/// fails.
+pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let plan = Arc::new(plan(spec, group)?);
+    let partitions = check_co_partitioned(&plan)?;
+    ensure_checkpoint_topic(&plan, partitions)?;
+    let tasks = Arc::new(Mutex::new(Tasks::default()));
+    let context = Member {
+        plan: Arc::clone(&plan),
+        tasks: Arc::clone(&tasks),
+    };
+    let consumer: BaseConsumer<Member> = ClientConfig::new()
+        .set("bootstrap.servers", &plan.brokers)
+        .set("group.id", &plan.group)
+        .set("enable.auto.commit", "false")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "1000")
+        .set("client.id", format!("weir-{}-member", plan.spec.name))
+        .create_with_context(context)
+        .context("cannot create the group member")?;
+    consumer
+        .subscribe(&[&plan.task_topic])
+        .with_context(|| format!("cannot join group {group:?}"))?;
+    tracing::info!(
+        "pipeline {:?}: joined group {group:?} on topic {:?} ({partitions} partitions); checkpoints in {:?}",
+        plan.spec.name,
+        plan.task_topic,
+        plan.checkpoint_topic
+    );
+    let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        // Rebalance callbacks (starting and stopping tasks) run inside poll.
+        let _ = consumer.poll(Duration::from_millis(100));
+        let mut tasks = tasks.lock().expect("not poisoned");
+        reap(&mut tasks);
+        if let Some(error) = tasks.failed.take() {
+            break Err(error);
+        }
+    };
+    // Leave the group: our tasks stop (and checkpoint) in the revocation, and the
+    // others get their partitions without waiting for the session to time out.
+    consumer.unsubscribe();
+    for _ in 0..50 {
+        let _ = consumer.poll(Duration::from_millis(100));
+        if tasks.lock().expect("not poisoned").running.is_empty() {
+            break;
+        }
+    }
+    let mut tasks = tasks.lock().expect("not poisoned");
+    let left: Vec<i32> = tasks.running.keys().copied().collect();
+    for partition in left {
+        stop_task(&mut tasks, partition);
+    }
+    match (result, tasks.failed.take()) {
+        (Err(error), _) | (Ok(()), Some(error)) => Err(error),
+        (Ok(()), None) => Ok(()),
+    }
+}
+
+/// The group member's side of the rebalance protocol.
+struct Member {
+    plan: Arc<Plan>,
+    tasks: Arc<Mutex<Tasks>>,
+}
+
+impl ClientContext for Member {}
+
+impl ConsumerContext for Member {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(list) = rebalance {
+            let mut tasks = self.tasks.lock().expect("not poisoned");
+            for partition in partitions_of(list) {
+                stop_task(&mut tasks, partition);
+            }
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(list) = rebalance {
+            // The member only keeps the assignment; the tasks read.
+            if let Err(e) = consumer.pause(list) {
+                tracing::warn!("cannot pause the member's partitions: {e}");
+            }
+            let mut tasks = self.tasks.lock().expect("not poisoned");
+            for partition in partitions_of(list) {
+                start_task(&self.plan, &mut tasks, partition);
+            }
+        }
+    }
+}
+
+fn partitions_of(list: &TopicPartitionList) -> Vec<i32> {
+    list.elements().iter().map(|e| e.partition()).collect()
+}
+
+fn start_task(plan: &Plan, tasks: &mut Tasks, partition: i32) {
+    if tasks.running.contains_key(&partition) {
+        return;
+    }
+    let spec = task_spec(plan, partition);
+    let stop = Arc::new(AtomicBool::new(false));
+    let options = RunOptions {
+        progress: false,
+        stop: Some(Arc::clone(&stop)),
+        fresh: false,
+        control: None,
+    };
+    tracing::info!("task {partition}: starting");
+    let thread = std::thread::Builder::new()
+        .name(format!("weir-task-{partition}"))
+        .spawn(move || {
+            let report = run(&spec, &options).map_err(|f| anyhow::anyhow!("{f}"))?;
+            tracing::info!("task {partition}: stopped\n{}", report.summary());
+            Ok(())
+        });
+    match thread {
+        Ok(thread) => {
+            tasks.running.insert(partition, Task { stop, thread });
+        }
+        Err(e) => {
+            tasks
+                .failed
+                .get_or_insert(anyhow::anyhow!("cannot start task {partition}: {e}"));
+        }
+    }
+}
+
+/// Stops a task and waits for it: it finishes what it read, checkpoints and commits.
+fn stop_task(tasks: &mut Tasks, partition: i32) {
+    let Some(task) = tasks.running.remove(&partition) else {
+        return;
+    };
+    task.stop.store(true, Ordering::Relaxed);
+    let result = task
+        .thread
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("task {partition} panicked")));
+    if let Err(error) = result {
+        tasks
+            .failed
+            .get_or_insert(error.context(format!("task {partition}")));
+    }
+}
+
+/// Collects the tasks that ended on their own (a failure).
+fn reap(tasks: &mut Tasks) {
+    let ended: Vec<i32> = tasks
+        .running
+        .iter()
+        .filter(|(_, task)| task.thread.is_finished())
+        .map(|(&partition, _)| partition)
+        .collect();
+    for partition in ended {
+        stop_task(tasks, partition);
+        if tasks.failed.is_none() {
+            tasks.failed = Some(anyhow::anyhow!(
+                "task {partition} ended while its partition was assigned"
+            ));
+        }
+    }
+}
+
+/// Checks that the pipeline can run in a group.
+fn plan(spec: &PipelineSpec, group: &str) -> anyhow::Result<Plan> {
+    let mut kafka = spec.sources.iter().map(|source| match &source.location {
+        SourceLocation::Kafka(kafka) => Ok(kafka),
+        _ => anyhow::bail!(
+            "source {:?} is not a Kafka source: with --group every source must be one",
+            source.name
+        ),
+    });
+    let first = kafka.next().expect("a pipeline has a source")?;
+    for other in kafka {
+        let other = other?;
+        anyhow::ensure!(
+            other.brokers == first.brokers,
+            "with --group all sources must use the same brokers"
+        );
+    }
+    for source in &spec.sources {
+        if let SourceLocation::Kafka(kafka) = &source.location {
+            anyhow::ensure!(
+                !kafka.bounded,
+                "source {:?} is bounded: with --group sources run until stopped",
+                source.name
+            );
+        }
+    }
+    for sink in &spec.sinks {
+        anyhow::ensure!(
+            matches!(
+                sink.target,
+                SinkTarget::Kafka(_) | SinkTarget::Postgres(_) | SinkTarget::Discard
+            ),
+            "output {:?} goes to a file or stdout: with --group outputs go to Kafka, PostgreSQL or discard (every process would write its own part of a file)",
+            sink.output
+        );
+    }
+    Ok(Plan {
+        spec: spec.clone(),
+        group: group.to_string(),
+        brokers: first.brokers.clone(),
+        task_topic: first.topics[0].clone(),
+        checkpoint_topic: format!("{group}.{}.checkpoints", spec.name),
+    })
+}
+
+/// The pipeline of task `partition`: partition `partition` of every source topic, its
+/// checkpoints in partition `partition` of the checkpoint topic.
+fn task_spec(plan: &Plan, partition: i32) -> PipelineSpec {
+    let mut spec = plan.spec.clone();
+    spec.name = format!("{}/p{partition}", plan.spec.name);
+    for source in &mut spec.sources {
+        if let SourceLocation::Kafka(kafka) = &mut source.location {
+            kafka.partitions = Some(vec![partition]);
+            // Only the member may commit to the group it belongs to: the tasks commit
+            // their offsets (for lag, and `startup = "committed"`) to a group of their own.
+            kafka.group = offsets_group(&plan.group);
+        }
+    }
+    spec.checkpoint.enabled = true;
+    spec.checkpoint.kafka = Some(crate::checkpoint::kafka_store::KafkaCheckpoints {
+        brokers: plan.brokers.clone(),
+        topic: plan.checkpoint_topic.clone(),
+        partition,
+    });
+    let dead_letter = &plan.spec.dead_letter;
+    let stem = dead_letter
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    spec.dead_letter = dead_letter.with_file_name(format!("{stem}.p{partition}.jsonl"));
+    spec
+}
+
+/// Where the tasks of group `group` commit their source offsets.
+pub fn offsets_group(group: &str) -> String {
+    format!("{group}.offsets")
+}
+
+/// The partition count shared by every source topic.
+fn check_co_partitioned(plan: &Plan) -> anyhow::Result<i32> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &plan.brokers)
+        .create()?;
+    let mut counts = Vec::new();
+    for source in &plan.spec.sources {
+        if let SourceLocation::Kafka(kafka) = &source.location {
+            for topic in &kafka.topics {
+                let metadata = consumer
+                    .fetch_metadata(Some(topic), Duration::from_secs(30))
+                    .with_context(|| format!("cannot read the metadata of topic {topic:?}"))?;
+                let count = metadata
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == topic)
+                    .map_or(0, |t| t.partitions().len());
+                anyhow::ensure!(
+                    count > 0,
+                    "topic {topic:?} does not exist (create it first)"
+                );
+                counts.push((topic.clone(), count as i32));
+            }
+        }
+    }
+    let first = counts[0].1;
+    if let Some((topic, count)) = counts.iter().find(|(_, c)| *c != first) {
+        anyhow::bail!(
+            "the source topics are not co-partitioned: {:?} has {first} partitions, {topic:?} has {count}; with --group every source topic needs the same number, with the same key in the same partition",
+            counts[0].0
+        );
+    }
+    Ok(first)
+}
+
+/// Creates `<pipeline>.checkpoints` with one partition per task, unless it exists.
+fn ensure_checkpoint_topic(plan: &Plan, partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &plan.brokers)
+        .create()?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let topic = NewTopic::new(
+        &plan.checkpoint_topic,
+        partitions,
+        TopicReplication::Fixed(1),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let results = runtime.block_on(admin.create_topics(&[topic], &options))?;
+    for result in results {
+        match result {
+            Ok(_) => tracing::info!("created checkpoint topic {:?}", plan.checkpoint_topic),
+            Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => anyhow::bail!("cannot create topic {topic:?}: {code}"),
+        }
+    }
+    Ok(())
+}
