@@ -114,11 +114,18 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Shows the pipelines of a running `weir serve` (or one of them).
+    /// Shows the pipelines of a running `weir serve` (or one of them), or with --group
+    /// the tasks of a pipeline run in a consumer group: who owns each, and its lag.
     Status {
         name: Option<String>,
         #[command(flatten)]
         server: ServerArgs,
+        /// The consumer group of `weir run --group` (read from the brokers).
+        #[arg(long, requires = "brokers")]
+        group: Option<String>,
+        /// The brokers, with --group.
+        #[arg(long)]
+        brokers: Option<String>,
     },
     /// Goes back to a pipeline's previous UDF version.
     Rollback {
@@ -311,7 +318,15 @@ pub fn main() -> ExitCode {
                 None => client.create(&file),
             })
         }
-        Command::Status { name, server } => answer(server.client().status(name.as_deref())),
+        Command::Status {
+            group: Some(group),
+            brokers,
+            ..
+        } => finished(
+            crate::cluster::status::group_status(&group, brokers.as_deref().unwrap_or_default())
+                .map(|report| print!("{report}")),
+        ),
+        Command::Status { name, server, .. } => answer(server.client().status(name.as_deref())),
         Command::Rollback { name, server } => answer(server.client().rollback(&name)),
         Command::Stop { name, server } => answer(server.client().stop(&name)),
         Command::New {

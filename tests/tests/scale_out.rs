@@ -153,17 +153,25 @@ fn processes_come_and_go_and_the_output_is_that_of_one_process() {
     let mut b2 = None;
     let mut d = None;
     for (i, part) in messages.chunks(slice).enumerate() {
+        if i == 3 {
+            // Once b has tasks and has checkpointed some, more input and, while it is
+            // being read, kill -9: no checkpoint, no goodbye to the group.
+            let victim = b.as_ref().expect("b runs");
+            wait_until_working(&group, victim.id());
+        }
         produce(&input, part);
-        std::thread::sleep(Duration::from_millis(700));
+        if i == 3 {
+            std::thread::sleep(Duration::from_millis(150));
+            let mut victim = b.take().expect("b runs");
+            victim.kill().expect("kill -9");
+            let _ = victim.wait();
+        } else {
+            std::thread::sleep(Duration::from_millis(700));
+        }
         match i {
-            3 => {
-                // kill -9: no checkpoint, no goodbye to the group.
-                let mut victim = b.take().expect("b runs");
-                victim.kill().expect("kill -9");
-                let _ = victim.wait();
-            }
             6 => b2 = Some(start(&scaled, &group, &log("b2"))),
             8 => d = Some(start(&scaled, &group, &log("d"))),
+            10 => status_names_every_task(&group),
             _ => {}
         }
     }
@@ -205,6 +213,68 @@ fn processes_come_and_go_and_the_output_is_that_of_one_process() {
         "scale-out: {} distinct records, {repeats} repeats dropped by id",
         got.len()
     );
+}
+
+/// Waits until process `pid` owns a task that has committed offsets (it has read and
+/// checkpointed), as `weir status --group` shows.
+fn wait_until_working(group: &str, pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let me = format!("/pid{pid}: tasks ");
+    loop {
+        let run = weir_e2e::weir(&["status", "--group", group, "--brokers", &kafka_brokers()]);
+        let tasks: Vec<String> = run
+            .stdout
+            .lines()
+            .filter_map(|l| l.split_once(&me))
+            .flat_map(|(_, t)| t.split(", ").map(str::to_string).collect::<Vec<_>>())
+            .collect();
+        let working = run.stdout.lines().any(|l| {
+            tasks.iter().any(|t| l.starts_with(&format!("  task {t} ")))
+                && l.contains("committed")
+                && !l.contains("committed 0 ")
+                && !l.contains("nothing committed")
+        });
+        if working {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} got no work:\n{}",
+            run.stdout
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// `weir status --group` shows live processes owning the six tasks between them, and
+/// each task's committed offset.
+fn status_names_every_task(group: &str) {
+    let run = weir_e2e::weir(&["status", "--group", group, "--brokers", &kafka_brokers()]);
+    run.assert_success();
+    let owned: Vec<i32> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once(": tasks "))
+        .flat_map(|(_, tasks)| {
+            tasks
+                .split(", ")
+                .map(|t| t.parse::<i32>().expect("a task number"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // Right after a rebalance a task may be between two processes: at most six, no twice.
+    let mut sorted = owned.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        owned.len(),
+        "a task owned twice:\n{}",
+        run.stdout
+    );
+    assert!(owned.len() <= 6 && !owned.is_empty(), "{}", run.stdout);
+    assert!(run.stdout.contains("committed"), "{}", run.stdout);
+    eprintln!("{}", run.stdout);
 }
 
 /// The partition Kafka's default partitioner would choose is not needed: the test puts

@@ -162,9 +162,9 @@ impl Backend for KafkaBackend {
     }
 }
 
-/// The reader's context: reaching the end of the partition is how reading ends, not an
+/// A reader's context: reaching the end of a partition is how reading ends, not an
 /// error worth the log.
-struct Quiet;
+pub(crate) struct Quiet;
 
 impl rdkafka::ClientContext for Quiet {
     fn error(&self, error: KafkaError, reason: &str) {

@@ -20,9 +20,13 @@
 //!   ones; offsets are committed only after the checkpoint holding them is acknowledged,
 //!   to the group `<group>.offsets` (a broker takes commits to a group only from its
 //!   members, and the tasks' consumers are not members: they are assigned partitions).
+//! - Each process says which tasks it runs, on every change and every few seconds, in
+//!   the topic `<group>.status`; `weir status --group` reads it ([`status`]).
 //! - Kafka sink records carry `weir-id: <pipeline>/p<task>/<output>/<n>`; `n` is in the
 //!   checkpoints, so the records a task re-sends after it moved (or crashed) repeat ids,
 //!   and a consumer drops them.
+
+pub mod status;
 
 use crate::pipeline::{PipelineSpec, SinkTarget, SourceLocation};
 use crate::run::{run, RunOptions};
@@ -45,6 +49,8 @@ struct Plan {
     /// The topic whose partitions the group assigns: the first source's first topic.
     task_topic: String,
     checkpoint_topic: String,
+    /// Where each process says which tasks it runs (for `weir status --group`).
+    status_topic: String,
 }
 
 /// A task running on its own thread.
@@ -66,7 +72,8 @@ struct Tasks {
 pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     let plan = Arc::new(plan(spec, group)?);
     let partitions = check_co_partitioned(&plan)?;
-    ensure_checkpoint_topic(&plan, partitions)?;
+    ensure_topic(&plan.brokers, &plan.checkpoint_topic, partitions)?;
+    ensure_topic(&plan.brokers, &plan.status_topic, 1)?;
     let tasks = Arc::new(Mutex::new(Tasks::default()));
     let context = Member {
         plan: Arc::clone(&plan),
@@ -79,7 +86,11 @@ pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> 
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("session.timeout.ms", "10000")
         .set("heartbeat.interval.ms", "1000")
-        .set("client.id", format!("weir-{}-member", plan.spec.name))
+        // Names the process in `weir status --group`.
+        .set(
+            "client.id",
+            format!("weir-{}-pid{}", plan.spec.name, std::process::id()),
+        )
         .create_with_context(context)
         .context("cannot create the group member")?;
     consumer
@@ -91,6 +102,12 @@ pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> 
         plan.task_topic,
         plan.checkpoint_topic
     );
+    let mut reporter = status::Reporter::new(
+        &plan.brokers,
+        &plan.status_topic,
+        &plan.spec.name,
+        &plan.task_topic,
+    )?;
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -102,6 +119,9 @@ pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> 
         if let Some(error) = tasks.failed.take() {
             break Err(error);
         }
+        let owned: Vec<i32> = tasks.running.keys().copied().collect();
+        drop(tasks);
+        reporter.report(&owned);
     };
     // Leave the group: our tasks stop (and checkpoint) in the revocation, and the
     // others get their partitions without waiting for the session to time out.
@@ -117,6 +137,7 @@ pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> 
     for partition in left {
         stop_task(&mut tasks, partition);
     }
+    reporter.leave();
     match (result, tasks.failed.take()) {
         (Err(error), _) | (Ok(()), Some(error)) => Err(error),
         (Ok(()), None) => Ok(()),
@@ -268,6 +289,7 @@ fn plan(spec: &PipelineSpec, group: &str) -> anyhow::Result<Plan> {
         brokers: first.brokers.clone(),
         task_topic: first.topics[0].clone(),
         checkpoint_topic: format!("{group}.{}.checkpoints", spec.name),
+        status_topic: status::topic(group),
     })
 }
 
@@ -339,24 +361,20 @@ fn check_co_partitioned(plan: &Plan) -> anyhow::Result<i32> {
     Ok(first)
 }
 
-/// Creates `<pipeline>.checkpoints` with one partition per task, unless it exists.
-fn ensure_checkpoint_topic(plan: &Plan, partitions: i32) -> anyhow::Result<()> {
+/// Creates `topic` with `partitions` partitions, unless it exists.
+fn ensure_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &plan.brokers)
+        .set("bootstrap.servers", brokers)
         .create()?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let topic = NewTopic::new(
-        &plan.checkpoint_topic,
-        partitions,
-        TopicReplication::Fixed(1),
-    );
+    let topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let results = runtime.block_on(admin.create_topics(&[topic], &options))?;
     for result in results {
         match result {
-            Ok(_) => tracing::info!("created checkpoint topic {:?}", plan.checkpoint_topic),
+            Ok(topic) => tracing::info!("created topic {topic:?}"),
             Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((topic, code)) => anyhow::bail!("cannot create topic {topic:?}: {code}"),
         }
