@@ -17,12 +17,16 @@
 //!    not timed; after every run the output topic is read back and must hold exactly
 //!    the records the run says it emitted.
 //!
-//! 5. Other languages: the Python and JavaScript twins of the counter and the order
+//! 5. Scaling out: 1, 2 and 3 `weir run --group` processes on a 6-partition topic, and
+//!    the rebalance when a fourth joins (see `scale.rs`).
+//! 6. Other languages: the Python and JavaScript twins of the counter and the order
 //!    timeout against the Rust ones, per element and at start-up (see `languages.rs`).
 //!
 //! The last lines are machine-readable, the very last one as it always was:
 //!
 //! ```text
+//! scale-out processes=N records_per_s=R total_s=T joining_s=J
+//! scale-out rebalance_s=S
 //! udf-language lang=python udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M
 //! udf-startup lang=python udf=change-only-counter compile_ms=C cached_ms=D
 //! checkpoint-cost interval_ms=1000 with_records_per_s=N without_records_per_s=M slowdown_pct=P
@@ -31,10 +35,11 @@
 //! change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R
 //! ```
 //!
-//! `weir-bench native|wasm|checkpoints|kafka|languages` runs one part only.
+//! `weir-bench native|wasm|checkpoints|kafka|languages|scale` runs one part only.
 
 mod kafka;
 mod languages;
+mod scale;
 mod state_dir;
 
 use serde::{Deserialize, Serialize};
@@ -84,6 +89,14 @@ fn main() -> anyhow::Result<()> {
                 }
                 return Ok(());
             }
+            "scale" => {
+                let (runs, rebalance) = scale::scale_out(&data)?;
+                for r in &runs {
+                    println!("{}", r.line());
+                }
+                println!("scale-out rebalance_s={:.1}", rebalance.as_secs_f64());
+                return Ok(());
+            }
             "languages" => {
                 for r in languages::per_element(&data, &clicks)? {
                     println!("{}", r.line());
@@ -102,7 +115,7 @@ fn main() -> anyhow::Result<()> {
             "wasm" => run(&spec, &RunOptions::default()),
             other => {
                 anyhow::bail!(
-                    "unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka|languages]"
+                    "unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka|languages|scale]"
                 )
             }
         }
@@ -155,10 +168,15 @@ fn main() -> anyhow::Result<()> {
         "checkpoints must not change what the counter emits"
     );
     let kafka = kafka_throughput(&data)?;
+    let (scale_runs, rebalance) = scale::scale_out(&data)?;
     let language_runs = languages::per_element(&data, &clicks)?;
     let startups = languages::startup(&data)?;
 
     println!();
+    for r in &scale_runs {
+        println!("{}", r.line());
+    }
+    println!("scale-out rebalance_s={:.1}", rebalance.as_secs_f64());
     for r in &language_runs {
         println!("{}", r.line());
     }
