@@ -41,6 +41,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// A process that has no task this long after joining says so once.
+const NO_ASSIGNMENT_WARNING: Duration = Duration::from_secs(30);
+
 /// What the group's tasks share.
 struct Plan {
     spec: PipelineSpec,
@@ -108,9 +111,21 @@ pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> 
         &plan.spec.name,
         &plan.task_topic,
     )?;
+    let joined = std::time::Instant::now();
+    let mut waiting_said = false;
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
+        }
+        if !waiting_said && joined.elapsed() > NO_ASSIGNMENT_WARNING {
+            waiting_said = true;
+            if consumer.assignment().map_or(0, |a| a.count()) == 0 {
+                tracing::warn!(
+                    "no partition of {:?} assigned after {} s: the group is still rebalancing, or every task runs elsewhere (more processes than partitions)",
+                    plan.task_topic,
+                    NO_ASSIGNMENT_WARNING.as_secs()
+                );
+            }
         }
         // Rebalance callbacks (starting and stopping tasks) run inside poll.
         let _ = consumer.poll(Duration::from_millis(100));
