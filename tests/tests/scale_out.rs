@@ -52,7 +52,34 @@ topic = "{output}"
     work.write(&format!("{output}.toml"), &text)
 }
 
-fn start(pipeline: &str, group: &str, log: &Path) -> Child {
+/// A `weir` process of the test, killed if the test ends early (a failed assertion)
+/// so that it does not outlive the test.
+struct Process(Option<Child>);
+
+impl Process {
+    fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    fn take(mut self) -> Child {
+        self.0.take().expect("running")
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn start(pipeline: &str, group: &str, log: &Path) -> Process {
+    Process(Some(start_child(pipeline, group, log)))
+}
+
+fn start_child(pipeline: &str, group: &str, log: &Path) -> Child {
     Command::new(weir_bin())
         .args(["run", pipeline, "--group", group])
         .env("WEIR_LOG", "info")
@@ -64,7 +91,8 @@ fn start(pipeline: &str, group: &str, log: &Path) -> Child {
 }
 
 /// Stops a process gracefully (its tasks checkpoint) and waits for it.
-fn stop(mut child: Child) {
+fn stop(process: Process) {
+    let mut child = process.take();
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -162,7 +190,7 @@ fn processes_come_and_go_and_the_output_is_that_of_one_process() {
         produce(&input, part);
         if i == 3 {
             std::thread::sleep(Duration::from_millis(150));
-            let mut victim = b.take().expect("b runs");
+            let mut victim = b.take().expect("b runs").take();
             victim.kill().expect("kill -9");
             let _ = victim.wait();
         } else {
