@@ -90,21 +90,22 @@ fn start_child(pipeline: &str, group: &str, log: &Path) -> Child {
         .expect("start weir")
 }
 
-/// Stops a process gracefully (its tasks checkpoint) and waits for it.
-fn stop(process: Process) {
-    let mut child = process.take();
+/// Stops a process gracefully (its tasks checkpoint) and waits for it; if it does not
+/// stop, the panic's unwinding kills it (`Process::drop`).
+fn stop(mut process: Process) {
     let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &process.id().to_string()])
         .status();
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
+        let exited = process.0.as_mut().and_then(|c| c.try_wait().ok().flatten());
+        if let Some(status) = exited {
+            process.0 = None;
             assert!(status.success(), "weir exited with {status}");
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = child.kill();
     panic!("weir did not stop within a minute of SIGTERM");
 }
 
