@@ -396,3 +396,86 @@ fn ensure_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Overrides;
+    use std::path::Path;
+
+    const PIPELINE: &str = r#"
+name = "clicks"
+
+[[source]]
+name = "clicks"
+type = "kafka"
+brokers = "b:9092"
+topic = "in"
+key = "ad_id"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+
+[udf]
+path = "udf.wasm"
+
+[[sink]]
+output = "main"
+type = "kafka"
+brokers = "b:9092"
+topic = "out"
+"#;
+
+    fn spec(text: &str) -> PipelineSpec {
+        PipelineSpec::parse(text, Path::new("/p/pipeline.toml"), &Overrides::default()).unwrap()
+    }
+
+    #[test]
+    fn a_task_reads_its_partition_and_keeps_its_state_in_the_group() {
+        let plan = plan(&spec(PIPELINE), "g").unwrap();
+        assert_eq!(plan.task_topic, "in");
+        assert_eq!(plan.checkpoint_topic, "g.clicks.checkpoints");
+        let task = task_spec(&plan, 3);
+        assert_eq!(task.name, "clicks/p3");
+        let SourceLocation::Kafka(kafka) = &task.sources[0].location else {
+            panic!("a Kafka source");
+        };
+        assert_eq!(kafka.partitions, Some(vec![3]));
+        assert_eq!(kafka.group, "g.offsets");
+        let checkpoints = task.checkpoint.kafka.expect("checkpoints in Kafka");
+        assert_eq!(
+            (checkpoints.topic.as_str(), checkpoints.partition),
+            ("g.clicks.checkpoints", 3)
+        );
+        assert!(task.checkpoint.enabled);
+        assert_eq!(
+            task.dead_letter,
+            Path::new("/p/pipeline.dead-letter.p3.jsonl")
+        );
+    }
+
+    #[test]
+    fn what_cannot_run_in_a_group_is_refused_with_the_reason() {
+        let refused = |text: String, reason: &str| {
+            let error = plan(&spec(&text), "g").err().expect("refused").to_string();
+            assert!(error.contains(reason), "{error}");
+        };
+        refused(
+            PIPELINE.replace(
+                "type = \"kafka\"\nbrokers = \"b:9092\"\ntopic = \"out\"",
+                "type = \"file\"\npath = \"out.jsonl\"",
+            ),
+            "goes to a file or stdout",
+        );
+        refused(
+            PIPELINE.replace("topic = \"in\"", "topic = \"in\"\nbounded = true"),
+            "is bounded",
+        );
+        refused(
+            PIPELINE.replace(
+                "type = \"kafka\"\nbrokers = \"b:9092\"\ntopic = \"in\"",
+                "type = \"file\"\npath = \"in.jsonl\"",
+            ),
+            "is not a Kafka source",
+        );
+    }
+}
