@@ -48,8 +48,9 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
     }
     let bytes = std::fs::read(&spec.udf.path)
         .with_context(|| format!("cannot read UDF component {}", spec.udf.path.display()))?;
-    let function = prepare(&spec, &bytes).map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    let identity = crate::checkpoint::UdfIdentity::of(&spec.udf.name, &bytes);
+    let crate::serve::deployment::Prepared { function, identity } =
+        prepare(&spec, &bytes).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let mut current = identity.sha256.clone();
     let control = RunControl::new();
     let options = RunOptions {
         progress: false,
@@ -110,7 +111,6 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let mut current = sha256_hex(&bytes);
     let settle = match &config.watch {
         Some(path) if path.extension().is_some_and(|e| e == "wasm") => SETTLE_WASM,
         _ => SETTLE,

@@ -159,6 +159,19 @@ pub fn weir(args: &[&str]) -> Finished {
     weir_with_env(args, &[])
 }
 
+/// Starts `weir run PIPELINE --group GROUP` (one member of a consumer group), its log at
+/// info level in `log`.
+pub fn spawn_group_member(pipeline: &str, group: &str, log: &Path) -> std::process::Child {
+    Command::new(weir_bin())
+        .args(["run", pipeline, "--group", group])
+        .env("WEIR_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log file"))
+        .spawn()
+        .expect("start weir")
+}
+
 /// [`weir`] with extra environment variables.
 pub fn weir_with_env(args: &[&str], env: &[(&str, &Path)]) -> Finished {
     let state = tempfile::tempdir().expect("temp dir");

@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use weir_e2e::gen::{self, Click};
 use weir_e2e::kafka::{committed_offsets, create_topic, produce, read_all, Outgoing};
 use weir_e2e::services::{kafka_brokers, unique_table};
-use weir_e2e::{component, weir_bin, Workdir};
+use weir_e2e::{component, spawn_group_member, Workdir};
 
 const PARTITIONS: i32 = 6;
 const CLICKS: usize = 24_000;
@@ -76,18 +76,7 @@ impl Drop for Process {
 }
 
 fn start(pipeline: &str, group: &str, log: &Path) -> Process {
-    Process(Some(start_child(pipeline, group, log)))
-}
-
-fn start_child(pipeline: &str, group: &str, log: &Path) -> Child {
-    Command::new(weir_bin())
-        .args(["run", pipeline, "--group", group])
-        .env("WEIR_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).expect("log file"))
-        .spawn()
-        .expect("start weir")
+    Process(Some(spawn_group_member(pipeline, group, log)))
 }
 
 /// Stops a process gracefully (its tasks checkpoint) and waits for it; if it does not

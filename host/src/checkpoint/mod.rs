@@ -62,16 +62,6 @@ pub struct UdfIdentity {
     pub sha256: String,
 }
 
-impl UdfIdentity {
-    /// The identity of component `bytes` running as UDF `name`.
-    pub fn of(name: &str, bytes: &[u8]) -> Self {
-        Self {
-            name: name.to_string(),
-            sha256: sha256_hex(bytes),
-        }
-    }
-}
-
 /// The SHA-256 of `bytes` in lower-case hex: how component versions are told apart.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;

@@ -72,8 +72,7 @@ impl Deployment {
                 format!("cannot read UDF component {}: {e}", spec.udf.path.display()),
             )
         })?;
-        let function = prepare(&spec, &bytes)?;
-        let identity = UdfIdentity::of(&spec.udf.name, &bytes);
+        let Prepared { function, identity } = prepare(&spec, &bytes)?;
         let control = RunControl::new();
         let options = RunOptions {
             progress: false,
@@ -151,12 +150,23 @@ impl Deployment {
     }
 }
 
+/// A component ready to run: the function, initialised, and its identity.
+pub struct Prepared {
+    pub function: Box<dyn ProcessFunction>,
+    pub identity: UdfIdentity,
+}
+
 /// Compiles component bytes, checks them against the contract and runs `init` against a
 /// scratch host, so that a component that cannot work is refused before the pipeline is
 /// touched.
-pub fn prepare(spec: &PipelineSpec, bytes: &[u8]) -> Result<Box<dyn ProcessFunction>, Refused> {
+pub fn prepare(spec: &PipelineSpec, bytes: &[u8]) -> Result<Prepared, Refused> {
     let component = LoadedComponent::from_bytes(&spec.udf.name, bytes)
         .map_err(|e| Refused::new(400, format!("rejected: {e:#}")))?;
+    // The bytes were hashed once, to look them up in the compile cache.
+    let identity = UdfIdentity {
+        name: spec.udf.name.clone(),
+        sha256: component.sha256.clone(),
+    };
     let limits = Limits {
         memory_bytes: spec.udf.memory_limit_bytes,
         call_timeout: spec.udf.call_timeout,
@@ -166,7 +176,10 @@ pub fn prepare(spec: &PipelineSpec, bytes: &[u8]) -> Result<Box<dyn ProcessFunct
     function
         .init(&mut scratch, &init_info(spec))
         .map_err(|e| Refused::new(400, format!("rejected: its init failed: {e}")))?;
-    Ok(Box::new(function))
+    Ok(Prepared {
+        function: Box::new(function),
+        identity,
+    })
 }
 
 /// Puts component `bytes` into a running pipeline: prepared off the processing path,
@@ -189,16 +202,13 @@ pub fn swap_parts(
         ));
     }
     let started = std::time::Instant::now();
-    let function = prepare(spec, &bytes)?;
+    let Prepared { function, identity } = prepare(spec, &bytes)?;
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
-    let sha256 = sha256_hex(&bytes);
+    let sha256 = identity.sha256.clone();
     let (done, reply) = std::sync::mpsc::channel();
     control.request_swap(SwapRequest {
         function,
-        identity: UdfIdentity {
-            name: spec.udf.name.clone(),
-            sha256: sha256.clone(),
-        },
+        identity,
         probation_calls,
         done,
     });

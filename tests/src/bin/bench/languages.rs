@@ -8,13 +8,13 @@
 //!   process: compiled from scratch (`--no-compile-cache`) and loaded from a warm cache;
 //!   best of three wall-clock times each.
 
-use crate::{best_of, RUNS};
+use crate::{best_of, DiscardPipeline, RUNS};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use weir_e2e::{component, datetime_millis, gen, guest, repo_root, weir_bin};
-use weir_host::pipeline::{Overrides, PipelineSpec};
+use weir_host::pipeline::PipelineSpec;
 use weir_host::run::{run, RunOptions, RunReport};
 
 const ELEMENTS: usize = 200_000;
@@ -82,26 +82,28 @@ pub fn per_element(data: &Path, clicks_2m: &Path) -> anyhow::Result<Vec<Language
         out.flush()?;
     }
     let counter = |udf: PathBuf| {
-        pipeline(
-            data,
-            "lang-counter",
-            &clicks,
-            "ad_id",
-            "clicked_at",
-            "5s",
-            &udf,
-        )
+        DiscardPipeline {
+            name: "lang-counter",
+            source: "in",
+            input: &clicks,
+            key: "ad_id",
+            timestamp: "clicked_at",
+            out_of_orderness: "5s",
+            udf: &udf,
+        }
+        .spec(data)
     };
     let timeout = |udf: PathBuf| {
-        pipeline(
-            data,
-            "lang-orders",
-            &orders,
-            "orderId",
-            "timestamp",
-            "0s",
-            &udf,
-        )
+        DiscardPipeline {
+            name: "lang-orders",
+            source: "in",
+            input: &orders,
+            key: "orderId",
+            timestamp: "timestamp",
+            out_of_orderness: "0s",
+            udf: &udf,
+        }
+        .spec(data)
     };
     let pairs = [
         (
@@ -138,47 +140,6 @@ pub fn per_element(data: &Path, clicks_2m: &Path) -> anyhow::Result<Vec<Language
         });
     }
     Ok(runs)
-}
-
-/// A file -> discard pipeline without checkpoints.
-fn pipeline(
-    data: &Path,
-    name: &str,
-    input: &Path,
-    key: &str,
-    timestamp: &str,
-    out_of_orderness: &str,
-    udf: &Path,
-) -> anyhow::Result<PipelineSpec> {
-    let toml = format!(
-        r#"
-[[source]]
-name = "in"
-type = "file"
-path = "{input}"
-key = "{key}"
-timestamp = "{timestamp}"
-timestamp_format = "datetime"
-out_of_orderness = "{out_of_orderness}"
-
-[udf]
-path = "{udf}"
-
-[[sink]]
-output = "main"
-type = "discard"
-"#,
-        input = input.display(),
-        udf = udf.display()
-    );
-    let path = data.join(format!("{name}.toml"));
-    std::fs::write(&path, toml)?;
-    let overrides = Overrides {
-        dead_letter: Some(data.join(format!("{name}.dead-letter.jsonl"))),
-        no_checkpoints: true,
-        ..Overrides::default()
-    };
-    PipelineSpec::load(&path, &overrides)
 }
 
 /// Start-up of each language's UDF on a one-record input, compiled and cached.

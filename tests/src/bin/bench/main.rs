@@ -382,16 +382,42 @@ fn ensure_clicks(path: &Path) -> anyhow::Result<()> {
 }
 
 fn counter_pipeline(data: &Path, clicks: &Path) -> anyhow::Result<PipelineSpec> {
-    let toml = format!(
-        r#"
+    DiscardPipeline {
+        name: "counter",
+        source: "clicks",
+        input: clicks,
+        key: "ad_id",
+        timestamp: "clicked_at",
+        out_of_orderness: "5s",
+        udf: &component("change-only-counter"),
+    }
+    .spec(data)
+}
+
+/// A JSON-lines file -> discard pipeline without checkpoints, written to
+/// `<data>/<name>.toml`, dead letters to `<data>/<name>.dead-letter.jsonl`.
+struct DiscardPipeline<'a> {
+    name: &'a str,
+    source: &'a str,
+    input: &'a Path,
+    key: &'a str,
+    timestamp: &'a str,
+    out_of_orderness: &'a str,
+    udf: &'a Path,
+}
+
+impl DiscardPipeline<'_> {
+    fn spec(&self, data: &Path) -> anyhow::Result<PipelineSpec> {
+        let toml = format!(
+            r#"
 [[source]]
-name = "clicks"
+name = "{source}"
 type = "file"
-path = "{clicks}"
-key = "ad_id"
-timestamp = "clicked_at"
+path = "{input}"
+key = "{key}"
+timestamp = "{timestamp}"
 timestamp_format = "datetime"
-out_of_orderness = "5s"
+out_of_orderness = "{out_of_orderness}"
 
 [udf]
 path = "{udf}"
@@ -400,18 +426,22 @@ path = "{udf}"
 output = "main"
 type = "discard"
 "#,
-        clicks = clicks.display(),
-        udf = component("change-only-counter").display()
-    );
-    let path = data.join("counter.toml");
-    std::fs::write(&path, toml)?;
-    let overrides = Overrides {
-        dead_letter: Some(data.join("counter.dead-letter.jsonl")),
-        ..Overrides::default()
-    };
-    let mut spec = PipelineSpec::load(&path, &overrides)?;
-    spec.checkpoint.enabled = false;
-    Ok(spec)
+            source = self.source,
+            input = self.input.display(),
+            key = self.key,
+            timestamp = self.timestamp,
+            out_of_orderness = self.out_of_orderness,
+            udf = self.udf.display()
+        );
+        let path = data.join(format!("{}.toml", self.name));
+        std::fs::write(&path, toml)?;
+        let overrides = Overrides {
+            dead_letter: Some(data.join(format!("{}.dead-letter.jsonl", self.name))),
+            no_checkpoints: true,
+            ..Overrides::default()
+        };
+        PipelineSpec::load(&path, &overrides)
+    }
 }
 
 /// The checkpoint identity of the native function (its runs take no checkpoints).

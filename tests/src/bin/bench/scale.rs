@@ -8,11 +8,11 @@
 //! On 2 cores more processes cannot go faster; the figures show the cost of the group.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use weir_e2e::kafka::{committed_offsets, create_topic};
 use weir_e2e::services::{kafka_brokers, unique_table};
-use weir_e2e::{component, datetime_millis, gen, weir_bin};
+use weir_e2e::{component, datetime_millis, gen, spawn_group_member, weir_bin};
 
 const EVENTS: u64 = 300_000;
 const PARTITIONS: i32 = 6;
@@ -76,7 +76,7 @@ pub fn scale_out(data: &Path) -> anyhow::Result<(Vec<ScaleRun>, Duration)> {
             .collect();
         let mut children: Vec<Child> = logs
             .iter()
-            .map(|log| start(&pipeline, &group, log))
+            .map(|log| spawn_group_member(&pipeline, &group, log))
             .collect();
         let joining = wait_for_line(&logs, "starting", started)?;
         wait_committed(&group, &input)?;
@@ -88,7 +88,7 @@ pub fn scale_out(data: &Path) -> anyhow::Result<(Vec<ScaleRun>, Duration)> {
         if processes == 3 {
             let log = data.join("scale-fourth.log");
             let joined = Instant::now();
-            children.push(start(&pipeline, &group, &log));
+            children.push(spawn_group_member(&pipeline, &group, &log));
             rebalance = wait_for_line(std::slice::from_ref(&log), "starting", joined)?;
         }
         for child in &children {
@@ -139,16 +139,6 @@ topic = "{output}"
     let path = data.join(format!("{output}.toml"));
     std::fs::write(&path, text)?;
     Ok(path.display().to_string())
-}
-
-fn start(pipeline: &str, group: &str, log: &Path) -> Child {
-    Command::new(weir_bin())
-        .args(["run", pipeline, "--group", group])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).expect("log file"))
-        .spawn()
-        .expect("start weir")
 }
 
 /// How long after `since` a line containing `text` first appeared in any of `logs`.
