@@ -3,6 +3,7 @@
 //! models that the outputs are compared with.
 
 pub mod gen;
+pub mod group;
 pub mod kafka;
 pub mod model;
 pub mod services;

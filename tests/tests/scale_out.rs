@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use weir_e2e::gen::{self, Click};
-use weir_e2e::kafka::{committed_offsets, create_topic, produce, read_all, Outgoing};
+use weir_e2e::group::{by_id, wait_until_committed, wait_until_working, Process};
+use weir_e2e::kafka::{create_topic, produce, Outgoing};
 use weir_e2e::services::{kafka_brokers, unique_table};
-use weir_e2e::{component, spawn_group_member, Workdir};
+use weir_e2e::{component, Workdir};
 
 const PARTITIONS: i32 = 6;
 const CLICKS: usize = 24_000;
@@ -52,92 +52,6 @@ topic = "{output}"
     work.write(&format!("{output}.toml"), &text)
 }
 
-/// A `weir` process of the test, killed if the test ends early (a failed assertion)
-/// so that it does not outlive the test.
-struct Process(Option<Child>);
-
-impl Process {
-    fn id(&self) -> u32 {
-        self.0.as_ref().expect("running").id()
-    }
-
-    fn take(mut self) -> Child {
-        self.0.take().expect("running")
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn start(pipeline: &str, group: &str, log: &Path) -> Process {
-    Process(Some(spawn_group_member(pipeline, group, log)))
-}
-
-/// Stops a process gracefully (its tasks checkpoint) and waits for it; if it does not
-/// stop, the panic's unwinding kills it (`Process::drop`).
-fn stop(mut process: Process) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &process.id().to_string()])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let exited = process.0.as_mut().and_then(|c| c.try_wait().ok().flatten());
-        if let Some(status) = exited {
-            process.0 = None;
-            assert!(status.success(), "weir exited with {status}");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("weir did not stop within a minute of SIGTERM");
-}
-
-/// Waits until the tasks of `group` have committed every partition's end offset.
-fn wait_until_read(group: &str, topic: &str, ends: &BTreeMap<i32, i64>, logs: &[&Path]) {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let committed = committed_offsets(&format!("{group}.offsets"), topic);
-        if &committed == ends {
-            return;
-        }
-        if Instant::now() > deadline {
-            let tails: Vec<String> = logs
-                .iter()
-                .map(|l| std::fs::read_to_string(l).unwrap_or_default())
-                .collect();
-            panic!(
-                "group {group} committed {committed:?}, not {ends:?}, within 3 minutes; logs:\n{}",
-                tails.join("\n----\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-/// The output by id; panics if an id repeats with another record.
-fn by_id(topic: &str) -> (BTreeMap<String, String>, usize) {
-    let mut records = BTreeMap::new();
-    let mut repeats = 0;
-    for message in read_all(topic) {
-        let id = message
-            .header("weir-id")
-            .expect("a weir-id header")
-            .to_string();
-        let payload = message.payload_str().to_string();
-        if let Some(previous) = records.insert(id.clone(), payload.clone()) {
-            assert_eq!(previous, payload, "id {id} repeats another record");
-            repeats += 1;
-        }
-    }
-    (records, repeats)
-}
-
 #[test]
 fn processes_come_and_go_and_the_output_is_that_of_one_process() {
     let work = Workdir::new();
@@ -163,9 +77,9 @@ fn processes_come_and_go_and_the_output_is_that_of_one_process() {
     let scaled = pipeline(&work, &input, &scaled_out);
     let group = unique_table("scaled");
     let log = |name: &str| work.path(&format!("{name}.log"));
-    let a = start(&scaled, &group, &log("a"));
-    let b = start(&scaled, &group, &log("b"));
-    let c = start(&scaled, &group, &log("c"));
+    let a = Process::start(&scaled, &group, &log("a"));
+    let b = Process::start(&scaled, &group, &log("b"));
+    let c = Process::start(&scaled, &group, &log("c"));
     let slice = messages.len().div_ceil(SLICES);
     let mut b = Some(b);
     let mut b2 = None;
@@ -180,24 +94,22 @@ fn processes_come_and_go_and_the_output_is_that_of_one_process() {
         produce(&input, part);
         if i == 3 {
             std::thread::sleep(Duration::from_millis(150));
-            let mut victim = b.take().expect("b runs").take();
-            victim.kill().expect("kill -9");
-            let _ = victim.wait();
+            b.take().expect("b runs").kill();
         } else {
             std::thread::sleep(Duration::from_millis(700));
         }
         match i {
-            6 => b2 = Some(start(&scaled, &group, &log("b2"))),
-            8 => d = Some(start(&scaled, &group, &log("d"))),
+            6 => b2 = Some(Process::start(&scaled, &group, &log("b2"))),
+            8 => d = Some(Process::start(&scaled, &group, &log("d"))),
             10 => status_names_every_task(&group),
             _ => {}
         }
     }
     let logs = [log("a"), log("b"), log("c"), log("b2"), log("d")];
     let log_refs: Vec<&Path> = logs.iter().map(|p| p.as_path()).collect();
-    wait_until_read(&group, &input, &ends, &log_refs);
+    wait_until_committed(&group, &input, &ends, &log_refs);
     for child in [Some(a), Some(c), b2, d].into_iter().flatten() {
-        stop(child);
+        child.stop();
     }
 
     // One process on all of it.
@@ -205,9 +117,9 @@ fn processes_come_and_go_and_the_output_is_that_of_one_process() {
     create_topic(&single_out, 1);
     let single = pipeline(&work, &input, &single_out);
     let single_group = unique_table("single");
-    let one = start(&single, &single_group, &log("single"));
-    wait_until_read(&single_group, &input, &ends, &[&log("single")]);
-    stop(one);
+    let one = Process::start(&single, &single_group, &log("single"));
+    wait_until_committed(&single_group, &input, &ends, &[&log("single")]);
+    one.stop();
 
     let (expected, _) = by_id(&single_out);
     if expected.is_empty() {
@@ -231,37 +143,6 @@ fn processes_come_and_go_and_the_output_is_that_of_one_process() {
         "scale-out: {} distinct records, {repeats} repeats dropped by id",
         got.len()
     );
-}
-
-/// Waits until process `pid` owns a task that has committed offsets (it has read and
-/// checkpointed), as `weir status --group` shows.
-fn wait_until_working(group: &str, pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let me = format!("/pid{pid}: tasks ");
-    loop {
-        let run = weir_e2e::weir(&["status", "--group", group, "--brokers", &kafka_brokers()]);
-        let tasks: Vec<String> = run
-            .stdout
-            .lines()
-            .filter_map(|l| l.split_once(&me))
-            .flat_map(|(_, t)| t.split(", ").map(str::to_string).collect::<Vec<_>>())
-            .collect();
-        let working = run.stdout.lines().any(|l| {
-            tasks.iter().any(|t| l.starts_with(&format!("  task {t} ")))
-                && l.contains("committed")
-                && !l.contains("committed 0 ")
-                && !l.contains("nothing committed")
-        });
-        if working {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "process {pid} got no work:\n{}",
-            run.stdout
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
 }
 
 /// `weir status --group` shows live processes owning the six tasks between them, and

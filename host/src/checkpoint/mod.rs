@@ -105,6 +105,17 @@ pub enum Position {
         partition: i32,
         offset: i64,
     },
+    /// A Kafka partition read through the pipeline's repartition topic (a task of a
+    /// group, `crate::cluster::repartition`): the partition's next offset not seen yet
+    /// (repeats below it are dropped), and where the repartition topic is read next.
+    Repartitioned {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        via_topic: String,
+        via_partition: i32,
+        via_offset: i64,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

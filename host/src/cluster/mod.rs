@@ -26,9 +26,10 @@
 //!   checkpoints, so the records a task re-sends after it moved (or crashed) repeat ids,
 //!   and a consumer drops them.
 
+pub mod repartition;
 pub mod status;
 
-use crate::pipeline::{PipelineSpec, SinkTarget, SourceLocation};
+use crate::pipeline::{PipelineSpec, SinkTarget, SourceLocation, SourceSpec, Via};
 use crate::run::{run, RunOptions};
 use anyhow::Context as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -52,14 +53,17 @@ struct Plan {
     /// The topic whose partitions the group assigns: the first source's first topic.
     task_topic: String,
     checkpoint_topic: String,
+    /// The number of tasks: the partition count of every source topic.
+    partitions: i32,
     /// Where each process says which tasks it runs (for `weir status --group`).
     status_topic: String,
 }
 
-/// A task running on its own thread.
+/// A task running on its own thread, with the repartitioners of its partition.
 struct Task {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<anyhow::Result<()>>,
+    repartitioners: Vec<repartition::Repartitioner>,
 }
 
 /// The tasks of this process, by partition.
@@ -73,9 +77,17 @@ struct Tasks {
 /// Runs `spec` as one member of consumer group `group` until `stop` is set or a task
 /// fails.
 pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
-    let plan = Arc::new(plan(spec, group)?);
+    let mut plan = plan(spec, group)?;
     let partitions = check_co_partitioned(&plan)?;
+    plan.partitions = partitions;
+    let plan = Arc::new(plan);
     ensure_topic(&plan.brokers, &plan.checkpoint_topic, partitions)?;
+    for source in &plan.spec.sources {
+        if is_repartitioned(source) {
+            let topic = repartition::topic(&plan.group, &plan.spec.name, &source.name);
+            ensure_topic(&plan.brokers, &topic, partitions)?;
+        }
+    }
     ensure_topic(&plan.brokers, &plan.status_topic, 1)?;
     let tasks = Arc::new(Mutex::new(Tasks::default()));
     let context = Member {
@@ -200,6 +212,25 @@ fn start_task(plan: &Plan, tasks: &mut Tasks, partition: i32) {
         return;
     }
     let spec = task_spec(plan, partition);
+    let mut repartitioners = Vec::new();
+    for source in plan.spec.sources.iter().filter(|s| is_repartitioned(s)) {
+        let started = repartition::Repartitioner::start(repartition::Plan {
+            source: source.clone(),
+            partition,
+            topic: repartition::topic(&plan.group, &plan.spec.name, &source.name),
+            partitions: plan.partitions,
+            offsets_group: offsets_group(&plan.group),
+        });
+        match started {
+            Ok(repartitioner) => repartitioners.push(repartitioner),
+            Err(e) => {
+                tasks
+                    .failed
+                    .get_or_insert(e.context(format!("cannot start task {partition}")));
+                return;
+            }
+        }
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let options = RunOptions {
         progress: false,
@@ -217,7 +248,14 @@ fn start_task(plan: &Plan, tasks: &mut Tasks, partition: i32) {
         });
     match thread {
         Ok(thread) => {
-            tasks.running.insert(partition, Task { stop, thread });
+            tasks.running.insert(
+                partition,
+                Task {
+                    stop,
+                    thread,
+                    repartitioners,
+                },
+            );
         }
         Err(e) => {
             tasks
@@ -233,11 +271,14 @@ fn stop_task(tasks: &mut Tasks, partition: i32) {
         return;
     };
     task.stop.store(true, Ordering::Relaxed);
-    let result = task
-        .thread
-        .join()
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("task {partition} panicked")));
-    if let Err(error) = result {
+    let mut results: Vec<anyhow::Result<()>> =
+        task.repartitioners.into_iter().map(|r| r.stop()).collect();
+    results.push(
+        task.thread
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("task {partition} panicked"))),
+    );
+    for error in results.into_iter().filter_map(Result::err) {
         tasks
             .failed
             .get_or_insert(error.context(format!("task {partition}")));
@@ -249,7 +290,9 @@ fn reap(tasks: &mut Tasks) {
     let ended: Vec<i32> = tasks
         .running
         .iter()
-        .filter(|(_, task)| task.thread.is_finished())
+        .filter(|(_, task)| {
+            task.thread.is_finished() || task.repartitioners.iter().any(|r| r.is_finished())
+        })
         .map(|(&partition, _)| partition)
         .collect();
     for partition in ended {
@@ -304,6 +347,7 @@ fn plan(spec: &PipelineSpec, group: &str) -> anyhow::Result<Plan> {
         brokers: first.brokers.clone(),
         task_topic: first.topics[0].clone(),
         checkpoint_topic: format!("{group}.{}.checkpoints", spec.name),
+        partitions: 0,
         status_topic: status::topic(group),
     })
 }
@@ -314,8 +358,19 @@ fn task_spec(plan: &Plan, partition: i32) -> PipelineSpec {
     let mut spec = plan.spec.clone();
     spec.name = format!("{}/p{partition}", plan.spec.name);
     for source in &mut spec.sources {
+        let via = is_repartitioned(source).then(|| Via {
+            topic: repartition::topic(&plan.group, &plan.spec.name, &source.name),
+            partition,
+        });
         if let SourceLocation::Kafka(kafka) = &mut source.location {
-            kafka.partitions = Some(vec![partition]);
+            if via.is_some() {
+                // Every partition of the topics is an input (each with its watermark),
+                // read through partition `partition` of the repartition topic.
+                kafka.partitions = None;
+                kafka.via = via;
+            } else {
+                kafka.partitions = Some(vec![partition]);
+            }
             // Only the member may commit to the group it belongs to: the tasks commit
             // their offsets (for lag, and `startup = "committed"`) to a group of their own.
             kafka.group = offsets_group(&plan.group);
@@ -334,6 +389,11 @@ fn task_spec(plan: &Plan, partition: i32) -> PipelineSpec {
         .unwrap_or_default();
     spec.dead_letter = dead_letter.with_file_name(format!("{stem}.p{partition}.jsonl"));
     spec
+}
+
+/// A Kafka source that the group re-keys through a repartition topic.
+fn is_repartitioned(source: &SourceSpec) -> bool {
+    matches!(&source.location, SourceLocation::Kafka(kafka) if kafka.repartition)
 }
 
 /// Where the tasks of group `group` commit their source offsets.
@@ -450,6 +510,39 @@ topic = "out"
         assert_eq!(
             task.dead_letter,
             Path::new("/p/pipeline.dead-letter.p3.jsonl")
+        );
+    }
+
+    #[test]
+    fn a_repartitioned_source_is_read_through_the_task_s_partition_of_its_repartition_topic() {
+        let text = PIPELINE.replace(
+            "timestamp = \"ts\"",
+            "timestamp = \"ts\"\nrepartition = true",
+        );
+        let plan = plan(&spec(&text), "g").unwrap();
+        let task = task_spec(&plan, 4);
+        let SourceLocation::Kafka(kafka) = &task.sources[0].location else {
+            panic!("a Kafka source");
+        };
+        assert_eq!(
+            kafka.partitions, None,
+            "every partition of the topic is an input"
+        );
+        assert_eq!(
+            kafka.via,
+            Some(Via {
+                topic: "g.clicks.repartition-clicks".to_string(),
+                partition: 4
+            })
+        );
+        assert_eq!(kafka.group, "g.offsets");
+        let plain = task_spec(&plan(&spec(PIPELINE), "g").unwrap(), 4);
+        let SourceLocation::Kafka(kafka) = &plain.sources[0].location else {
+            panic!("a Kafka source");
+        };
+        assert_eq!(
+            kafka.via, None,
+            "a source partitioned by the key is read directly"
         );
     }
 

@@ -445,6 +445,15 @@ impl KeyedOperator {
         Ok(())
     }
 
+    /// Source `source` has seen event time up to `timestamp` without a record here (a
+    /// repartition topic's watermark marker); the watermark may advance.
+    pub fn observe_progress(&mut self, source: usize, timestamp: i64) -> Result<(), OperatorError> {
+        if let Some(watermark) = self.watermark.observe(source, timestamp) {
+            self.fire_event_timers(watermark)?;
+        }
+        Ok(())
+    }
+
     /// Marks a source idle or active again; the watermark may advance.
     pub fn set_idle(&mut self, source: usize, idle: bool) -> Result<(), OperatorError> {
         if let Some(watermark) = self.watermark.set_idle(source, idle) {

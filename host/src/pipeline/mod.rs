@@ -69,6 +69,9 @@ pub struct SourceEntry {
     pub connect_timeout: Option<String>,
     /// Kafka: librdkafka consumer properties.
     pub properties: Option<BTreeMap<String, toml::Value>>,
+    /// Kafka, with `--group`: the topic is not partitioned by `key`, so the group re-keys
+    /// it through a repartition topic before the keyed operator.
+    pub repartition: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -239,6 +242,20 @@ pub struct KafkaSourceSpec {
     /// Only these partition numbers of each topic (a task of a pipeline run in a
     /// consumer group, see `crate::cluster`); all of them when `None`.
     pub partitions: Option<Vec<i32>>,
+    /// The topics are not partitioned by the pipeline's key: with `--group`, they are
+    /// re-keyed through a repartition topic first (`crate::cluster::repartition`).
+    pub repartition: bool,
+    /// Set for a task of a group whose source is repartitioned: the task reads this
+    /// partition of the repartition topic, which carries the records of every
+    /// partition of `topics` (those stay the source's inputs, each with its watermark).
+    pub via: Option<Via>,
+}
+
+/// One partition of a repartition topic, read in place of the source's topics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Via {
+    pub topic: String,
+    pub partition: i32,
 }
 
 /// Where a source reads from.
@@ -532,6 +549,7 @@ fn resolve_source(
         ("bounded", entry.bounded.is_some()),
         ("connect_timeout", entry.connect_timeout.is_some()),
         ("properties", entry.properties.is_some()),
+        ("repartition", entry.repartition.is_some()),
     ];
     if entry.kind != SourceKind::Kafka {
         if let Some((field, _)) = kafka_fields.iter().find(|(_, set)| *set) {
@@ -604,6 +622,8 @@ fn kafka_source(entry: &SourceEntry) -> anyhow::Result<KafkaSourceSpec> {
         connect_timeout,
         properties: kafka_properties(entry.properties.as_ref())?,
         partitions: None,
+        repartition: entry.repartition.unwrap_or(false),
+        via: None,
     })
 }
 

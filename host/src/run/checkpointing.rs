@@ -94,17 +94,28 @@ impl Restored {
             SourceLocation::Kafka(kafka) => {
                 let prefix = format!("{}:", spec.name);
                 let mut resume = HashMap::new();
-                for input in self.meta().into_iter().flat_map(|m| &m.inputs) {
-                    if let (
-                        true,
+                let inputs = self.meta().into_iter().flat_map(|m| &m.inputs);
+                for input in inputs.filter(|i| i.name.starts_with(&prefix)) {
+                    match &input.position {
                         Position::Kafka {
                             topic,
                             partition,
                             offset,
-                        },
-                    ) = (input.name.starts_with(&prefix), &input.position)
-                    {
-                        resume.insert((topic.clone(), *partition), *offset);
+                        } => {
+                            resume.insert((topic.clone(), *partition), *offset);
+                        }
+                        Position::Repartitioned {
+                            topic,
+                            partition,
+                            offset,
+                            via_topic,
+                            via_partition,
+                            via_offset,
+                        } => {
+                            resume.insert((topic.clone(), *partition), *offset);
+                            resume.insert((via_topic.clone(), *via_partition), *via_offset);
+                        }
+                        Position::File { .. } | Position::Stream { .. } => {}
                     }
                 }
                 Box::new(KafkaSource::open(&spec.name, kafka, &resume)?)

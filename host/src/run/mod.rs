@@ -125,6 +125,9 @@ struct Input {
     idle_timeout: Option<Duration>,
     last_record: Instant,
     idle: bool,
+    /// The latest watermark marker's event time, applied once the records read before
+    /// it have been processed.
+    progress: Option<Timestamp>,
 }
 
 /// A decoded record waiting its turn.
@@ -267,6 +270,7 @@ impl Runner {
                     idle_timeout: s.idle_timeout,
                     last_record: Instant::now(),
                     idle: false,
+                    progress: None,
                 });
                 delays.push(s.out_of_orderness_ms);
             }
@@ -377,6 +381,7 @@ impl Runner {
         };
         loop {
             self.steer(options);
+            self.apply_progress()?;
             // A stop or a checkpoint waits for what was read ahead to be processed, so
             // that the sources' positions are exactly what the state has seen.
             let stopping = stopped();
@@ -764,6 +769,19 @@ impl Runner {
                             }
                         }
                     }
+                    Polled::Progress { input, timestamp } => {
+                        self.spare.push(record);
+                        let input_at = slot.inputs.start + input;
+                        let input = &mut self.inputs[input_at];
+                        input.progress =
+                            Some(input.progress.map_or(timestamp, |p| p.max(timestamp)));
+                        input.last_record = Instant::now();
+                        if input.idle {
+                            input.idle = false;
+                            let fired = self.operator.set_idle(input_at, false);
+                            self.fire_through(fired, KeyedOperator::resume_event_timers)?;
+                        }
+                    }
                     Polled::Idle => {
                         self.spare.push(record);
                         break;
@@ -776,6 +794,22 @@ impl Runner {
                         }
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the watermark markers of inputs whose records read before the marker have
+    /// all been processed (their queues are empty: the last chunk is done).
+    fn apply_progress(&mut self) -> anyhow::Result<()> {
+        for index in 0..self.inputs.len() {
+            let input = &mut self.inputs[index];
+            if !input.queue.is_empty() {
+                continue;
+            }
+            if let Some(timestamp) = input.progress.take() {
+                let fired = self.operator.observe_progress(index, timestamp);
+                self.fire_through(fired, KeyedOperator::resume_event_timers)?;
             }
         }
         Ok(())

@@ -49,21 +49,27 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const POLL_EVERY: u64 = 1_024;
 
 pub struct KafkaSink {
-    location: String,
     topic: String,
-    producer: BaseProducer<Deliveries>,
-    /// How long `flush` waits: a little longer than librdkafka's own delivery timeout,
-    /// so a record it gives up on is reported as its error, not as a flush timeout.
-    flush_timeout: Duration,
-    written: u64,
+    producer: CheckedProducer,
     /// `<pipeline>/<output>/`: the id header's prefix.
     id_prefix: String,
     id: String,
     transactional: bool,
 }
 
+/// A librdkafka producer, idempotent, whose undelivered records are errors: what the sink
+/// and the repartitioner (`crate::cluster::repartition`) produce with.
+pub(crate) struct CheckedProducer {
+    location: String,
+    producer: BaseProducer<Deliveries>,
+    /// How long `flush` waits: a little longer than librdkafka's own delivery timeout,
+    /// so a record it gives up on is reported as its error, not as a flush timeout.
+    flush_timeout: Duration,
+    sent: u64,
+}
+
 /// Counts failed deliveries and keeps the first error; forwards librdkafka's logs.
-struct Deliveries {
+pub(crate) struct Deliveries {
     failed: AtomicU64,
     first_error: Mutex<Option<String>>,
 }
@@ -100,21 +106,25 @@ impl ProducerContext for Deliveries {
     }
 }
 
-impl KafkaSink {
-    /// Creates the producer and checks that the brokers answer. `pipeline` and `output`
-    /// name the records' ids.
-    pub fn connect(target: &KafkaTarget, pipeline: &str, output: &str) -> anyhow::Result<Self> {
-        let location = format!("kafka topic {:?} on {}", target.topic, target.brokers);
+impl CheckedProducer {
+    /// Creates the producer (`properties` win over the defaults) and checks that the
+    /// brokers answer; with `transactional_id`, opens the first transaction.
+    pub(crate) fn connect(
+        location: String,
+        brokers: &str,
+        properties: &[(String, String)],
+        transactional_id: Option<String>,
+    ) -> anyhow::Result<Self> {
         let mut config = ClientConfig::new();
         config
-            .set("bootstrap.servers", &target.brokers)
+            .set("bootstrap.servers", brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("message.timeout.ms", MESSAGE_TIMEOUT_MS.to_string());
-        if target.transactional {
-            config.set("transactional.id", format!("weir-{pipeline}-{output}"));
+        if let Some(id) = &transactional_id {
+            config.set("transactional.id", id);
         }
-        for (name, value) in &target.properties {
+        for (name, value) in properties {
             config.set(name, value);
         }
         let message_timeout = config
@@ -138,7 +148,7 @@ impl KafkaSink {
                     CONNECT_TIMEOUT.as_secs()
                 )
             })?;
-        if target.transactional {
+        if transactional_id.is_some() {
             producer
                 .init_transactions(CONNECT_TIMEOUT)
                 .and_then(|()| producer.begin_transaction())
@@ -146,13 +156,58 @@ impl KafkaSink {
         }
         Ok(Self {
             location,
-            topic: target.topic.clone(),
             producer,
             flush_timeout: Duration::from_millis(message_timeout) + Duration::from_secs(10),
-            written: 0,
-            id_prefix: format!("{pipeline}/{output}/"),
-            id: String::new(),
-            transactional: target.transactional,
+            sent: 0,
+        })
+    }
+
+    pub(crate) fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// Enqueues a record; while librdkafka's queue is full, serves delivery reports and
+    /// tries again.
+    pub(crate) fn send(&mut self, message: BaseRecord<'_, [u8], [u8]>) -> anyhow::Result<()> {
+        let mut message = message;
+        let started = Instant::now();
+        loop {
+            match self.producer.send(message) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    if started.elapsed() > self.flush_timeout {
+                        anyhow::bail!(
+                            "{}: the producer queue stayed full for {} s",
+                            self.location,
+                            self.flush_timeout.as_secs()
+                        );
+                    }
+                    message = back;
+                    self.producer.poll(Duration::from_millis(50));
+                    self.check_deliveries()?;
+                }
+                Err((e, _)) => anyhow::bail!("{}: cannot produce a record: {e}", self.location),
+            }
+        }
+        self.sent += 1;
+        if self.sent.is_multiple_of(POLL_EVERY) {
+            self.producer.poll(Duration::ZERO);
+            self.check_deliveries()?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every enqueued record is acknowledged.
+    pub(crate) fn flush(&mut self) -> anyhow::Result<()> {
+        let flushed = self.producer.flush(self.flush_timeout);
+        self.check_deliveries()?;
+        flushed.map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {} record(s) not acknowledged within {} s: {e}",
+                self.location,
+                self.producer.in_flight_count(),
+                self.flush_timeout.as_secs()
+            )
         })
     }
 
@@ -191,9 +246,32 @@ impl KafkaSink {
     }
 }
 
+impl KafkaSink {
+    /// Creates the producer and checks that the brokers answer. `pipeline` and `output`
+    /// name the records' ids.
+    pub fn connect(target: &KafkaTarget, pipeline: &str, output: &str) -> anyhow::Result<Self> {
+        let location = format!("kafka topic {:?} on {}", target.topic, target.brokers);
+        let transactional_id = target
+            .transactional
+            .then(|| format!("weir-{pipeline}-{output}"));
+        Ok(Self {
+            topic: target.topic.clone(),
+            producer: CheckedProducer::connect(
+                location,
+                &target.brokers,
+                &target.properties,
+                transactional_id,
+            )?,
+            id_prefix: format!("{pipeline}/{output}/"),
+            id: String::new(),
+            transactional: target.transactional,
+        })
+    }
+}
+
 impl Sink for KafkaSink {
     fn location(&self) -> &str {
-        &self.location
+        self.producer.location()
     }
 
     fn write(&mut self, record: &OutputRecord<'_>) -> anyhow::Result<()> {
@@ -214,58 +292,25 @@ impl Sink for KafkaSink {
         if record.timestamp >= 0 {
             message = message.timestamp(record.timestamp);
         }
-        let started = Instant::now();
-        loop {
-            match self.producer.send(message) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    if started.elapsed() > self.flush_timeout {
-                        anyhow::bail!(
-                            "{}: the producer queue stayed full for {} s",
-                            self.location,
-                            self.flush_timeout.as_secs()
-                        );
-                    }
-                    message = back;
-                    self.producer.poll(Duration::from_millis(50));
-                    self.check_deliveries()?;
-                }
-                Err((e, _)) => anyhow::bail!("{}: cannot produce a record: {e}", self.location),
-            }
-        }
-        self.written += 1;
-        if self.written.is_multiple_of(POLL_EVERY) {
-            self.producer.poll(Duration::ZERO);
-            self.check_deliveries()?;
-        }
-        Ok(())
+        self.producer.send(message)
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {
-        let flushed = self.producer.flush(self.flush_timeout);
-        self.check_deliveries()?;
-        flushed.map_err(|e| {
-            anyhow::anyhow!(
-                "{}: {} record(s) not acknowledged within {} s: {e}",
-                self.location,
-                self.producer.in_flight_count(),
-                self.flush_timeout.as_secs()
-            )
-        })
+        self.producer.flush()
     }
 
     fn checkpoint(&mut self) -> anyhow::Result<super::SinkState> {
-        self.flush()?;
+        self.producer.flush()?;
         if self.transactional {
-            self.commit_transaction(true)?;
+            self.producer.commit_transaction(true)?;
         }
         Ok(super::SinkState::default())
     }
 
     fn finish(&mut self) -> anyhow::Result<()> {
-        self.flush()?;
+        self.producer.flush()?;
         if self.transactional {
-            self.commit_transaction(false)?;
+            self.producer.commit_transaction(false)?;
         }
         Ok(())
     }

@@ -7,7 +7,7 @@
 //! to a topic. The dead-letter output is a JSON-lines sink too.
 
 mod dead_letter;
-mod kafka;
+pub(crate) mod kafka;
 mod postgres;
 mod upsert;
 

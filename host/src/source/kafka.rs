@@ -9,6 +9,12 @@
 //! committed only after a checkpoint holding them is durable, so they never run ahead
 //! of what the sinks have taken. A restored checkpoint's positions win over all of that.
 //!
+//! Read through a repartition topic (a task of a group whose source is not partitioned
+//! by the key, [`crate::cluster::repartition`]), the inputs are still the source's
+//! partitions, each with its watermark, but the consumer reads one partition of the
+//! repartition topic: each message names its source partition and offset, repeats are
+//! dropped, and watermark markers advance a partition's watermark without a record.
+//!
 //! `bounded = true` reads until it has caught up with every partition (librdkafka's
 //! end-of-partition event) and then ends, like Flink's
 //! `setBounded(OffsetsInitializer.latest())`: for backfills, benchmarks and tests. (The
@@ -39,13 +45,27 @@ pub struct KafkaSource {
     /// (topic, partition) per input, in a stable order: topics as listed, partitions ascending.
     partitions: Vec<(String, i32)>,
     index: HashMap<(String, i32), usize>,
-    /// The offset of the next message to hand out, per partition.
+    /// The offset of the next message to hand out, per partition (read through a
+    /// repartition topic: the next one not seen yet, so that repeats are dropped).
     next: Vec<i64>,
+    /// Set when the inputs are read through one partition of a repartition topic.
+    via: Option<Through>,
     /// With `bounded`: whether each partition has been read to its end.
     caught_up: Option<Vec<bool>>,
     /// The end offsets the brokers gave at start (a hint: see the module docs).
     ends: Vec<i64>,
     last_error_log: Option<Instant>,
+}
+
+/// The partition of a repartition topic a task reads its source's records from.
+struct Through {
+    topic: String,
+    partition: i32,
+    /// The offset of its next message.
+    next: i64,
+    /// Messages dropped because their source offset had been seen (re-sent after a
+    /// repartitioner restarted).
+    repeats: u64,
 }
 
 /// Forwards librdkafka's logs and errors to the run's log.
@@ -114,11 +134,21 @@ impl KafkaSource {
             .enumerate()
             .map(|(i, p)| (p.clone(), i))
             .collect();
-        let mut starts = Vec::with_capacity(partitions.len());
-        let mut ends = Vec::with_capacity(partitions.len());
-        let committed = if spec.startup == Startup::Committed {
+        anyhow::ensure!(
+            spec.via.is_none() || !spec.bounded,
+            "{location}: a source read through a repartition topic cannot be bounded"
+        );
+        // What the consumer reads: the partitions themselves, or the one partition of
+        // the repartition topic that carries them (always from where the group left it).
+        let (reads, startup) = match &spec.via {
+            Some(via) => (vec![(via.topic.clone(), via.partition)], Startup::Committed),
+            None => (partitions.clone(), spec.startup),
+        };
+        let mut starts = Vec::with_capacity(reads.len());
+        let mut ends = Vec::with_capacity(reads.len());
+        let committed = if startup == Startup::Committed {
             let mut list = TopicPartitionList::new();
-            for (topic, partition) in &partitions {
+            for (topic, partition) in &reads {
                 list.add_partition(topic, *partition);
             }
             Some(
@@ -134,7 +164,7 @@ impl KafkaSource {
         } else {
             None
         };
-        for (topic, partition) in &partitions {
+        for (topic, partition) in &reads {
             let (low, high) = consumer
                 .fetch_watermarks(topic, *partition, spec.connect_timeout)
                 .with_context(|| {
@@ -149,7 +179,7 @@ impl KafkaSource {
                 });
             let start = match resume.get(&(topic.clone(), *partition)) {
                 Some(&offset) => offset,
-                None => match spec.startup {
+                None => match startup {
                     Startup::Earliest => low,
                     Startup::Latest => high,
                     Startup::Committed => committed.unwrap_or(low),
@@ -160,7 +190,7 @@ impl KafkaSource {
             ends.push(high);
         }
         let mut assignment = TopicPartitionList::new();
-        for ((topic, partition), start) in partitions.iter().zip(&starts) {
+        for ((topic, partition), start) in reads.iter().zip(&starts) {
             assignment
                 .add_partition_offset(topic, *partition, Offset::Offset(*start))
                 .map_err(|e| anyhow::anyhow!("{location}: {e}"))?;
@@ -168,7 +198,15 @@ impl KafkaSource {
         consumer
             .assign(&assignment)
             .with_context(|| format!("{location}: cannot assign partitions"))?;
-        if spec.bounded {
+        if let Some(via) = &spec.via {
+            tracing::info!(
+                "source {name:?}: reading the {} partition(s) of {location} through {}[{}] from offset {}",
+                partitions.len(),
+                via.topic,
+                via.partition,
+                starts[0]
+            );
+        } else if spec.bounded {
             tracing::info!(
                 "source {name:?}: reading {} partition(s) of {location} from offsets {starts:?} until caught up (end offsets at start: {ends:?})",
                 partitions.len()
@@ -179,12 +217,30 @@ impl KafkaSource {
                 partitions.len()
             );
         }
+        let (next, via) = match &spec.via {
+            Some(via) => {
+                // Per input, the next source offset not seen yet; 0 when nothing was.
+                let seen = partitions
+                    .iter()
+                    .map(|p| resume.get(p).copied().unwrap_or(0))
+                    .collect();
+                let through = Through {
+                    topic: via.topic.clone(),
+                    partition: via.partition,
+                    next: starts[0],
+                    repeats: 0,
+                };
+                (seen, Some(through))
+            }
+            None => (starts, None),
+        };
         Ok(Self {
             location,
             consumer,
             partitions,
             index,
-            next: starts,
+            next,
+            via,
             caught_up: spec.bounded.then(|| vec![false; ends.len()]),
             ends,
             last_error_log: None,
@@ -212,6 +268,81 @@ impl KafkaSource {
                 done[i] = true;
             }
         }
+    }
+}
+
+/// What a message of a repartition topic is.
+enum Unwrapped {
+    /// A record of input `input`, at `offset` in its source partition.
+    Record { input: usize, offset: i64 },
+    /// A watermark marker: input `input` has seen event time up to `timestamp`.
+    Progress { input: usize, timestamp: i64 },
+    /// A record already handed out (a repartitioner re-sent it after a restart).
+    Repeat,
+}
+
+impl Through {
+    /// Reads the headers the repartitioner put on a message (see
+    /// `crate::cluster::repartition`): where it came from, and whether it is a marker.
+    /// `index` finds the source's inputs, whose next unseen offsets are `next`.
+    fn unwrap(
+        &mut self,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+        index: &HashMap<(String, i32), usize>,
+        next: &[i64],
+        location: &str,
+    ) -> anyhow::Result<Unwrapped> {
+        use rdkafka::message::Headers as _;
+        let via = self;
+        via.next = message.offset() + 1;
+        let at = || {
+            format!(
+                "{}[{}] offset {}",
+                message.topic(),
+                message.partition(),
+                message.offset()
+            )
+        };
+        let mut from = None;
+        let mut offset = None;
+        let mut timestamp = None;
+        for header in message.headers().into_iter().flat_map(|h| h.iter()) {
+            let text = header.value.and_then(|v| std::str::from_utf8(v).ok());
+            match header.key {
+                crate::cluster::repartition::FROM_HEADER => from = text,
+                crate::cluster::repartition::OFFSET_HEADER => {
+                    offset = text.and_then(|t| t.parse::<i64>().ok())
+                }
+                crate::cluster::repartition::TIMESTAMP_HEADER => {
+                    timestamp = text.and_then(|t| t.parse::<i64>().ok())
+                }
+                _ => {}
+            }
+        }
+        let from = from.with_context(|| format!("{}: no weir-from header", at()))?;
+        let input = crate::cluster::repartition::parse_from(from)
+            .and_then(|p| index.get(&p).copied())
+            .with_context(|| {
+                format!(
+                    "{}: comes from {from:?}, which is not a partition of {location}",
+                    at()
+                )
+            })?;
+        if let Some(timestamp) = timestamp {
+            return Ok(Unwrapped::Progress { input, timestamp });
+        }
+        let offset = offset.with_context(|| format!("{}: no weir-offset header", at()))?;
+        if offset < next[input] {
+            via.repeats += 1;
+            if via.repeats.is_power_of_two() {
+                tracing::debug!(
+                    "{location}: {} repeated record(s) dropped (re-sent after a repartitioner restarted)",
+                    via.repeats
+                );
+            }
+            return Ok(Unwrapped::Repeat);
+        }
+        Ok(Unwrapped::Record { input, offset })
     }
 }
 
@@ -297,19 +428,30 @@ impl Source for KafkaSource {
                     return Ok(Polled::Idle);
                 }
             };
-            let Some(&index) = self
-                .index
-                .get(&(message.topic().to_string(), message.partition()))
-            else {
-                continue;
+            let (index, offset) = if let Some(via) = &mut self.via {
+                match via.unwrap(&message, &self.index, &self.next, &self.location)? {
+                    Unwrapped::Record { input, offset } => (input, offset),
+                    Unwrapped::Progress { input, timestamp } => {
+                        return Ok(Polled::Progress { input, timestamp })
+                    }
+                    Unwrapped::Repeat => continue,
+                }
+            } else {
+                let Some(&index) = self
+                    .index
+                    .get(&(message.topic().to_string(), message.partition()))
+                else {
+                    continue;
+                };
+                (index, message.offset())
             };
-            self.next[index] = message.offset() + 1;
+            self.next[index] = offset + 1;
             record.data.clear();
             record
                 .data
                 .extend_from_slice(message.payload().unwrap_or_default());
             record.line = 0;
-            record.offset = message.offset() as u64;
+            record.offset = offset as u64;
             record.partition = index;
             record.message_key = message.key().map(<[u8]>::to_vec);
             record.message_timestamp = message.timestamp().to_millis();
@@ -321,10 +463,20 @@ impl Source for KafkaSource {
         self.partitions
             .iter()
             .zip(&self.next)
-            .map(|((topic, partition), &offset)| Position::Kafka {
-                topic: topic.clone(),
-                partition: *partition,
-                offset,
+            .map(|((topic, partition), &offset)| match &self.via {
+                None => Position::Kafka {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset,
+                },
+                Some(via) => Position::Repartitioned {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset,
+                    via_topic: via.topic.clone(),
+                    via_partition: via.partition,
+                    via_offset: via.next,
+                },
             })
             .collect()
     }
@@ -332,12 +484,22 @@ impl Source for KafkaSource {
     fn commit(&mut self, positions: &[Position]) -> anyhow::Result<()> {
         let mut list = TopicPartitionList::new();
         for position in positions {
-            if let Position::Kafka {
-                topic,
-                partition,
-                offset,
-            } = position
-            {
+            let (topic, partition, offset) = match position {
+                Position::Kafka {
+                    topic,
+                    partition,
+                    offset,
+                } => (topic, partition, offset),
+                // The source partitions' offsets are the repartitioner's to commit.
+                Position::Repartitioned {
+                    via_topic,
+                    via_partition,
+                    via_offset,
+                    ..
+                } => (via_topic, via_partition, via_offset),
+                Position::File { .. } | Position::Stream { .. } => continue,
+            };
+            if list.find_partition(topic, *partition).is_none() {
                 list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
                     .map_err(|e| anyhow::anyhow!("{}: {e}", self.location))?;
             }

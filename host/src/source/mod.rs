@@ -41,6 +41,12 @@ pub enum Polled {
     Record,
     /// Nothing arrived within the wait; more may come.
     Idle,
+    /// Partition `input` has seen event time up to `timestamp` (a watermark marker from
+    /// a repartition topic): its watermark may advance without a record.
+    Progress {
+        input: usize,
+        timestamp: i64,
+    },
     End,
 }
 
