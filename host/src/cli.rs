@@ -103,6 +103,11 @@ enum Command {
         /// before then rolls back to the old version.
         #[arg(long, default_value_t = crate::serve::DEFAULT_PROBATION_CALLS)]
         probation_calls: u64,
+        /// Runs every pipeline as a member of Kafka consumer group GROUP, as
+        /// `weir run --group` does: this process runs the tasks the group gives it, and a
+        /// deployed UDF version goes to all of them (docs/scaling.md).
+        #[arg(long)]
+        group: Option<String>,
     },
     /// Starts a pipeline on a running `weir serve`, or (with --pipeline) swaps in a new UDF.
     Deploy {
@@ -297,6 +302,7 @@ pub fn main() -> ExitCode {
             data_dir,
             token,
             probation_calls,
+            group,
         } => {
             let config = crate::serve::ServeConfig {
                 listen,
@@ -304,6 +310,7 @@ pub fn main() -> ExitCode {
                 token,
                 probation_calls,
                 pipelines,
+                group,
             };
             finished(crate::serve::serve(config))
         }

@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use weir_e2e::kafka::{create_topic, produce, read_all, Outgoing};
+use weir_e2e::services::{kafka_brokers, unique_table};
 use weir_e2e::{component, read_jsonl, weir_bin, Workdir};
 
 const TOKEN: &str = "serve-test-token";
@@ -71,11 +73,21 @@ impl Server {
     /// Starts `weir serve PIPELINES... --listen 127.0.0.1:0 --data-dir <temp>` with
     /// `--token TOKEN` (unless `token` is `None`), and waits for its address.
     fn start_with(pipelines: &[&Path], token: Option<&str>) -> Self {
+        Self::start_with_args(pipelines, token, &[])
+    }
+
+    /// `weir serve --group GROUP`: a member of a consumer group.
+    fn start_in_group(pipelines: &[&Path], group: &str) -> Self {
+        Self::start_with_args(pipelines, Some(TOKEN), &["--group", group])
+    }
+
+    fn start_with_args(pipelines: &[&Path], token: Option<&str>, args: &[&str]) -> Self {
         let data = Workdir::new();
         let mut command = Command::new(weir_bin());
         command
             .arg("serve")
             .args(pipelines)
+            .args(args)
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data.path("data"))
             .env_remove("WEIR_TOKEN")
@@ -1464,4 +1476,146 @@ fn the_status_page_shows_the_pipeline_in_a_browser() {
         started.elapsed()
     );
     drop(stdin);
+}
+
+// ----------------------------------------------------------------------------------
+// In a consumer group
+// ----------------------------------------------------------------------------------
+
+/// The tasks a server in a group runs, from its status.
+fn tasks(p: &Value) -> Vec<i64> {
+    p["status"]["tasks"]
+        .as_array()
+        .map(|t| t.iter().filter_map(Value::as_i64).collect())
+        .unwrap_or_default()
+}
+
+/// Records `from..to` of the steady stream, each key in one of six partitions.
+fn produce_records(topic: &str, from: u64, to: u64) {
+    let records: Vec<Outgoing> = (from..to)
+        .map(|seq| Outgoing::new(record(seq).trim_end()).partition(((seq % KEYS) % 6) as i32))
+        .collect();
+    produce(topic, &records);
+}
+
+/// `weir serve --group`: two servers share a Kafka pipeline's six tasks; a version
+/// deployed to one runs in all its tasks, and in the tasks it takes over when the other
+/// stops.
+#[test]
+fn servers_in_a_group_share_the_tasks_and_a_deployed_version_follows_the_tasks_taken_over() {
+    let work = Workdir::new();
+    let (input, output) = (unique_table("served_in"), unique_table("served_out"));
+    create_topic(&input, 6);
+    create_topic(&output, 1);
+    let toml = format!(
+        r#"name = "grouped"
+
+[[source]]
+name = "events"
+type = "kafka"
+brokers = "{brokers}"
+topic = "{input}"
+startup = "earliest"
+key = "key"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+
+[udf]
+path = "{udf}"
+
+[checkpoint]
+interval = "500ms"
+
+[[sink]]
+output = "main"
+type = "kafka"
+brokers = "{brokers}"
+topic = "{output}"
+"#,
+        brokers = kafka_brokers(),
+        udf = component("versioned-udf-v1").display()
+    );
+    let file = work.path("grouped.toml");
+    std::fs::write(&file, toml).expect("write pipeline");
+    let group = unique_table("served");
+    let a = Server::start_in_group(&[&file], &group);
+    let mut b = Server::start_in_group(&[&file], &group);
+    produce_records(&input, 0, 600);
+
+    // Between them they run the six tasks, each once, and process every record.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (pa, pb) = (a.pipeline("grouped"), b.pipeline("grouped"));
+        let mut all = [tasks(&pa), tasks(&pb)].concat();
+        all.sort_unstable();
+        if all == [0, 1, 2, 3, 4, 5] && processed(&pa) + processed(&pb) == 600 {
+            assert!(
+                !tasks(&pa).is_empty() && !tasks(&pb).is_empty(),
+                "both have tasks"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the servers did not share the work:\n{pa:#}\n{pb:#}\nlogs:\n{}\n----\n{}",
+            a.log(),
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Version 2 to server a: every task of a runs it.
+    let reply = a.put_udf("grouped", &wasm("versioned-udf-v2"));
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json["version"], 2, "{}", reply.text);
+    let v2 = reply.json["sha256"].as_str().expect("a hash").to_string();
+    a.wait_for(
+        "grouped",
+        "its tasks on version 2",
+        Duration::from_secs(10),
+        |p| p["status"]["udf_sha256"] == v2.as_str(),
+    );
+
+    // b stops: a takes its tasks over and starts them with version 2.
+    let _ = Command::new("kill")
+        .args(["-TERM", &b.child.id().to_string()])
+        .status();
+    let exited = b.child.wait().expect("b exits");
+    assert!(exited.success(), "b: {exited}\n{}", b.log());
+    a.wait_for(
+        "grouped",
+        "all six tasks on version 2",
+        Duration::from_secs(120),
+        |p| {
+            tasks(p).len() == 6 && p["status"]["udf_sha256"] == v2.as_str() && state(p) == "running"
+        },
+    );
+
+    // New records, in every partition, are all counted by version 2.
+    produce_records(&input, 600, 1_200);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let versions = loop {
+        let mut versions: HashMap<u64, HashSet<u64>> = HashMap::new();
+        for message in read_all(&output) {
+            let v: Value = serde_json::from_slice(&message.payload).expect("JSON");
+            if let (Some(seq), Some(version)) = (v["seq"].as_u64(), v["v"].as_u64()) {
+                versions.entry(seq).or_default().insert(version);
+            }
+        }
+        if (600..1_200).all(|seq| versions.contains_key(&seq)) {
+            break versions;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "records 600.. not all counted\n{}",
+            a.log()
+        );
+    };
+    for seq in 600..1_200 {
+        assert_eq!(versions[&seq], HashSet::from([2]), "record {seq}");
+    }
+    assert!(
+        (0..600).all(|seq| versions.contains_key(&seq)),
+        "the first records were counted"
+    );
 }

@@ -28,9 +28,10 @@
 
 pub mod repartition;
 pub mod status;
+pub mod steering;
 
 use crate::pipeline::{PipelineSpec, SinkTarget, SourceLocation, SourceSpec, Via};
-use crate::run::{run, RunOptions};
+use crate::run::{run, run_with, RunControl, RunOptions};
 use anyhow::Context as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -57,6 +58,8 @@ struct Plan {
     partitions: i32,
     /// Where each process says which tasks it runs (for `weir status --group`).
     status_topic: String,
+    /// Set under `weir serve --group`: the tasks' controls and the UDF version they run.
+    steering: Option<Arc<steering::Steering>>,
 }
 
 /// A task running on its own thread, with the repartitioners of its partition.
@@ -72,12 +75,35 @@ struct Tasks {
     running: BTreeMap<i32, Task>,
     /// The first error of a task, which ends the process.
     failed: Option<anyhow::Error>,
+    /// The plan's steering, told when a task stops.
+    steering: Option<Arc<steering::Steering>>,
 }
 
 /// Runs `spec` as one member of consumer group `group` until `stop` is set or a task
 /// fails.
 pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    run_member(spec, group, stop, None)
+}
+
+/// [`run_in_group`] steered by `weir serve`: until `steering.control`'s stop flag is
+/// set, with the tasks' summed status published there.
+pub fn run_steered(
+    spec: &PipelineSpec,
+    group: &str,
+    steering: Arc<steering::Steering>,
+) -> anyhow::Result<()> {
+    let stop = Arc::clone(&steering.control.stop);
+    run_member(spec, group, stop, Some(steering))
+}
+
+fn run_member(
+    spec: &PipelineSpec,
+    group: &str,
+    stop: Arc<AtomicBool>,
+    steering: Option<Arc<steering::Steering>>,
+) -> anyhow::Result<()> {
     let mut plan = plan(spec, group)?;
+    plan.steering = steering;
     let partitions = check_co_partitioned(&plan)?;
     plan.partitions = partitions;
     let plan = Arc::new(plan);
@@ -89,7 +115,10 @@ pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> 
         }
     }
     ensure_topic(&plan.brokers, &plan.status_topic, 1)?;
-    let tasks = Arc::new(Mutex::new(Tasks::default()));
+    let tasks = Arc::new(Mutex::new(Tasks {
+        steering: plan.steering.clone(),
+        ..Tasks::default()
+    }));
     let context = Member {
         plan: Arc::clone(&plan),
         tasks: Arc::clone(&tasks),
@@ -149,6 +178,9 @@ pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> 
         let owned: Vec<i32> = tasks.running.keys().copied().collect();
         drop(tasks);
         reporter.report(&owned);
+        if let Some(steering) = &plan.steering {
+            steering.publish();
+        }
     };
     // Leave the group: our tasks stop (and checkpoint) in the revocation, and the
     // others get their partitions without waiting for the session to time out.
@@ -232,17 +264,31 @@ fn start_task(plan: &Plan, tasks: &mut Tasks, partition: i32) {
         }
     }
     let stop = Arc::new(AtomicBool::new(false));
+    // Under `weir serve`, a task has a control of its own and runs the version deployed last.
+    let control = plan.steering.as_ref().map(|steering| {
+        let control = RunControl::new();
+        steering.add_task(partition, Arc::clone(&control));
+        (control, steering.udf())
+    });
     let options = RunOptions {
         progress: false,
         stop: Some(Arc::clone(&stop)),
         fresh: false,
-        control: None,
+        control: control.as_ref().map(|(c, _)| Arc::clone(c)),
     };
     tracing::info!("task {partition}: starting");
     let thread = std::thread::Builder::new()
         .name(format!("weir-task-{partition}"))
         .spawn(move || {
-            let report = run(&spec, &options).map_err(|f| anyhow::anyhow!("{f}"))?;
+            let result = match control {
+                None => run(&spec, &options),
+                Some((_, udf)) => {
+                    let prepared = crate::serve::deployment::prepare(&spec, &udf)
+                        .map_err(|refused| anyhow::anyhow!("{}", refused.message))?;
+                    run_with(&spec, prepared.function, prepared.identity, &options)
+                }
+            };
+            let report = result.map_err(|f| anyhow::anyhow!("{f}"))?;
             tracing::info!("task {partition}: stopped\n{}", report.summary());
             Ok(())
         });
@@ -270,6 +316,9 @@ fn stop_task(tasks: &mut Tasks, partition: i32) {
     let Some(task) = tasks.running.remove(&partition) else {
         return;
     };
+    if let Some(steering) = &tasks.steering {
+        steering.remove_task(partition);
+    }
     task.stop.store(true, Ordering::Relaxed);
     let mut results: Vec<anyhow::Result<()>> =
         task.repartitioners.into_iter().map(|r| r.stop()).collect();
@@ -349,6 +398,7 @@ fn plan(spec: &PipelineSpec, group: &str) -> anyhow::Result<Plan> {
         checkpoint_topic: format!("{group}.{}.checkpoints", spec.name),
         partitions: 0,
         status_topic: status::topic(group),
+        steering: None,
     })
 }
 
@@ -519,8 +569,8 @@ topic = "out"
             "timestamp = \"ts\"",
             "timestamp = \"ts\"\nrepartition = true",
         );
-        let plan = plan(&spec(&text), "g").unwrap();
-        let task = task_spec(&plan, 4);
+        let repartitioned = plan(&spec(&text), "g").unwrap();
+        let task = task_spec(&repartitioned, 4);
         let SourceLocation::Kafka(kafka) = &task.sources[0].location else {
             panic!("a Kafka source");
         };

@@ -112,6 +112,9 @@ pub struct LiveStatus {
     /// (unix ms, records processed) once a second, for the last ten minutes.
     pub history: VecDeque<(i64, u64)>,
     pub checkpoints: u64,
+    /// In a group (`weir serve --group`): the tasks (partitions) running in this process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Vec<i32>>,
 }
 
 /// Keeps a status's rate and history up to date.

@@ -116,7 +116,7 @@ async fn swap_in(
     let result = tokio::task::spawn_blocking(move || {
         let sha256 = deployment::sha256_hex(&bytes);
         // Prepare and swap without holding the lock: compiling takes a while.
-        let (number, known, spec, control, running) = {
+        let (number, known, spec, control, steering, running) = {
             let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
             let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
             let found = d.versions.iter().find(|v| v.sha256 == sha256);
@@ -125,17 +125,27 @@ async fn swap_in(
                 found.is_some(),
                 d.spec.clone(),
                 Arc::clone(&d.control),
+                d.steering.clone(),
                 d.is_running(),
             )
         };
-        let deployed = deployment::swap_parts(
-            &spec,
-            &control,
-            running,
-            Arc::clone(&bytes),
-            number,
-            probation_calls,
-        )?;
+        let deployed = match steering {
+            Some(steering) if running => deployment::swap_in_group(
+                &spec,
+                &steering,
+                Arc::clone(&bytes),
+                number,
+                probation_calls,
+            )?,
+            _ => deployment::swap_parts(
+                &spec,
+                &control,
+                running,
+                Arc::clone(&bytes),
+                number,
+                probation_calls,
+            )?,
+        };
         if !known {
             let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(d) = pipelines.get_mut(&name) {

@@ -1,6 +1,7 @@
 //! One pipeline running inside `weir serve`: its thread, its control, its UDF versions.
 
 use crate::checkpoint::UdfIdentity;
+use crate::cluster::steering::Steering;
 use crate::pipeline::PipelineSpec;
 use crate::run::{run_with, RunControl, RunOptions, SwapRequest};
 use crate::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
@@ -60,37 +61,55 @@ pub struct Deployment {
     pub spec: PipelineSpec,
     pub control: Arc<RunControl>,
     pub versions: Vec<UdfVersion>,
+    /// Set when the pipeline runs as a member of a consumer group (`weir serve --group`).
+    pub steering: Option<Arc<Steering>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Deployment {
-    /// Checks the pipeline's UDF and starts the pipeline on its own thread.
-    pub fn start(spec: PipelineSpec) -> Result<Self, Refused> {
-        let bytes = std::fs::read(&spec.udf.path).map_err(|e| {
+    /// Checks the pipeline's UDF and starts the pipeline on its own thread: the whole
+    /// pipeline, or with `group` this process's share of its tasks.
+    pub fn start(spec: PipelineSpec, group: Option<&str>) -> Result<Self, Refused> {
+        let bytes = Arc::new(std::fs::read(&spec.udf.path).map_err(|e| {
             Refused::new(
                 400,
                 format!("cannot read UDF component {}: {e}", spec.udf.path.display()),
             )
-        })?;
+        })?);
         let Prepared { function, identity } = prepare(&spec, &bytes)?;
         let control = RunControl::new();
-        let options = RunOptions {
-            progress: false,
-            stop: Some(Arc::clone(&control.stop)),
-            fresh: false,
-            control: Some(Arc::clone(&control)),
-        };
         control.update(|s| s.state = "starting".into());
+        let steering = group.map(|_| Steering::new(Arc::clone(&bytes), Arc::clone(&control)));
         let run_spec = spec.clone();
         let run_control = Arc::clone(&control);
+        let run_steering = steering.clone();
+        let group = group.map(str::to_string);
         let thread = std::thread::Builder::new()
             .name(format!("weir-{}", spec.name))
             .spawn(move || {
-                if let Err(failure) = run_with(&run_spec, function, identity, &options) {
+                let failure = match (group, run_steering) {
+                    (Some(group), Some(steering)) => {
+                        let result = crate::cluster::run_steered(&run_spec, &group, steering);
+                        run_control.update(|s| s.state = "stopped".into());
+                        result.err().map(|e| format!("{e:#}"))
+                    }
+                    _ => {
+                        let options = RunOptions {
+                            progress: false,
+                            stop: Some(Arc::clone(&run_control.stop)),
+                            fresh: false,
+                            control: Some(Arc::clone(&run_control)),
+                        };
+                        run_with(&run_spec, function, identity, &options)
+                            .err()
+                            .map(|f| f.to_string())
+                    }
+                };
+                if let Some(failure) = failure {
                     tracing::error!("pipeline {:?} failed: {failure}", run_spec.name);
                     run_control.update(|s| {
                         s.state = "failed".into();
-                        s.last_error = Some(failure.to_string());
+                        s.last_error = Some(failure);
                     });
                 }
             })
@@ -98,13 +117,14 @@ impl Deployment {
         let version = UdfVersion {
             number: 1,
             sha256: sha256_hex(&bytes),
-            bytes: Arc::new(bytes),
+            bytes,
             deployed_at: wall_clock_ms(),
         };
         Ok(Self {
             spec,
             control,
             versions: vec![version],
+            steering,
             thread: Some(thread),
         })
     }
@@ -229,6 +249,49 @@ pub fn swap_parts(
             ))
         }
     }
+}
+
+/// Puts component `bytes` into every task of a group pipeline running here, and makes
+/// it the version the tasks this process gets later start with.
+pub fn swap_in_group(
+    spec: &PipelineSpec,
+    steering: &Steering,
+    bytes: Arc<Vec<u8>>,
+    number: u32,
+    probation_calls: u64,
+) -> Result<Deployed, Refused> {
+    let started = std::time::Instant::now();
+    // A component that cannot work is refused before any task is touched.
+    let Prepared { identity, .. } = prepare(spec, &bytes)?;
+    let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
+    steering.set_udf(Arc::clone(&bytes));
+    let mut pause_ms: f64 = 0.0;
+    for (partition, control) in steering.task_controls() {
+        // A task still restoring was started with the version before: wait until it runs.
+        let deadline = std::time::Instant::now() + crate::run::control::SWAP_WAIT;
+        while control.status().state == "starting" && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if control.status().state != "running" {
+            continue; // stopping: it moves, and starts elsewhere or here with the new version
+        }
+        let deployed = swap_parts(
+            spec,
+            &control,
+            true,
+            Arc::clone(&bytes),
+            number,
+            probation_calls,
+        )
+        .map_err(|r| Refused::new(r.status, format!("task {partition}: {}", r.message)))?;
+        pause_ms = pause_ms.max(deployed.swap_pause_ms);
+    }
+    Ok(Deployed {
+        version: number,
+        sha256: identity.sha256,
+        prepare_ms,
+        swap_pause_ms: pause_ms,
+    })
 }
 
 fn init_info(spec: &PipelineSpec) -> InitInfo {

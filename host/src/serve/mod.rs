@@ -32,6 +32,8 @@ pub struct ServeConfig {
     pub probation_calls: u64,
     /// Pipeline files to start with.
     pub pipelines: Vec<PathBuf>,
+    /// Runs every pipeline as a member of this consumer group (see `crate::cluster`).
+    pub group: Option<String>,
 }
 
 /// The default number of calls a new UDF version is on probation for.
@@ -43,6 +45,8 @@ pub struct Server {
     pub data_dir: PathBuf,
     pub probation_calls: u64,
     pub pipelines: Mutex<BTreeMap<String, Deployment>>,
+    /// With `--group`: the consumer group every pipeline joins.
+    pub group: Option<String>,
 }
 
 impl Server {
@@ -65,7 +69,7 @@ impl Server {
             }
         }
         let name = spec.name.clone();
-        let deployment = Deployment::start(spec)?;
+        let deployment = Deployment::start(spec, self.group.as_deref())?;
         pipelines.insert(name.clone(), deployment);
         Ok(name)
     }
@@ -105,6 +109,7 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
         data_dir: config.data_dir.clone(),
         probation_calls: config.probation_calls,
         pipelines: Mutex::new(BTreeMap::new()),
+        group: config.group.clone(),
     });
     for path in &config.pipelines {
         let text = std::fs::read_to_string(path)
