@@ -19,6 +19,8 @@ const PARTITIONS: i32 = 6;
 
 pub struct ScaleRun {
     pub processes: usize,
+    /// The source went through a repartition topic (`repartition = true`).
+    pub repartition: bool,
     pub total: Duration,
     pub joining: Duration,
 }
@@ -26,8 +28,9 @@ pub struct ScaleRun {
 impl ScaleRun {
     pub fn line(&self) -> String {
         format!(
-            "scale-out processes={} records_per_s={:.0} total_s={:.1} joining_s={:.1}",
+            "scale-out processes={}{} records_per_s={:.0} total_s={:.1} joining_s={:.1}",
             self.processes,
+            if self.repartition { " repartition" } else { "" },
             EVENTS as f64 / self.total.as_secs_f64(),
             self.total.as_secs_f64(),
             self.joining.as_secs_f64()
@@ -35,7 +38,8 @@ impl ScaleRun {
     }
 }
 
-/// The runs for 1, 2 and 3 processes, and the rebalance time of a fourth.
+/// The runs for 1, 2 and 3 processes, and the rebalance time of a fourth; then 3
+/// processes again with the source re-keyed through a repartition topic.
 pub fn scale_out(data: &Path) -> anyhow::Result<(Vec<ScaleRun>, Duration)> {
     let input = unique_table("bench_orders");
     create_topic(&input, PARTITIONS);
@@ -65,10 +69,10 @@ pub fn scale_out(data: &Path) -> anyhow::Result<(Vec<ScaleRun>, Duration)> {
     anyhow::ensure!(status.success(), "weir produce failed");
     let mut runs = Vec::new();
     let mut rebalance = Duration::ZERO;
-    for processes in 1..=3 {
+    for (processes, repartition) in [(1, false), (2, false), (3, false), (3, true)] {
         let output = unique_table("bench_totals");
         create_topic(&output, 1);
-        let pipeline = pipeline(data, &input, &output)?;
+        let pipeline = pipeline(data, &input, &output, repartition)?;
         let group = unique_table("bench_group");
         let started = Instant::now();
         let logs: Vec<_> = (0..processes)
@@ -80,12 +84,18 @@ pub fn scale_out(data: &Path) -> anyhow::Result<(Vec<ScaleRun>, Duration)> {
             .collect();
         let joining = wait_for_line(&logs, "starting", started)?;
         wait_committed(&group, &input)?;
+        let total = if repartition {
+            repartition_read(&group, started)?
+        } else {
+            started.elapsed()
+        };
         runs.push(ScaleRun {
             processes,
-            total: started.elapsed(),
+            repartition,
+            total,
             joining,
         });
-        if processes == 3 {
+        if processes == 3 && !repartition {
             let log = data.join("scale-fourth.log");
             let joined = Instant::now();
             children.push(spawn_group_member(&pipeline, &group, &log));
@@ -103,7 +113,7 @@ pub fn scale_out(data: &Path) -> anyhow::Result<(Vec<ScaleRun>, Duration)> {
     Ok((runs, rebalance))
 }
 
-fn pipeline(data: &Path, input: &str, output: &str) -> anyhow::Result<String> {
+fn pipeline(data: &Path, input: &str, output: &str, repartition: bool) -> anyhow::Result<String> {
     let text = format!(
         r#"
 name = "bench-scale"
@@ -117,6 +127,7 @@ startup = "earliest"
 key = "orderId"
 timestamp = "timestamp"
 timestamp_format = "datetime"
+repartition = {repartition}
 
 [udf]
 path = "{udf}"
@@ -174,6 +185,28 @@ fn wait_committed(group: &str, input: &str) -> anyhow::Result<()> {
             Instant::now() < deadline,
             "only {done} of {EVENTS} committed in 5 minutes"
         );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// With a repartition topic the source's offsets are committed by the repartitioners;
+/// the tasks are done once their commits on the repartition topic stop moving (they
+/// commit at each checkpoint, every 2 s): the time of their last move.
+fn repartition_read(group: &str, started: Instant) -> anyhow::Result<Duration> {
+    let topic = format!("{group}.bench-scale.repartition-orders");
+    let mut last = (0i64, started.elapsed());
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let done: i64 = committed_offsets(&format!("{group}.offsets"), &topic)
+            .values()
+            .sum();
+        if done > last.0 {
+            last = (done, started.elapsed());
+        } else if started.elapsed() > last.1 + Duration::from_secs(6) {
+            anyhow::ensure!(done as u64 >= EVENTS, "only {done} of {EVENTS} read");
+            return Ok(last.1);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "not done in 5 minutes");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
