@@ -8,7 +8,7 @@
 //! they were produced at.
 
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 use std::time::Duration;
 use weir_e2e::gen::Rng;
@@ -138,18 +138,30 @@ fn rides() -> Vec<Outgoing> {
     messages
 }
 
-/// Waits until the group has read all of `input` and all of its repartition topic.
-fn wait_until_done(group: &str, input: &str, ends: &BTreeMap<i32, i64>, logs: &[&Path]) {
+/// Waits until the group has read all of `input` and all of its repartition topic;
+/// returns how many records the repartitioners sent twice (after a restart), which the
+/// tasks must have dropped.
+fn wait_until_done(group: &str, input: &str, ends: &BTreeMap<i32, i64>, logs: &[&Path]) -> usize {
     wait_until_committed(group, input, ends, logs);
     // The repartitioners have sent (and committed after) their last markers.
     let repartition = format!("{group}.zones.repartition-rides");
     let mut sent = BTreeMap::new();
+    let mut origins = HashSet::new();
+    let mut resent = 0;
     for message in read_all(&repartition) {
         let end = sent.entry(message.partition).or_insert(0);
         *end = (*end).max(message.offset + 1);
+        if let (Some(from), Some(offset)) =
+            (message.header("weir-from"), message.header("weir-offset"))
+        {
+            if !origins.insert((from.to_string(), offset.to_string())) {
+                resent += 1;
+            }
+        }
     }
     assert_eq!(sent.len(), PARTITIONS as usize, "every task got records");
     wait_until_committed(group, &repartition, &sent, logs);
+    resent
 }
 
 /// The dead letters of every task of a group run (`<stem>.p<N>.jsonl`), as
@@ -215,7 +227,7 @@ fn a_source_not_partitioned_by_the_key_is_repartitioned_and_nothing_is_lost_or_d
     }
     let logs = [log("a"), log("b"), log("c"), log("b2"), log("d")];
     let log_refs: Vec<&Path> = logs.iter().map(|p| p.as_path()).collect();
-    wait_until_done(&group, &input, &ends, &log_refs);
+    let resent = wait_until_done(&group, &input, &ends, &log_refs);
     for process in [Some(a), Some(c), b2, d].into_iter().flatten() {
         process.stop();
     }
@@ -281,7 +293,7 @@ fn a_source_not_partitioned_by_the_key_is_repartitioned_and_nothing_is_lost_or_d
     assert_eq!(group_dead_letters(&work, "scaled"), plain_letters);
     assert_eq!(group_dead_letters(&work, "single"), plain_letters);
     eprintln!(
-        "repartition: {} windows, {repeats} repeats dropped by id",
+        "repartition: {} windows, {resent} records re-sent through the repartition topic and dropped, {repeats} output repeats dropped by id",
         got.len()
     );
 }
