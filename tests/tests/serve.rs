@@ -1490,6 +1490,28 @@ fn tasks(p: &Value) -> Vec<i64> {
         .unwrap_or_default()
 }
 
+/// Polls two servers of a group until, between them, they run the six tasks once each
+/// (both some) and `ready` holds for their pipelines; panics after two minutes.
+fn wait_for_both(x: &Server, y: &Server, what: &str, ready: impl Fn(&Value, &Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (px, py) = (x.pipeline("grouped"), y.pipeline("grouped"));
+        let mut all = [tasks(&px), tasks(&py)].concat();
+        all.sort_unstable();
+        let shared = !tasks(&px).is_empty() && !tasks(&py).is_empty();
+        if all == [0, 1, 2, 3, 4, 5] && shared && ready(&px, &py) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen:\n{px:#}\n{py:#}\nlogs:\n{}\n----\n{}",
+            x.log(),
+            y.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Records `from..to` of the steady stream, each key in one of six partitions.
 fn produce_records(topic: &str, from: u64, to: u64) {
     let records: Vec<Outgoing> = (from..to)
@@ -1499,10 +1521,10 @@ fn produce_records(topic: &str, from: u64, to: u64) {
 }
 
 /// `weir serve --group`: two servers share a Kafka pipeline's six tasks; a version
-/// deployed to one runs in all its tasks, and in the tasks it takes over when the other
-/// stops.
+/// deployed to one runs in every task of both, and in the tasks a new server takes over
+/// when one of them stops.
 #[test]
-fn servers_in_a_group_share_the_tasks_and_a_deployed_version_follows_the_tasks_taken_over() {
+fn servers_in_a_group_share_the_tasks_and_a_version_deployed_to_one_runs_in_all() {
     let work = Workdir::new();
     let (input, output) = (unique_table("served_in"), unique_table("served_out"));
     create_topic(&input, 6);
@@ -1543,52 +1565,46 @@ topic = "{output}"
     produce_records(&input, 0, 600);
 
     // Between them they run the six tasks, each once, and process every record.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let (pa, pb) = (a.pipeline("grouped"), b.pipeline("grouped"));
-        let mut all = [tasks(&pa), tasks(&pb)].concat();
-        all.sort_unstable();
-        if all == [0, 1, 2, 3, 4, 5] && processed(&pa) + processed(&pb) == 600 {
-            assert!(
-                !tasks(&pa).is_empty() && !tasks(&pb).is_empty(),
-                "both have tasks"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the servers did not share the work:\n{pa:#}\n{pb:#}\nlogs:\n{}\n----\n{}",
-            a.log(),
-            b.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_both(&a, &b, "sharing the work", |pa, pb| {
+        processed(pa) + processed(pb) == 600
+    });
 
-    // Version 2 to server a: every task of a runs it.
+    // Version 2 to server a: every task of a runs it, and b, which follows the group's
+    // version log, swaps it into its tasks too.
     let reply = a.put_udf("grouped", &wasm("versioned-udf-v2"));
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!(reply.json["version"], 2, "{}", reply.text);
     let v2 = reply.json["sha256"].as_str().expect("a hash").to_string();
+    let on_v2 = |p: &Value| p["status"]["udf_sha256"] == v2.as_str() && version(p) == Some(2);
     a.wait_for(
         "grouped",
         "its tasks on version 2",
         Duration::from_secs(10),
-        |p| p["status"]["udf_sha256"] == v2.as_str(),
+        on_v2,
+    );
+    b.wait_for(
+        "grouped",
+        "version 2 from the group",
+        Duration::from_secs(30),
+        on_v2,
     );
 
-    // b stops: a takes its tasks over and starts them with version 2.
+    // b stops and c joins: c reads the group's versions first, so the tasks it takes
+    // over start with version 2, as do those a takes over.
     let _ = Command::new("kill")
         .args(["-TERM", &b.child.id().to_string()])
         .status();
     let exited = b.child.wait().expect("b exits");
     assert!(exited.success(), "b: {exited}\n{}", b.log());
-    a.wait_for(
-        "grouped",
-        "all six tasks on version 2",
-        Duration::from_secs(120),
-        |p| {
-            tasks(p).len() == 6 && p["status"]["udf_sha256"] == v2.as_str() && state(p) == "running"
-        },
+    let c = Server::start_in_group(&[&file], &group);
+    wait_for_both(&a, &c, "taking over b's tasks on version 2", |pa, pc| {
+        on_v2(pa) && on_v2(pc)
+    });
+    assert!(
+        c.log()
+            .contains("the group runs UDF version 2: tasks start with it"),
+        "c started its tasks with the group's version, not its file's:\n{}",
+        c.log()
     );
 
     // New records, in every partition, are all counted by version 2.

@@ -183,90 +183,143 @@ struct Partial {
 
 /// Reads the partition from its start to its end; returns the complete checkpoints.
 fn read_all(target: &KafkaCheckpoints) -> anyhow::Result<BTreeMap<u64, Vec<u8>>> {
-    let consumer: BaseConsumer<Quiet> = ClientConfig::new()
-        .set("bootstrap.servers", &target.brokers)
-        .set("group.id", "weir-checkpoint-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .set(
-            "fetch.message.max.bytes",
-            (CHUNK_BYTES + (64 << 10)).to_string(),
-        )
-        .create_with_context(Quiet)?;
-    let mut assignment = TopicPartitionList::new();
-    assignment.add_partition_offset(&target.topic, target.partition, Offset::Beginning)?;
-    consumer.assign(&assignment)?;
+    let mut reader = ChunkReader::open(target)?;
     let mut held = BTreeMap::new();
-    let mut partial: BTreeMap<u64, Partial> = BTreeMap::new();
-    let started = Instant::now();
-    loop {
-        anyhow::ensure!(
-            started.elapsed() < TIMEOUT,
-            "the partition was not read to its end within {} s",
-            TIMEOUT.as_secs()
-        );
-        let Some(result) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let message = match result {
-            Ok(message) => message,
-            Err(KafkaError::PartitionEOF(_)) => break,
-            Err(e) => {
-                tracing::debug!("reading checkpoints: {e}");
-                continue;
+    for entry in reader.read(true)? {
+        match entry {
+            Entry::Complete(epoch, data) => {
+                held.insert(epoch, data);
             }
-        };
-        let Some(epoch) = message
-            .key()
-            .and_then(|k| std::str::from_utf8(k).ok())
-            .and_then(|k| k.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        let header = |name: &str| {
-            message.headers().and_then(|headers| {
-                headers
-                    .iter()
-                    .find(|h| h.key == name)
-                    .and_then(|h| h.value)
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-            })
-        };
-        if header("weir-deleted").is_some() {
-            held.remove(&epoch);
-            partial.remove(&epoch);
-            continue;
-        }
-        let Some(chunk) = header("weir-chunk") else {
-            continue;
-        };
-        let parts: Vec<u64> = chunk.split('/').filter_map(|n| n.parse().ok()).collect();
-        let [attempt, index, count] = parts[..] else {
-            continue;
-        };
-        let entry = partial.entry(epoch).or_insert(Partial {
-            attempt,
-            count: count as usize,
-            chunks: Vec::new(),
-        });
-        if entry.attempt != attempt || index as usize != entry.chunks.len() {
-            // A new attempt (or chunks out of order): start over with this one.
-            *entry = Partial {
-                attempt,
-                count: count as usize,
-                chunks: Vec::new(),
-            };
-            if index != 0 {
-                continue;
+            Entry::Deleted(epoch) => {
+                held.remove(&epoch);
             }
-        }
-        entry
-            .chunks
-            .push(message.payload().unwrap_or_default().to_vec());
-        if entry.chunks.len() == entry.count {
-            let done = partial.remove(&epoch).expect("present");
-            held.insert(epoch, done.chunks.concat());
         }
     }
     Ok(held)
+}
+
+/// What a [`ChunkReader`] found in the partition, in the order it was written.
+pub(crate) enum Entry {
+    /// Every chunk of one write of this key.
+    Complete(u64, Vec<u8>),
+    Deleted(u64),
+}
+
+/// Reads a partition written by [`KafkaBackend`], from its start: all of it at once, or
+/// (following it) what arrived since the last read.
+pub(crate) struct ChunkReader {
+    consumer: BaseConsumer<Quiet>,
+    partial: BTreeMap<u64, Partial>,
+}
+
+impl ChunkReader {
+    pub(crate) fn open(target: &KafkaCheckpoints) -> anyhow::Result<Self> {
+        let consumer: BaseConsumer<Quiet> = ClientConfig::new()
+            .set("bootstrap.servers", &target.brokers)
+            .set("group.id", "weir-checkpoint-reader")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .set(
+                "fetch.message.max.bytes",
+                (CHUNK_BYTES + (64 << 10)).to_string(),
+            )
+            .create_with_context(Quiet)?;
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(&target.topic, target.partition, Offset::Beginning)?;
+        consumer.assign(&assignment)?;
+        Ok(Self {
+            consumer,
+            partial: BTreeMap::new(),
+        })
+    }
+
+    /// With `to_end`, reads until the partition's end (failing after a minute); else
+    /// only what has arrived, without waiting.
+    pub(crate) fn read(&mut self, to_end: bool) -> anyhow::Result<Vec<Entry>> {
+        let mut found = Vec::new();
+        let started = Instant::now();
+        loop {
+            anyhow::ensure!(
+                started.elapsed() < TIMEOUT,
+                "the partition was not read to its end within {} s",
+                TIMEOUT.as_secs()
+            );
+            let wait = if to_end {
+                Duration::from_millis(200)
+            } else {
+                Duration::ZERO
+            };
+            let Some(result) = self.consumer.poll(wait) else {
+                if to_end {
+                    continue;
+                }
+                break;
+            };
+            let message = match result {
+                Ok(message) => message,
+                Err(KafkaError::PartitionEOF(_)) => break,
+                Err(e) => {
+                    tracing::debug!("reading checkpoints: {e}");
+                    continue;
+                }
+            };
+            if let Some(entry) = take(&mut self.partial, &message) {
+                found.push(entry);
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Adds one message to the entries being put together; returns what it completed.
+fn take(
+    partial: &mut BTreeMap<u64, Partial>,
+    message: &rdkafka::message::BorrowedMessage<'_>,
+) -> Option<Entry> {
+    let epoch = message
+        .key()
+        .and_then(|k| std::str::from_utf8(k).ok())
+        .and_then(|k| k.parse::<u64>().ok())?;
+    let header = |name: &str| {
+        message.headers().and_then(|headers| {
+            headers
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        })
+    };
+    if header("weir-deleted").is_some() {
+        partial.remove(&epoch);
+        return Some(Entry::Deleted(epoch));
+    }
+    let chunk = header("weir-chunk")?;
+    let parts: Vec<u64> = chunk.split('/').filter_map(|n| n.parse().ok()).collect();
+    let [attempt, index, count] = parts[..] else {
+        return None;
+    };
+    let entry = partial.entry(epoch).or_insert(Partial {
+        attempt,
+        count: count as usize,
+        chunks: Vec::new(),
+    });
+    if entry.attempt != attempt || index as usize != entry.chunks.len() {
+        // A new attempt (or chunks out of order): start over with this one.
+        *entry = Partial {
+            attempt,
+            count: count as usize,
+            chunks: Vec::new(),
+        };
+        if index != 0 {
+            return None;
+        }
+    }
+    entry
+        .chunks
+        .push(message.payload().unwrap_or_default().to_vec());
+    if entry.chunks.len() < entry.count {
+        return None;
+    }
+    let done = partial.remove(&epoch).expect("present");
+    Some(Entry::Complete(epoch, done.chunks.concat()))
 }

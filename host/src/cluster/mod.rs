@@ -108,6 +108,12 @@ fn run_member(
     plan.partitions = partitions;
     let plan = Arc::new(plan);
     ensure_topic(&plan.brokers, &plan.checkpoint_topic, partitions)?;
+    if let Some(steering) = &plan.steering {
+        // Before any task starts: they start with the group's current UDF version.
+        let topic = format!("{group}.{}.udf", plan.spec.name);
+        ensure_topic(&plan.brokers, &topic, 1)?;
+        steering.open_log(&plan.brokers, &topic)?;
+    }
     for source in &plan.spec.sources {
         if is_repartitioned(source) {
             let topic = repartition::topic(&plan.group, &plan.spec.name, &source.name);
@@ -179,7 +185,8 @@ fn run_member(
         drop(tasks);
         reporter.report(&owned);
         if let Some(steering) = &plan.steering {
-            steering.publish();
+            steering.publish_status();
+            steering.follow();
         }
     };
     // Leave the group: our tasks stop (and checkpoint) in the revocation, and the

@@ -3,43 +3,84 @@
 //! `weir serve` steers a pipeline through one [`RunControl`]; in a group the pipeline is
 //! the tasks this process was given, each a run with a control of its own. [`Steering`]
 //! stands between the two: the server's control shows the tasks' statuses summed (and
-//! which tasks run here), its stop flag stops the member, and a deployed UDF version is
-//! swapped into every task here and kept as the version the tasks this process gets
-//! later start with.
+//! which tasks run here), and its stop flag stops the member.
+//!
+//! **One version for the whole group.** A UDF version deployed to any member is swapped
+//! into that member's tasks and then written to the group's version log, the topic
+//! `<group>.<pipeline>.udf` (one partition, chunked like the checkpoints). Every member
+//! follows the log: a version that appears there is swapped into its tasks too, and is the
+//! version the tasks it gets later start with. A member that joins reads the log first,
+//! so its tasks start with the group's current version, not the one its file names.
 
+use crate::checkpoint::kafka_store::{ChunkReader, Entry, KafkaBackend, KafkaCheckpoints};
+use crate::checkpoint::store::Backend as _;
+use crate::pipeline::PipelineSpec;
 use crate::run::control::RateTracker;
 use crate::run::{LiveStatus, RunControl};
+use crate::serve::deployment::{sha256_hex, UdfVersion};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a member looks for versions deployed elsewhere in the group.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Steering {
     /// What `weir serve` reads and sets: the summed status, and the stop flag.
     pub control: Arc<RunControl>,
-    /// The component tasks start with: the pipeline's, or the last one deployed.
-    udf: Mutex<Arc<Vec<u8>>>,
+    /// The pipeline as this server runs it, and the probation of a swap.
+    pub spec: PipelineSpec,
+    pub probation_calls: u64,
+    /// The UDF versions known here, shared with the admin API.
+    pub versions: Arc<Mutex<Vec<UdfVersion>>>,
+    /// The component tasks start with (the pipeline's, or the last one deployed), and
+    /// its hash.
+    udf: Mutex<(Arc<Vec<u8>>, String)>,
     /// The running tasks' own controls, by partition.
     tasks: Mutex<BTreeMap<i32, Arc<RunControl>>>,
     rate: Mutex<RateTracker>,
+    /// The group's version log, once the member has joined.
+    log: Mutex<Option<VersionLog>>,
+}
+
+struct VersionLog {
+    target: KafkaCheckpoints,
+    reader: ChunkReader,
+    /// Opened at the first publication.
+    writer: Option<KafkaBackend>,
+    last_read: Instant,
 }
 
 impl Steering {
-    pub fn new(udf: Arc<Vec<u8>>, control: Arc<RunControl>) -> Arc<Self> {
+    pub fn new(
+        udf: Arc<Vec<u8>>,
+        control: Arc<RunControl>,
+        spec: PipelineSpec,
+        probation_calls: u64,
+        versions: Arc<Mutex<Vec<UdfVersion>>>,
+    ) -> Arc<Self> {
+        let sha = sha256_hex(&udf);
         Arc::new(Self {
             control,
-            udf: Mutex::new(udf),
+            spec,
+            probation_calls,
+            versions,
+            udf: Mutex::new((udf, sha)),
             tasks: Mutex::new(BTreeMap::new()),
             rate: Mutex::new(RateTracker::new()),
+            log: Mutex::new(None),
         })
     }
 
     /// The component a task starting now runs.
     pub fn udf(&self) -> Arc<Vec<u8>> {
-        Arc::clone(&self.udf.lock().unwrap_or_else(|e| e.into_inner()))
+        Arc::clone(&self.udf.lock().unwrap_or_else(|e| e.into_inner()).0)
     }
 
     /// Makes `bytes` the component tasks start with from now on.
     pub fn set_udf(&self, bytes: Arc<Vec<u8>>) {
-        *self.udf.lock().unwrap_or_else(|e| e.into_inner()) = bytes;
+        let sha = sha256_hex(&bytes);
+        *self.udf.lock().unwrap_or_else(|e| e.into_inner()) = (bytes, sha);
     }
 
     /// The controls of the tasks running here, by partition.
@@ -59,7 +100,7 @@ impl Steering {
     }
 
     /// Publishes the tasks' statuses, summed, as the pipeline's.
-    pub(super) fn publish(&self) {
+    pub(super) fn publish_status(&self) {
         let tasks = self.task_controls();
         let statuses: Vec<LiveStatus> = tasks.iter().map(|(_, c)| c.status()).collect();
         let mut sum = summed(&statuses);
@@ -69,6 +110,105 @@ impl Steering {
         let mut rate = self.rate.lock().unwrap_or_else(|e| e.into_inner());
         rate.observe(&mut sum, crate::time::wall_clock_ms());
         self.control.update(|s| *s = sum);
+    }
+
+    /// Reads the group's version log (`topic` on `brokers`, which must exist) to its end:
+    /// its versions become known here, and the last one is what tasks start with.
+    pub(super) fn open_log(&self, brokers: &str, topic: &str) -> anyhow::Result<()> {
+        let target = KafkaCheckpoints {
+            brokers: brokers.to_string(),
+            topic: topic.to_string(),
+            partition: 0,
+        };
+        let mut reader = ChunkReader::open(&target)?;
+        let entries = reader.read(true)?;
+        if let Some((number, bytes)) = self.learn(entries) {
+            tracing::info!("the group runs UDF version {number}: tasks start with it");
+            self.set_udf(bytes);
+        }
+        *self.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(VersionLog {
+            target,
+            reader,
+            writer: None,
+            last_read: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// Writes version `number` to the group's version log, for the other members.
+    pub fn publish_version(&self, number: u32, bytes: &[u8]) -> anyhow::Result<()> {
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(log) = log.as_mut() else {
+            anyhow::bail!("the member has not joined its group yet");
+        };
+        if log.writer.is_none() {
+            log.writer = Some(KafkaBackend::open(&log.target)?);
+        }
+        log.writer
+            .as_ref()
+            .expect("opened")
+            .write(u64::from(number), bytes)
+    }
+
+    /// Looks for versions deployed by other members (at most every [`FOLLOW_EVERY`]);
+    /// one that differs from what the tasks run is swapped into them on a thread of its own.
+    pub(super) fn follow(self: &Arc<Self>) {
+        let entries = {
+            let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(log) = log.as_mut() else { return };
+            if log.last_read.elapsed() < FOLLOW_EVERY {
+                return;
+            }
+            log.last_read = Instant::now();
+            match log.reader.read(false) {
+                Ok(entries) => entries,
+                Err(e) => {
+                    tracing::warn!("cannot read the group's UDF versions: {e:#}");
+                    return;
+                }
+            }
+        };
+        let Some((number, bytes)) = self.learn(entries) else {
+            return;
+        };
+        tracing::info!("UDF version {number} was deployed in the group: swapping it in");
+        self.set_udf(Arc::clone(&bytes));
+        let steering = Arc::clone(self);
+        let _ = std::thread::Builder::new()
+            .name("weir-follow-udf".into())
+            .spawn(
+                move || match crate::serve::deployment::swap_tasks(&steering, bytes, number) {
+                    Ok(_) => tracing::info!("UDF version {number} runs in every task here"),
+                    Err(e) => tracing::error!("UDF version {number}: {}", e.message),
+                },
+            );
+    }
+
+    /// Makes the versions in `entries` known here; returns the last one if the tasks do
+    /// not run it.
+    fn learn(&self, entries: Vec<Entry>) -> Option<(u32, Arc<Vec<u8>>)> {
+        let mut last = None;
+        for entry in entries {
+            let Entry::Complete(number, bytes) = entry else {
+                continue;
+            };
+            let number = u32::try_from(number).unwrap_or(u32::MAX);
+            let bytes = Arc::new(bytes);
+            let sha = sha256_hex(&bytes);
+            let mut versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+            if !versions.iter().any(|v| v.sha256 == sha) {
+                versions.push(UdfVersion {
+                    number,
+                    sha256: sha.clone(),
+                    bytes: Arc::clone(&bytes),
+                    deployed_at: crate::time::wall_clock_ms(),
+                });
+            }
+            last = Some((number, bytes, sha));
+        }
+        let (number, bytes, sha) = last?;
+        let running = self.udf.lock().unwrap_or_else(|e| e.into_inner()).1.clone();
+        (sha != running).then_some((number, bytes))
     }
 }
 

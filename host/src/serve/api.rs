@@ -58,7 +58,7 @@ fn not_found(name: &str) -> Refused {
 /// One pipeline as the API shows it.
 fn describe(name: &str, d: &deployment::Deployment) -> serde_json::Value {
     let status = d.control.status();
-    let active = d.active_version().map(|v| v.number);
+    let active = d.active_version();
     json!({
         "name": name,
         "state": status.state,
@@ -119,9 +119,11 @@ async fn swap_in(
         let (number, known, spec, control, steering, running) = {
             let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
             let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
-            let found = d.versions.iter().find(|v| v.sha256 == sha256);
+            let versions = d.versions.lock().unwrap_or_else(|e| e.into_inner());
+            let found = versions.iter().find(|v| v.sha256 == sha256);
+            let next = versions.iter().map(|v| v.number).max().unwrap_or(0) + 1;
             (
-                found.map_or(d.versions.len() as u32 + 1, |v| v.number),
+                found.map_or(next, |v| v.number),
                 found.is_some(),
                 d.spec.clone(),
                 Arc::clone(&d.control),
@@ -130,13 +132,9 @@ async fn swap_in(
             )
         };
         let deployed = match steering {
-            Some(steering) if running => deployment::swap_in_group(
-                &spec,
-                &steering,
-                Arc::clone(&bytes),
-                number,
-                probation_calls,
-            )?,
+            Some(steering) if running => {
+                deployment::swap_in_group(&steering, Arc::clone(&bytes), number)?
+            }
             _ => deployment::swap_parts(
                 &spec,
                 &control,
@@ -149,7 +147,8 @@ async fn swap_in(
         if !known {
             let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(d) = pipelines.get_mut(&name) {
-                d.versions.push(UdfVersion {
+                let mut versions = d.versions.lock().unwrap_or_else(|e| e.into_inner());
+                versions.push(UdfVersion {
                     number,
                     sha256,
                     bytes,
@@ -184,9 +183,9 @@ async fn rollback(
     let bytes = {
         let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
         let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
-        let active = d.active_version().map(|v| v.number).unwrap_or(1);
-        let previous = d
-            .versions
+        let active = d.active_version().unwrap_or(1);
+        let versions = d.versions.lock().unwrap_or_else(|e| e.into_inner());
+        let previous = versions
             .iter()
             .filter(|v| v.number < active)
             .max_by_key(|v| v.number)

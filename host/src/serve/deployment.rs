@@ -8,7 +8,7 @@ use crate::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
 use crate::runtime::{HostServices, InitInfo, ProcessFunction};
 use crate::time::wall_clock_ms;
 use serde::Serialize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// A UDF version a pipeline has run: kept so it can be rolled back to.
@@ -60,7 +60,8 @@ pub struct Deployed {
 pub struct Deployment {
     pub spec: PipelineSpec,
     pub control: Arc<RunControl>,
-    pub versions: Vec<UdfVersion>,
+    /// Shared with the group's steering, which learns versions deployed elsewhere.
+    pub versions: Arc<Mutex<Vec<UdfVersion>>>,
     /// Set when the pipeline runs as a member of a consumer group (`weir serve --group`).
     pub steering: Option<Arc<Steering>>,
     thread: Option<JoinHandle<()>>,
@@ -69,7 +70,11 @@ pub struct Deployment {
 impl Deployment {
     /// Checks the pipeline's UDF and starts the pipeline on its own thread: the whole
     /// pipeline, or with `group` this process's share of its tasks.
-    pub fn start(spec: PipelineSpec, group: Option<&str>) -> Result<Self, Refused> {
+    pub fn start(
+        spec: PipelineSpec,
+        group: Option<&str>,
+        probation_calls: u64,
+    ) -> Result<Self, Refused> {
         let bytes = Arc::new(std::fs::read(&spec.udf.path).map_err(|e| {
             Refused::new(
                 400,
@@ -79,7 +84,21 @@ impl Deployment {
         let Prepared { function, identity } = prepare(&spec, &bytes)?;
         let control = RunControl::new();
         control.update(|s| s.state = "starting".into());
-        let steering = group.map(|_| Steering::new(Arc::clone(&bytes), Arc::clone(&control)));
+        let versions = Arc::new(Mutex::new(vec![UdfVersion {
+            number: 1,
+            sha256: identity.sha256.clone(),
+            bytes: Arc::clone(&bytes),
+            deployed_at: wall_clock_ms(),
+        }]));
+        let steering = group.map(|_| {
+            Steering::new(
+                Arc::clone(&bytes),
+                Arc::clone(&control),
+                spec.clone(),
+                probation_calls,
+                Arc::clone(&versions),
+            )
+        });
         let run_spec = spec.clone();
         let run_control = Arc::clone(&control);
         let run_steering = steering.clone();
@@ -114,16 +133,10 @@ impl Deployment {
                 }
             })
             .map_err(|e| Refused::new(500, format!("cannot start a thread: {e}")))?;
-        let version = UdfVersion {
-            number: 1,
-            sha256: sha256_hex(&bytes),
-            bytes,
-            deployed_at: wall_clock_ms(),
-        };
         Ok(Self {
             spec,
             control,
-            versions: vec![version],
+            versions,
             steering,
             thread: Some(thread),
         })
@@ -133,15 +146,20 @@ impl Deployment {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
-    /// The version running now (the status says which hash is active).
-    pub fn active_version(&self) -> Option<&UdfVersion> {
+    /// The number of the version running now (the status says which hash is active).
+    pub fn active_version(&self) -> Option<u32> {
         let active = self.control.status().udf_sha256;
-        self.versions.iter().find(|v| v.sha256 == active)
+        let versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+        versions
+            .iter()
+            .find(|v| v.sha256 == active)
+            .map(|v| v.number)
     }
 
     pub fn version_info(&self) -> Vec<VersionInfo> {
         let active = self.control.status().udf_sha256;
-        self.versions
+        let versions = self.versions.lock().unwrap_or_else(|e| e.into_inner());
+        versions
             .iter()
             .map(|v| VersionInfo {
                 version: v.number,
@@ -251,15 +269,31 @@ pub fn swap_parts(
     }
 }
 
-/// Puts component `bytes` into every task of a group pipeline running here, and makes
-/// it the version the tasks this process gets later start with.
+/// Deploys component `bytes` to a group pipeline: into every task running here, then
+/// to the group's version log, which the other members follow.
 pub fn swap_in_group(
-    spec: &PipelineSpec,
     steering: &Steering,
     bytes: Arc<Vec<u8>>,
     number: u32,
-    probation_calls: u64,
 ) -> Result<Deployed, Refused> {
+    let deployed = swap_tasks(steering, Arc::clone(&bytes), number)?;
+    steering.publish_version(number, &bytes).map_err(|e| {
+        Refused::new(
+            502,
+            format!("version {number} runs here, but could not be sent to the group: {e:#}"),
+        )
+    })?;
+    Ok(deployed)
+}
+
+/// Puts component `bytes` into every task of a group pipeline running here, and makes
+/// it the version the tasks this process gets later start with.
+pub fn swap_tasks(
+    steering: &Steering,
+    bytes: Arc<Vec<u8>>,
+    number: u32,
+) -> Result<Deployed, Refused> {
+    let (spec, probation_calls) = (&steering.spec, steering.probation_calls);
     let started = std::time::Instant::now();
     // A component that cannot work is refused before any task is touched.
     let Prepared { identity, .. } = prepare(spec, &bytes)?;

@@ -23,13 +23,7 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
     };
     let all: Vec<(String, crate::run::LiveStatus, Option<u32>)> = pipelines
         .iter()
-        .map(|(n, d)| {
-            (
-                label(n),
-                d.control.status(),
-                d.active_version().map(|v| v.number),
-            )
-        })
+        .map(|(n, d)| (label(n), d.control.status(), d.active_version()))
         .collect();
     let per = |f: &dyn Fn(&crate::run::LiveStatus) -> f64| -> Vec<(String, f64)> {
         all.iter()

@@ -69,7 +69,7 @@ impl Server {
             }
         }
         let name = spec.name.clone();
-        let deployment = Deployment::start(spec, self.group.as_deref())?;
+        let deployment = Deployment::start(spec, self.group.as_deref(), self.probation_calls)?;
         pipelines.insert(name.clone(), deployment);
         Ok(name)
     }
