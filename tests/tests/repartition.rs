@@ -292,6 +292,12 @@ fn a_source_not_partitioned_by_the_key_is_repartitioned_and_nothing_is_lost_or_d
     );
     assert_eq!(group_dead_letters(&work, "scaled"), plain_letters);
     assert_eq!(group_dead_letters(&work, "single"), plain_letters);
+    // A repartitioner that restarts goes on from its last commit (about a second back),
+    // not from the start of its partition.
+    assert!(
+        resent <= RIDES / SLICES,
+        "{resent} records re-sent after the restart: more than one slice of the input"
+    );
     eprintln!(
         "repartition: {} windows, {resent} records re-sent through the repartition topic and dropped, {repeats} output repeats dropped by id",
         got.len()

@@ -34,8 +34,12 @@ use crate::pipeline::{KafkaSourceSpec, SourceSpec};
 use crate::sink::kafka::CheckedProducer;
 use crate::source::decode::{MessageMeta, RecordDecoder};
 use crate::source::{KafkaSource, Polled, Source, SourceRecord};
+use anyhow::Context as _;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -115,7 +119,8 @@ fn repartition(plan: &Plan, stop: &AtomicBool) -> anyhow::Result<()> {
         ..kafka.clone()
     };
     let name = format!("{}/repartition", plan.source.name);
-    let mut source = KafkaSource::open(&name, &spec, &Default::default())?;
+    let resume = committed(&spec)?;
+    let mut source = KafkaSource::open(&name, &spec, &resume)?;
     let decoder = RecordDecoder::new(
         &plan.source.key,
         &plan.source.timestamp,
@@ -217,6 +222,33 @@ fn repartition(plan: &Plan, stop: &AtomicBool) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// Where the repartitioner of this partition left off: the offsets it committed, its
+/// only state. (The source's `startup` applies where there are none.)
+fn committed(spec: &KafkaSourceSpec) -> anyhow::Result<HashMap<(String, i32), i64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &spec.brokers)
+        .set("group.id", &spec.group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut list = TopicPartitionList::new();
+    for topic in &spec.topics {
+        for &partition in spec.partitions.iter().flatten() {
+            list.add_partition(topic, partition);
+        }
+    }
+    let committed = consumer
+        .committed_offsets(list, spec.connect_timeout)
+        .with_context(|| format!("cannot read the offsets committed to {:?}", spec.group))?;
+    Ok(committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(n) => Some(((e.topic().to_string(), e.partition()), n)),
+            _ => None,
+        })
+        .collect())
 }
 
 #[cfg(test)]
