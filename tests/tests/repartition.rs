@@ -228,6 +228,21 @@ fn a_source_not_partitioned_by_the_key_is_repartitioned_and_nothing_is_lost_or_d
     let logs = [log("a"), log("b"), log("c"), log("b2"), log("d")];
     let log_refs: Vec<&Path> = logs.iter().map(|p| p.as_path()).collect();
     let resent = wait_until_done(&group, &input, &ends, &log_refs);
+    // `weir status` shows each task's repartitioner and its reading through the topic.
+    let status = weir_e2e::weir(&["status", "--group", &group, "--brokers", &kafka_brokers()]);
+    status.assert_success();
+    for task in 0..PARTITIONS {
+        for part in [
+            format!("  task {task} repartitioner ({input}[{task}]): committed "),
+            format!("  task {task} via ({group}.zones.repartition-rides[{task}]): committed "),
+        ] {
+            assert!(
+                status.stdout.contains(&part),
+                "no {part:?} in:\n{}",
+                status.stdout
+            );
+        }
+    }
     for process in [Some(a), Some(c), b2, d].into_iter().flatten() {
         process.stop();
     }

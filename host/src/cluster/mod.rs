@@ -157,6 +157,12 @@ fn run_member(
         &plan.status_topic,
         &plan.spec.name,
         &plan.task_topic,
+        plan.spec
+            .sources
+            .iter()
+            .filter(|s| is_repartitioned(s))
+            .map(|s| repartition::topic(&plan.group, &plan.spec.name, &s.name))
+            .collect(),
     )?;
     let joined = std::time::Instant::now();
     let mut waiting_said = false;

@@ -46,6 +46,9 @@ struct Line {
     /// The process stopped.
     #[serde(default)]
     left: bool,
+    /// The repartition topics the tasks read (partition p for task p), if any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    repartition: Vec<String>,
 }
 
 /// Writes this process's lines.
@@ -55,6 +58,7 @@ pub struct Reporter {
     process: String,
     pipeline: String,
     task_topic: String,
+    repartition: Vec<String>,
     last: Option<(Vec<i32>, Instant)>,
 }
 
@@ -64,6 +68,7 @@ impl Reporter {
         topic: &str,
         pipeline: &str,
         task_topic: &str,
+        repartition: Vec<String>,
     ) -> anyhow::Result<Self> {
         let host = std::fs::read_to_string("/etc/hostname")
             .map(|h| h.trim().to_string())
@@ -77,6 +82,7 @@ impl Reporter {
             process: format!("{host}/pid{}", std::process::id()),
             pipeline: pipeline.to_string(),
             task_topic: task_topic.to_string(),
+            repartition,
             last: None,
         })
     }
@@ -107,6 +113,7 @@ impl Reporter {
             tasks: tasks.to_vec(),
             at: crate::time::wall_clock_ms(),
             left,
+            repartition: self.repartition.clone(),
         };
         let payload = serde_json::to_vec(&line).expect("a line serializes");
         let record = BaseRecord::to(&self.topic)
@@ -178,43 +185,52 @@ pub fn group_status(group: &str, brokers: &str) -> anyhow::Result<String> {
         .into_iter()
         .map(|(task, line)| (task, line.process.clone()))
         .collect();
-    // Lag per task, on the topic the group assigns.
-    let offsets = super::offsets_group(group);
-    let topic = lines
-        .values()
-        .last()
-        .map(|l| l.topic.clone())
-        .unwrap_or_default();
+    // Lag per task, on the topic the group assigns, and on the repartition topics the
+    // tasks read through (the source topic is then the repartitioners' to commit).
+    let last = lines.values().last().expect("not empty");
     let partitions: Vec<i32> = consumer
-        .fetch_metadata(Some(&topic), TIMEOUT)?
+        .fetch_metadata(Some(&last.topic), TIMEOUT)?
         .topics()
         .first()
         .map(|t| t.partitions().iter().map(|p| p.id()).collect())
         .unwrap_or_default();
+    let topics: Vec<&String> = std::iter::once(&last.topic)
+        .chain(&last.repartition)
+        .collect();
     let mut list = TopicPartitionList::new();
-    for &p in &partitions {
-        list.add_partition(&topic, p);
+    for topic in &topics {
+        for &p in &partitions {
+            list.add_partition(topic, p);
+        }
     }
     let committed = consumer.committed_offsets(list, TIMEOUT)?;
+    let offsets = super::offsets_group(group);
     for p in partitions {
         let owner = owners.get(&p).map_or("no process", String::as_str);
-        let done = committed
-            .find_partition(&topic, p)
-            .and_then(|e| match e.offset() {
-                Offset::Offset(n) => Some(n),
-                _ => None,
-            });
-        let (_, end) = consumer.fetch_watermarks(&topic, p, TIMEOUT)?;
-        match done {
-            Some(done) => writeln!(
-                out,
-                "  task {p} ({topic}[{p}]): committed {done} of {end}, lag {} ({owner})",
-                (end - done).max(0)
-            )?,
-            None => writeln!(
-                out,
-                "  task {p} ({topic}[{p}]): nothing committed to {offsets:?} yet ({owner})"
-            )?,
+        for (i, topic) in topics.iter().enumerate() {
+            let done = committed
+                .find_partition(topic, p)
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(n) => Some(n),
+                    _ => None,
+                });
+            let (_, end) = consumer.fetch_watermarks(topic, p, TIMEOUT)?;
+            let what = match (i, last.repartition.is_empty()) {
+                (0, true) => format!("task {p}"),
+                (0, false) => format!("task {p} repartitioner"),
+                _ => format!("task {p} via"),
+            };
+            match done {
+                Some(done) => writeln!(
+                    out,
+                    "  {what} ({topic}[{p}]): committed {done} of {end}, lag {} ({owner})",
+                    (end - done).max(0)
+                )?,
+                None => writeln!(
+                    out,
+                    "  {what} ({topic}[{p}]): nothing committed to {offsets:?} yet ({owner})"
+                )?,
+            }
         }
     }
     Ok(out)
