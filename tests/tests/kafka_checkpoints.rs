@@ -1,6 +1,6 @@
 //! Checkpoints kept in a Kafka partition (for tasks of a consumer group): large ones go
 //! in chunks and read back whole, deletions stick, and a write that broke off halfway is
-//! never used, on the real broker.
+//! never used, and a zombie cannot write over a new owner, on the real broker.
 
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -76,4 +76,44 @@ fn chunks_deletions_and_broken_writes() {
     })
     .unwrap();
     assert!(other.epochs().unwrap().is_empty());
+}
+
+/// A task's store claims its partition: once a new owner has claimed it, what the old one
+/// (a zombie, frozen past its session timeout) writes or deletes is ignored by readers.
+#[test]
+fn a_zombie_s_writes_after_a_new_claim_are_ignored() {
+    let topic = unique_table("claimed");
+    create_topic(&topic, 1);
+    let target = KafkaCheckpoints {
+        brokers: kafka_brokers(),
+        topic,
+        partition: 0,
+    };
+    let zombie = KafkaBackend::open_claimed(&target).unwrap();
+    let first = bytes(CHUNK_BYTES + 10, 1);
+    zombie.write(1, &first).unwrap();
+
+    let owner = KafkaBackend::open_claimed(&target).unwrap();
+    assert_eq!(
+        owner.epochs().unwrap(),
+        vec![1],
+        "the new owner restores from 1"
+    );
+    zombie.write(2, &bytes(50, 2)).unwrap();
+    zombie.write(3, &bytes(50, 3)).unwrap();
+    zombie.delete(1).unwrap();
+    let second = bytes(70, 4);
+    owner.write(2, &second).unwrap();
+
+    let reader = KafkaBackend::open(&target).unwrap();
+    assert_eq!(reader.epochs().unwrap(), vec![1, 2]);
+    assert!(
+        reader.read(1).unwrap() == first,
+        "the zombie's deletion is ignored"
+    );
+    assert_eq!(
+        reader.read(2).unwrap(),
+        second,
+        "the owner's epoch 2, not the zombie's"
+    );
 }

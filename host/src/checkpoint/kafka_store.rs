@@ -10,6 +10,13 @@
 //! of one attempt has been read, so a writer that crashed halfway leaves nothing usable
 //! behind. Each write waits for the brokers to acknowledge every chunk (`acks=all`).
 //!
+//! **Fencing.** A task's store is opened *claimed* ([`KafkaBackend::open_claimed`]): it
+//! first writes a claim message (`weir-claim: <owner>`), then reads, and tags everything
+//! it writes with `weir-owner: <owner>`. A reader takes only what the latest claim's owner
+//! wrote after that claim (and what was written before it): a process that froze past its
+//! session timeout and wakes up after its task moved (a zombie) can still write, but its
+//! checkpoints come after the new owner's claim and are ignored, so the chain cannot fork.
+//!
 //! The partition grows with every checkpoint; deleted ones are skipped when it is read.
 //! A production cluster bounds it with the topic's retention (`retention.ms` longer than
 //! two checkpoint chains); see docs/scaling.md.
@@ -24,6 +31,11 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// On a claim message: who claims the partition.
+const CLAIM_HEADER: &str = "weir-claim";
+/// On what a claimed store writes: who wrote it.
+const OWNER_HEADER: &str = "weir-owner";
 
 /// Most bytes in one message.
 pub const CHUNK_BYTES: usize = 512 << 10;
@@ -41,13 +53,32 @@ pub struct KafkaCheckpoints {
 pub struct KafkaBackend {
     target: KafkaCheckpoints,
     producer: BaseProducer,
+    /// Set for a claimed store: who writes (see the module docs).
+    owner: Option<String>,
     /// The complete checkpoints, by epoch.
     held: Mutex<BTreeMap<u64, Vec<u8>>>,
 }
 
 impl KafkaBackend {
-    /// Reads the partition to its end and keeps the checkpoints it holds.
+    /// Reads the partition to its end and keeps the checkpoints it holds. Several
+    /// writers may share the partition (a log every member appends to).
     pub fn open(target: &KafkaCheckpoints) -> anyhow::Result<Self> {
+        Self::open_as(target, None)
+    }
+
+    /// Claims the partition for this writer, then reads it: from now on, what an earlier
+    /// writer writes there is ignored by every reader (a task's checkpoints).
+    pub fn open_claimed(target: &KafkaCheckpoints) -> anyhow::Result<Self> {
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let owner = format!("{}/pid{}/{nanos}", host.trim(), std::process::id());
+        Self::open_as(target, Some(owner))
+    }
+
+    fn open_as(target: &KafkaCheckpoints, owner: Option<String>) -> anyhow::Result<Self> {
         let describe = describe(target);
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &target.brokers)
@@ -56,19 +87,38 @@ impl KafkaBackend {
             .set("message.max.bytes", (CHUNK_BYTES + (64 << 10)).to_string())
             .create()
             .with_context(|| format!("{describe}: cannot create a producer"))?;
-        let held = read_all(target).with_context(|| format!("cannot read {describe}"))?;
-        Ok(Self {
+        let mut this = Self {
             target: target.clone(),
             producer,
-            held: Mutex::new(held),
-        })
+            owner,
+            held: Mutex::new(BTreeMap::new()),
+        };
+        if let Some(owner) = &this.owner {
+            let headers = OwnedHeaders::new().insert(Header {
+                key: CLAIM_HEADER,
+                value: Some(owner.as_bytes()),
+            });
+            this.send("claim", &[], headers)?;
+            this.producer
+                .flush(TIMEOUT)
+                .with_context(|| format!("{describe}: the claim was not acknowledged"))?;
+        }
+        let held = read_all(target).with_context(|| format!("cannot read {describe}"))?;
+        this.held = Mutex::new(held);
+        Ok(this)
     }
 
-    fn send(&self, epoch: u64, value: &[u8], headers: OwnedHeaders) -> anyhow::Result<()> {
-        let key = epoch.to_string();
+    fn send(&self, key: &str, value: &[u8], headers: OwnedHeaders) -> anyhow::Result<()> {
+        let headers = match &self.owner {
+            Some(owner) => headers.insert(Header {
+                key: OWNER_HEADER,
+                value: Some(owner.as_bytes()),
+            }),
+            None => headers,
+        };
         let mut record = BaseRecord::to(&self.target.topic)
             .partition(self.target.partition)
-            .key(&key)
+            .key(key)
             .payload(value)
             .headers(headers);
         let started = Instant::now();
@@ -136,7 +186,7 @@ impl Backend for KafkaBackend {
                 key: "weir-chunk",
                 value: Some(header.as_bytes()),
             });
-            self.send(epoch, chunk, headers)?;
+            self.send(&epoch.to_string(), chunk, headers)?;
         }
         self.producer
             .flush(TIMEOUT)
@@ -153,7 +203,7 @@ impl Backend for KafkaBackend {
             key: "weir-deleted",
             value: Some(b"1".as_slice()),
         });
-        self.send(epoch, &[], headers)?;
+        self.send(&epoch.to_string(), &[], headers)?;
         self.producer
             .flush(TIMEOUT)
             .with_context(|| format!("{}: deletion not acknowledged", self.describe()))?;
@@ -210,6 +260,8 @@ pub(crate) enum Entry {
 pub(crate) struct ChunkReader {
     consumer: BaseConsumer<Quiet>,
     partial: BTreeMap<u64, Partial>,
+    /// The owner of the latest claim read, whose writes alone count from there on.
+    claimed_by: Option<String>,
 }
 
 impl ChunkReader {
@@ -230,6 +282,7 @@ impl ChunkReader {
         Ok(Self {
             consumer,
             partial: BTreeMap::new(),
+            claimed_by: None,
         })
     }
 
@@ -263,7 +316,7 @@ impl ChunkReader {
                     continue;
                 }
             };
-            if let Some(entry) = take(&mut self.partial, &message) {
+            if let Some(entry) = take(&mut self.partial, &mut self.claimed_by, &message) {
                 found.push(entry);
             }
         }
@@ -274,12 +327,9 @@ impl ChunkReader {
 /// Adds one message to the entries being put together; returns what it completed.
 fn take(
     partial: &mut BTreeMap<u64, Partial>,
+    claimed_by: &mut Option<String>,
     message: &rdkafka::message::BorrowedMessage<'_>,
 ) -> Option<Entry> {
-    let epoch = message
-        .key()
-        .and_then(|k| std::str::from_utf8(k).ok())
-        .and_then(|k| k.parse::<u64>().ok())?;
     let header = |name: &str| {
         message.headers().and_then(|headers| {
             headers
@@ -289,6 +339,20 @@ fn take(
                 .map(|v| String::from_utf8_lossy(v).into_owned())
         })
     };
+    if let Some(owner) = header(CLAIM_HEADER) {
+        // A new writer: what others write from here on is a zombie's. Chunks of an
+        // earlier writer's unfinished write can no longer complete.
+        partial.clear();
+        *claimed_by = Some(owner);
+        return None;
+    }
+    if claimed_by.is_some() && header(OWNER_HEADER) != *claimed_by {
+        return None;
+    }
+    let epoch = message
+        .key()
+        .and_then(|k| std::str::from_utf8(k).ok())
+        .and_then(|k| k.parse::<u64>().ok())?;
     if header("weir-deleted").is_some() {
         partial.remove(&epoch);
         return Some(Entry::Deleted(epoch));

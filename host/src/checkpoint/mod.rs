@@ -172,7 +172,7 @@ impl Checkpointer {
         let interval = spec.interval;
         let mut store = match &spec.kafka {
             Some(target) => CheckpointStore::on(std::sync::Arc::new(
-                kafka_store::KafkaBackend::open(target)?,
+                kafka_store::KafkaBackend::open_claimed(target)?,
             )),
             None => CheckpointStore::open(&spec.dir)?,
         };
