@@ -499,13 +499,14 @@ fn check_co_partitioned(plan: &Plan) -> anyhow::Result<i32> {
     Ok(first)
 }
 
-/// Creates `topic` with `partitions` partitions, unless it exists.
+/// Creates `topic` with `partitions` partitions, unless it exists, with the brokers'
+/// default replication factor (`default.replication.factor`; KIP-464, Kafka 2.4).
 fn ensure_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
