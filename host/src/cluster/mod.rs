@@ -25,13 +25,18 @@
 //! - Kafka sink records carry `weir-id: <pipeline>/p<task>/<output>/<n>`; `n` is in the
 //!   checkpoints, so the records a task re-sends after it moved (or crashed) repeat ids,
 //!   and a consumer drops them.
+//! - A source not partitioned by the pipeline's key (`repartition = true`) is re-keyed
+//!   through a repartition topic by a repartitioner beside each task ([`repartition`]).
+//! - Every task runs the group's current UDF version, which a `weir serve --group`
+//!   member can change for the whole group; [`steering`] also gives `weir serve` the
+//!   process's tasks as one pipeline.
 
 pub mod repartition;
 pub mod status;
 pub mod steering;
 
 use crate::pipeline::{PipelineSpec, SinkTarget, SourceLocation, SourceSpec, Via};
-use crate::run::{run, run_with, RunControl, RunOptions};
+use crate::run::{run_with, RunControl, RunOptions};
 use anyhow::Context as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -58,8 +63,6 @@ struct Plan {
     partitions: i32,
     /// Where each process says which tasks it runs (for `weir status --group`).
     status_topic: String,
-    /// Set under `weir serve --group`: the tasks' controls and the UDF version they run.
-    steering: Option<Arc<steering::Steering>>,
 }
 
 /// A task running on its own thread, with the repartitioners of its partition.
@@ -70,50 +73,64 @@ struct Task {
 }
 
 /// The tasks of this process, by partition.
-#[derive(Default)]
 struct Tasks {
     running: BTreeMap<i32, Task>,
     /// The first error of a task, which ends the process.
     failed: Option<anyhow::Error>,
-    /// The plan's steering, told when a task stops.
-    steering: Option<Arc<steering::Steering>>,
+    /// The tasks' controls, and the UDF version a task starts with.
+    steering: Arc<steering::Steering>,
 }
 
 /// Runs `spec` as one member of consumer group `group` until `stop` is set or a task
-/// fails.
+/// fails. Its tasks run the group's current UDF version (see [`steering`]): the
+/// pipeline's component until one is deployed through a `weir serve --group` member.
 pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
-    run_member(spec, group, stop, None)
+    let bytes = std::fs::read(&spec.udf.path)
+        .with_context(|| format!("cannot read UDF component {}", spec.udf.path.display()))?;
+    // A component that cannot work fails here, before the process joins the group.
+    let prepared = crate::serve::deployment::prepare(spec, &bytes).map_err(|refused| {
+        anyhow::anyhow!(
+            "UDF component {}: {}",
+            spec.udf.path.display(),
+            refused.message
+        )
+    })?;
+    let first = crate::serve::deployment::UdfVersion {
+        number: 1,
+        sha256: prepared.identity.sha256,
+        bytes: Arc::new(bytes),
+        deployed_at: crate::time::wall_clock_ms(),
+    };
+    let mut control = RunControl::default();
+    control.stop = stop;
+    let steering = steering::Steering::new(
+        Arc::clone(&first.bytes),
+        Arc::new(control),
+        spec.clone(),
+        crate::serve::DEFAULT_PROBATION_CALLS,
+        Arc::new(Mutex::new(vec![first])),
+    );
+    run_steered(spec, group, steering)
 }
 
-/// [`run_in_group`] steered by `weir serve`: until `steering.control`'s stop flag is
-/// set, with the tasks' summed status published there.
+/// Runs `spec` as one member of consumer group `group`, steered through `steering`
+/// (`weir serve --group`): until its control's stop flag is set, with the tasks' summed
+/// status published there.
 pub fn run_steered(
     spec: &PipelineSpec,
     group: &str,
     steering: Arc<steering::Steering>,
 ) -> anyhow::Result<()> {
     let stop = Arc::clone(&steering.control.stop);
-    run_member(spec, group, stop, Some(steering))
-}
-
-fn run_member(
-    spec: &PipelineSpec,
-    group: &str,
-    stop: Arc<AtomicBool>,
-    steering: Option<Arc<steering::Steering>>,
-) -> anyhow::Result<()> {
     let mut plan = plan(spec, group)?;
-    plan.steering = steering;
     let partitions = check_co_partitioned(&plan)?;
     plan.partitions = partitions;
     let plan = Arc::new(plan);
     ensure_topic(&plan.brokers, &plan.checkpoint_topic, partitions)?;
-    if let Some(steering) = &plan.steering {
-        // Before any task starts: they start with the group's current UDF version.
-        let topic = format!("{group}.{}.udf", plan.spec.name);
-        ensure_topic(&plan.brokers, &topic, 1)?;
-        steering.open_log(&plan.brokers, &topic)?;
-    }
+    // Before any task starts: they start with the group's current UDF version.
+    let versions_topic = format!("{group}.{}.udf", plan.spec.name);
+    ensure_topic(&plan.brokers, &versions_topic, 1)?;
+    steering.open_log(&plan.brokers, &versions_topic)?;
     for source in &plan.spec.sources {
         if is_repartitioned(source) {
             let topic = repartition::topic(&plan.group, &plan.spec.name, &source.name);
@@ -122,8 +139,9 @@ fn run_member(
     }
     ensure_topic(&plan.brokers, &plan.status_topic, 1)?;
     let tasks = Arc::new(Mutex::new(Tasks {
-        steering: plan.steering.clone(),
-        ..Tasks::default()
+        running: BTreeMap::new(),
+        failed: None,
+        steering: Arc::clone(&steering),
     }));
     let context = Member {
         plan: Arc::clone(&plan),
@@ -190,10 +208,8 @@ fn run_member(
         let owned: Vec<i32> = tasks.running.keys().copied().collect();
         drop(tasks);
         reporter.report(&owned);
-        if let Some(steering) = &plan.steering {
-            steering.publish_status();
-            steering.follow();
-        }
+        steering.publish_status();
+        steering.follow();
     };
     // Leave the group: our tasks stop (and checkpoint) in the revocation, and the
     // others get their partitions without waiting for the session to time out.
@@ -277,30 +293,24 @@ fn start_task(plan: &Plan, tasks: &mut Tasks, partition: i32) {
         }
     }
     let stop = Arc::new(AtomicBool::new(false));
-    // Under `weir serve`, a task has a control of its own and runs the version deployed last.
-    let control = plan.steering.as_ref().map(|steering| {
-        let control = RunControl::new();
-        steering.add_task(partition, Arc::clone(&control));
-        (control, steering.udf())
-    });
+    // A task has a control of its own (for swaps and its status) and starts with the
+    // group's current UDF version.
+    let control = RunControl::new();
+    tasks.steering.add_task(partition, Arc::clone(&control));
+    let udf = tasks.steering.udf();
     let options = RunOptions {
         progress: false,
         stop: Some(Arc::clone(&stop)),
         fresh: false,
-        control: control.as_ref().map(|(c, _)| Arc::clone(c)),
+        control: Some(control),
     };
     tracing::info!("task {partition}: starting");
     let thread = std::thread::Builder::new()
         .name(format!("weir-task-{partition}"))
         .spawn(move || {
-            let result = match control {
-                None => run(&spec, &options),
-                Some((_, udf)) => {
-                    let prepared = crate::serve::deployment::prepare(&spec, &udf)
-                        .map_err(|refused| anyhow::anyhow!("{}", refused.message))?;
-                    run_with(&spec, prepared.function, prepared.identity, &options)
-                }
-            };
+            let prepared = crate::serve::deployment::prepare(&spec, &udf)
+                .map_err(|refused| anyhow::anyhow!("{}", refused.message))?;
+            let result = run_with(&spec, prepared.function, prepared.identity, &options);
             let report = result.map_err(|f| anyhow::anyhow!("{f}"))?;
             tracing::info!("task {partition}: stopped\n{}", report.summary());
             Ok(())
@@ -329,9 +339,7 @@ fn stop_task(tasks: &mut Tasks, partition: i32) {
     let Some(task) = tasks.running.remove(&partition) else {
         return;
     };
-    if let Some(steering) = &tasks.steering {
-        steering.remove_task(partition);
-    }
+    tasks.steering.remove_task(partition);
     task.stop.store(true, Ordering::Relaxed);
     let mut results: Vec<anyhow::Result<()>> =
         task.repartitioners.into_iter().map(|r| r.stop()).collect();
@@ -411,7 +419,6 @@ fn plan(spec: &PipelineSpec, group: &str) -> anyhow::Result<Plan> {
         checkpoint_topic: format!("{group}.{}.checkpoints", spec.name),
         partitions: 0,
         status_topic: status::topic(group),
-        steering: None,
     })
 }
 
