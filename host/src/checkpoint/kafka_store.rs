@@ -11,7 +11,7 @@
 //! behind. Each write waits for the brokers to acknowledge every chunk (`acks=all`).
 //!
 //! **Fencing.** A task's store is opened *claimed* ([`KafkaBackend::open_claimed`]): it
-//! first writes a claim message (`weir-claim: <owner>`), then reads, and tags everything
+//! writes a claim message (`weir-claim: <owner>`), reads until its claim, and tags everything
 //! it writes with `weir-owner: <owner>`. A reader takes only what the latest claim's owner
 //! wrote after that claim (and what was written before it): a process that froze past its
 //! session timeout and wakes up after its task moved (a zombie) can still write, but its
@@ -98,12 +98,13 @@ impl KafkaBackend {
                 key: CLAIM_HEADER,
                 value: Some(owner.as_bytes()),
             });
+            // Not waited for: the reader below reads until it meets it, so the
+            // producer's start and the read overlap.
             this.send("claim", &[], headers)?;
-            this.producer
-                .flush(TIMEOUT)
-                .with_context(|| format!("{describe}: the claim was not acknowledged"))?;
+            this.producer.poll(Duration::ZERO);
         }
-        let held = read_all(target).with_context(|| format!("cannot read {describe}"))?;
+        let held = read_all(target, this.owner.as_deref())
+            .with_context(|| format!("cannot read {describe}"))?;
         this.held = Mutex::new(held);
         Ok(this)
     }
@@ -231,11 +232,19 @@ struct Partial {
     chunks: Vec<Vec<u8>>,
 }
 
-/// Reads the partition from its start to its end; returns the complete checkpoints.
-fn read_all(target: &KafkaCheckpoints) -> anyhow::Result<BTreeMap<u64, Vec<u8>>> {
+/// Reads the partition from its start to its end, or with `claim` until that claim (the
+/// reader's own, just sent); returns the complete checkpoints.
+fn read_all(
+    target: &KafkaCheckpoints,
+    claim: Option<&str>,
+) -> anyhow::Result<BTreeMap<u64, Vec<u8>>> {
     let mut reader = ChunkReader::open(target)?;
     let mut held = BTreeMap::new();
-    for entry in reader.read(true)? {
+    let entries = match claim {
+        Some(claim) => reader.read_until_claim(claim)?,
+        None => reader.read(true)?,
+    };
+    for entry in entries {
         match entry {
             Entry::Complete(epoch, data) => {
                 held.insert(epoch, data);
@@ -253,6 +262,17 @@ pub(crate) enum Entry {
     /// Every chunk of one write of this key.
     Complete(u64, Vec<u8>),
     Deleted(u64),
+}
+
+/// How far a [`ChunkReader`] reads.
+#[derive(Clone, Copy)]
+enum Until<'a> {
+    /// The partition's end.
+    End,
+    /// What has arrived.
+    Nothing,
+    /// This owner's claim.
+    Claim(&'a str),
 }
 
 /// Reads a partition written by [`KafkaBackend`], from its start: all of it at once, or
@@ -289,6 +309,16 @@ impl ChunkReader {
     /// With `to_end`, reads until the partition's end (failing after a minute); else
     /// only what has arrived, without waiting.
     pub(crate) fn read(&mut self, to_end: bool) -> anyhow::Result<Vec<Entry>> {
+        self.read_through(if to_end { Until::End } else { Until::Nothing })
+    }
+
+    /// Reads until the claim of `owner` (failing after a minute).
+    pub(crate) fn read_until_claim(&mut self, owner: &str) -> anyhow::Result<Vec<Entry>> {
+        self.read_through(Until::Claim(owner))
+    }
+
+    fn read_through(&mut self, until: Until<'_>) -> anyhow::Result<Vec<Entry>> {
+        let to_end = !matches!(until, Until::Nothing);
         let mut found = Vec::new();
         let started = Instant::now();
         loop {
@@ -310,6 +340,7 @@ impl ChunkReader {
             };
             let message = match result {
                 Ok(message) => message,
+                Err(KafkaError::PartitionEOF(_)) if matches!(until, Until::Claim(_)) => continue,
                 Err(KafkaError::PartitionEOF(_)) => break,
                 Err(e) => {
                     tracing::debug!("reading checkpoints: {e}");
@@ -318,6 +349,11 @@ impl ChunkReader {
             };
             if let Some(entry) = take(&mut self.partial, &mut self.claimed_by, &message) {
                 found.push(entry);
+            }
+            if let Until::Claim(owner) = until {
+                if self.claimed_by.as_deref() == Some(owner) {
+                    break;
+                }
             }
         }
         Ok(found)

@@ -127,10 +127,8 @@ pub fn run_steered(
     plan.partitions = partitions;
     let plan = Arc::new(plan);
     ensure_topic(&plan.brokers, &plan.checkpoint_topic, partitions)?;
-    // Before any task starts: they start with the group's current UDF version.
     let versions_topic = format!("{group}.{}.udf", plan.spec.name);
     ensure_topic(&plan.brokers, &versions_topic, 1)?;
-    steering.open_log(&plan.brokers, &versions_topic)?;
     for source in &plan.spec.sources {
         if is_repartitioned(source) {
             let topic = repartition::topic(&plan.group, &plan.spec.name, &source.name);
@@ -164,6 +162,9 @@ pub fn run_steered(
     consumer
         .subscribe(&[&plan.task_topic])
         .with_context(|| format!("cannot join group {group:?}"))?;
+    // While librdkafka joins the group in the background: tasks start (in `poll`, below)
+    // with the group's current UDF version, read here.
+    steering.open_log(&plan.brokers, &versions_topic)?;
     tracing::info!(
         "pipeline {:?}: joined group {group:?} on topic {:?} ({partitions} partitions); checkpoints in {:?}",
         plan.spec.name,
