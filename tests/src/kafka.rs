@@ -91,6 +91,13 @@ impl Outgoing {
         self.partition = partition;
         self
     }
+
+    /// To the partition Kafka's default partitioner picks for the key (murmur2, as the
+    /// Java clients do).
+    pub fn by_key(mut self) -> Self {
+        self.partition = rdkafka::producer::PARTITION_UA;
+        self
+    }
 }
 
 /// Keeps the first delivery error.
@@ -129,6 +136,8 @@ pub fn produce(topic: &str, records: &[Outgoing]) {
         .set("batch.num.messages", "1")
         .set("linger.ms", "0")
         .set("message.timeout.ms", "30000")
+        // For records sent `by_key`: Kafka's default partitioner.
+        .set("partitioner", "murmur2_random")
         .create_with_context(Deliveries(Mutex::new(Vec::new())))
         .expect("producer");
     for (i, record) in records.iter().enumerate() {
