@@ -1,10 +1,10 @@
 //! Running `weir run --group` processes in a test: starting, stopping and killing them,
 //! waiting for their progress, and reading their output by record id.
 
-use crate::kafka::{committed_offsets, read_all};
+use crate::kafka::{committed_offsets, produce, read_all, Outgoing};
 use crate::services::kafka_brokers;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -129,4 +129,74 @@ pub fn wait_until_working(group: &str, pid: u32) {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// Produces `messages` to `input` in `slices` slices about 700 ms apart while
+/// `weir run PIPELINE --group GROUP` processes come and go: `a`, `b` and `c` from the
+/// start; `b` killed with `kill -9` right after slice 3 is produced, once it works (no
+/// checkpoint, no goodbye to the group); `b2` started after slice 6 and `d` after slice 8.
+/// `after(i)` runs after slice `i`. Each process logs to `log(name)`. Returns the
+/// processes still running and the paths of every log.
+pub fn come_and_go(
+    pipeline: &str,
+    group: &str,
+    input: &str,
+    messages: &[Outgoing],
+    slices: usize,
+    log: impl Fn(&str) -> PathBuf,
+    mut after: impl FnMut(usize),
+) -> (Vec<Process>, Vec<PathBuf>) {
+    let a = Process::start(pipeline, group, &log("a"));
+    let mut victim = Some(Process::start(pipeline, group, &log("b")));
+    let mut running = vec![a, Process::start(pipeline, group, &log("c"))];
+    for (i, part) in messages.chunks(messages.len().div_ceil(slices)).enumerate() {
+        if i == 3 {
+            wait_until_working(group, victim.as_ref().expect("b runs").id());
+        }
+        produce(input, part);
+        if i == 3 {
+            // While the slice is being read.
+            std::thread::sleep(Duration::from_millis(150));
+            victim.take().expect("b runs").kill();
+        } else {
+            std::thread::sleep(Duration::from_millis(700));
+        }
+        match i {
+            6 => running.push(Process::start(pipeline, group, &log("b2"))),
+            8 => running.push(Process::start(pipeline, group, &log("d"))),
+            _ => {}
+        }
+        after(i);
+    }
+    let logs = ["a", "b", "c", "b2", "d"].map(&log).to_vec();
+    (running, logs)
+}
+
+/// What a repartition topic held once read.
+pub struct RepartitionRead {
+    /// The end offset of each partition that got messages.
+    pub ends: BTreeMap<i32, i64>,
+    /// Records the repartitioners sent more than once (after a restart): the tasks drop them.
+    pub resent: usize,
+}
+
+/// Waits until the tasks of `group` have read everything in `topic` (a repartition
+/// topic, complete once the source is read).
+pub fn wait_until_repartition_read(group: &str, topic: &str, logs: &[&Path]) -> RepartitionRead {
+    let mut sent = BTreeMap::new();
+    let mut origins = std::collections::HashSet::new();
+    let mut resent = 0;
+    for message in read_all(topic) {
+        let end = sent.entry(message.partition).or_insert(0);
+        *end = (*end).max(message.offset + 1);
+        if let (Some(from), Some(offset)) =
+            (message.header("weir-from"), message.header("weir-offset"))
+        {
+            if !origins.insert((from.to_string(), offset.to_string())) {
+                resent += 1;
+            }
+        }
+    }
+    wait_until_committed(group, topic, &sent, logs);
+    RepartitionRead { ends: sent, resent }
 }

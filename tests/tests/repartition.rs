@@ -8,12 +8,13 @@
 //! they were produced at.
 
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::time::Duration;
 use weir_e2e::gen::Rng;
-use weir_e2e::group::{by_id, wait_until_committed, wait_until_working, Process};
-use weir_e2e::kafka::{create_topic, produce, read_all, Outgoing};
+use weir_e2e::group::{
+    by_id, come_and_go, wait_until_committed, wait_until_repartition_read, Process,
+};
+use weir_e2e::kafka::{create_topic, read_all, Outgoing};
 use weir_e2e::services::{kafka_brokers, unique_table};
 use weir_e2e::{component, read_jsonl, Workdir};
 
@@ -144,24 +145,14 @@ fn rides() -> Vec<Outgoing> {
 fn wait_until_done(group: &str, input: &str, ends: &BTreeMap<i32, i64>, logs: &[&Path]) -> usize {
     wait_until_committed(group, input, ends, logs);
     // The repartitioners have sent (and committed after) their last markers.
-    let repartition = format!("{group}.zones.repartition-rides");
-    let mut sent = BTreeMap::new();
-    let mut origins = HashSet::new();
-    let mut resent = 0;
-    for message in read_all(&repartition) {
-        let end = sent.entry(message.partition).or_insert(0);
-        *end = (*end).max(message.offset + 1);
-        if let (Some(from), Some(offset)) =
-            (message.header("weir-from"), message.header("weir-offset"))
-        {
-            if !origins.insert((from.to_string(), offset.to_string())) {
-                resent += 1;
-            }
-        }
-    }
-    assert_eq!(sent.len(), PARTITIONS as usize, "every task got records");
-    wait_until_committed(group, &repartition, &sent, logs);
-    resent
+    let topic = format!("{group}.zones.repartition-rides");
+    let read = wait_until_repartition_read(group, &topic, logs);
+    assert_eq!(
+        read.ends.len(),
+        PARTITIONS as usize,
+        "every task got records"
+    );
+    read.resent
 }
 
 /// The dead letters of every task of a group run (`<stem>.p<N>.jsonl`), as
@@ -203,29 +194,7 @@ fn a_source_not_partitioned_by_the_key_is_repartitioned_and_nothing_is_lost_or_d
     create_topic(&format!("{scaled_out}-late"), 1);
     let scaled = pipeline(&work, "scaled", &input, &scaled_out, true);
     let group = unique_table("rescaled");
-    let a = Process::start(&scaled, &group, &log("a"));
-    let b = Process::start(&scaled, &group, &log("b"));
-    let c = Process::start(&scaled, &group, &log("c"));
-    let mut b = Some(b);
-    let (mut b2, mut d) = (None, None);
-    for (i, part) in messages.chunks(messages.len().div_ceil(SLICES)).enumerate() {
-        if i == 3 {
-            wait_until_working(&group, b.as_ref().expect("b runs").id());
-        }
-        produce(&input, part);
-        if i == 3 {
-            std::thread::sleep(Duration::from_millis(150));
-            b.take().expect("b runs").kill();
-        } else {
-            std::thread::sleep(Duration::from_millis(700));
-        }
-        match i {
-            6 => b2 = Some(Process::start(&scaled, &group, &log("b2"))),
-            8 => d = Some(Process::start(&scaled, &group, &log("d"))),
-            _ => {}
-        }
-    }
-    let logs = [log("a"), log("b"), log("c"), log("b2"), log("d")];
+    let (running, logs) = come_and_go(&scaled, &group, &input, &messages, SLICES, log, |_| {});
     let log_refs: Vec<&Path> = logs.iter().map(|p| p.as_path()).collect();
     let resent = wait_until_done(&group, &input, &ends, &log_refs);
     // `weir status` shows each task's repartitioner and its reading through the topic.
@@ -243,7 +212,7 @@ fn a_source_not_partitioned_by_the_key_is_repartitioned_and_nothing_is_lost_or_d
             );
         }
     }
-    for process in [Some(a), Some(c), b2, d].into_iter().flatten() {
+    for process in running {
         process.stop();
     }
 

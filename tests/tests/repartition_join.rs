@@ -8,8 +8,8 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
 use weir_e2e::gen::Rng;
-use weir_e2e::group::{by_id, wait_until_committed, Process};
-use weir_e2e::kafka::{committed_offsets, create_topic, produce, read_all, Outgoing};
+use weir_e2e::group::{by_id, wait_until_committed, wait_until_repartition_read, Process};
+use weir_e2e::kafka::{committed_offsets, create_topic, produce, Outgoing};
 use weir_e2e::services::{kafka_brokers, unique_table};
 use weir_e2e::{component, Workdir};
 
@@ -153,13 +153,11 @@ fn a_keyed_input_and_a_repartitioned_one_meet_in_the_same_task() {
         *ends.entry(m.partition).or_insert(0) += 1;
     }
     wait_until_committed(&group, &right_topic, &ends, &log_refs);
-    let repartition = format!("{group}.join.repartition-right");
-    let mut sent = BTreeMap::new();
-    for message in read_all(&repartition) {
-        let end = sent.entry(message.partition).or_insert(0);
-        *end = (*end).max(message.offset + 1);
-    }
-    wait_until_committed(&group, &repartition, &sent, &log_refs);
+    wait_until_repartition_read(
+        &group,
+        &format!("{group}.join.repartition-right"),
+        &log_refs,
+    );
     a.stop();
     b.stop();
 

@@ -5,10 +5,9 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 use weir_e2e::gen::{self, Click};
-use weir_e2e::group::{by_id, wait_until_committed, wait_until_working, Process};
-use weir_e2e::kafka::{create_topic, produce, Outgoing};
+use weir_e2e::group::{by_id, come_and_go, wait_until_committed, Process};
+use weir_e2e::kafka::{create_topic, Outgoing};
 use weir_e2e::services::{kafka_brokers, unique_table};
 use weir_e2e::{component, Workdir};
 
@@ -77,39 +76,15 @@ fn processes_come_and_go_and_the_output_is_that_of_one_process() {
     let scaled = pipeline(&work, &input, &scaled_out);
     let group = unique_table("scaled");
     let log = |name: &str| work.path(&format!("{name}.log"));
-    let a = Process::start(&scaled, &group, &log("a"));
-    let b = Process::start(&scaled, &group, &log("b"));
-    let c = Process::start(&scaled, &group, &log("c"));
-    let slice = messages.len().div_ceil(SLICES);
-    let mut b = Some(b);
-    let mut b2 = None;
-    let mut d = None;
-    for (i, part) in messages.chunks(slice).enumerate() {
-        if i == 3 {
-            // Once b has tasks and has checkpointed some, more input and, while it is
-            // being read, kill -9: no checkpoint, no goodbye to the group.
-            let victim = b.as_ref().expect("b runs");
-            wait_until_working(&group, victim.id());
+    let (running, logs) = come_and_go(&scaled, &group, &input, &messages, SLICES, log, |i| {
+        if i == 10 {
+            status_names_every_task(&group);
         }
-        produce(&input, part);
-        if i == 3 {
-            std::thread::sleep(Duration::from_millis(150));
-            b.take().expect("b runs").kill();
-        } else {
-            std::thread::sleep(Duration::from_millis(700));
-        }
-        match i {
-            6 => b2 = Some(Process::start(&scaled, &group, &log("b2"))),
-            8 => d = Some(Process::start(&scaled, &group, &log("d"))),
-            10 => status_names_every_task(&group),
-            _ => {}
-        }
-    }
-    let logs = [log("a"), log("b"), log("c"), log("b2"), log("d")];
+    });
     let log_refs: Vec<&Path> = logs.iter().map(|p| p.as_path()).collect();
     wait_until_committed(&group, &input, &ends, &log_refs);
-    for child in [Some(a), Some(c), b2, d].into_iter().flatten() {
-        child.stop();
+    for process in running {
+        process.stop();
     }
 
     // One process on all of it.

@@ -63,7 +63,17 @@ impl KafkaBackend {
     /// Reads the partition to its end and keeps the checkpoints it holds. Several
     /// writers may share the partition (a log every member appends to).
     pub fn open(target: &KafkaCheckpoints) -> anyhow::Result<Self> {
-        Self::open_as(target, None)
+        let this = Self::writer(target)?;
+        let held =
+            read_all(target, None).with_context(|| format!("cannot read {}", describe(target)))?;
+        *this.held.lock().expect("not poisoned") = held;
+        Ok(this)
+    }
+
+    /// A store that only appends (what the partition holds is not read: `epochs` and
+    /// `read` know only what this store wrote). For a log others follow.
+    pub fn writer(target: &KafkaCheckpoints) -> anyhow::Result<Self> {
+        Self::create(target, None)
     }
 
     /// Claims the partition for this writer, then reads it: from now on, what an earlier
@@ -75,10 +85,22 @@ impl KafkaBackend {
             .map(|d| d.as_nanos())
             .unwrap_or_default();
         let owner = format!("{}/pid{}/{nanos}", host.trim(), std::process::id());
-        Self::open_as(target, Some(owner))
+        let this = Self::create(target, Some(owner.clone()))?;
+        let headers = OwnedHeaders::new().insert(Header {
+            key: CLAIM_HEADER,
+            value: Some(owner.as_bytes()),
+        });
+        // Not waited for: the reader reads until it meets it, so the producer's start
+        // and the read overlap.
+        this.send("claim", &[], headers)?;
+        this.producer.poll(Duration::ZERO);
+        let held = read_all(target, Some(&owner))
+            .with_context(|| format!("cannot read {}", describe(target)))?;
+        *this.held.lock().expect("not poisoned") = held;
+        Ok(this)
     }
 
-    fn open_as(target: &KafkaCheckpoints, owner: Option<String>) -> anyhow::Result<Self> {
+    fn create(target: &KafkaCheckpoints, owner: Option<String>) -> anyhow::Result<Self> {
         let describe = describe(target);
         let producer: BaseProducer = ClientConfig::new()
             .set("bootstrap.servers", &target.brokers)
@@ -87,26 +109,12 @@ impl KafkaBackend {
             .set("message.max.bytes", (CHUNK_BYTES + (64 << 10)).to_string())
             .create()
             .with_context(|| format!("{describe}: cannot create a producer"))?;
-        let mut this = Self {
+        Ok(Self {
             target: target.clone(),
             producer,
             owner,
             held: Mutex::new(BTreeMap::new()),
-        };
-        if let Some(owner) = &this.owner {
-            let headers = OwnedHeaders::new().insert(Header {
-                key: CLAIM_HEADER,
-                value: Some(owner.as_bytes()),
-            });
-            // Not waited for: the reader below reads until it meets it, so the
-            // producer's start and the read overlap.
-            this.send("claim", &[], headers)?;
-            this.producer.poll(Duration::ZERO);
-        }
-        let held = read_all(target, this.owner.as_deref())
-            .with_context(|| format!("cannot read {describe}"))?;
-        this.held = Mutex::new(held);
-        Ok(this)
+        })
     }
 
     fn send(&self, key: &str, value: &[u8], headers: OwnedHeaders) -> anyhow::Result<()> {

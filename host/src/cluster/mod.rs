@@ -104,7 +104,6 @@ pub fn run_in_group(spec: &PipelineSpec, group: &str, stop: Arc<AtomicBool>) -> 
     let mut control = RunControl::default();
     control.stop = stop;
     let steering = steering::Steering::new(
-        Arc::clone(&first.bytes),
         Arc::new(control),
         spec.clone(),
         crate::serve::DEFAULT_PROBATION_CALLS,
@@ -129,11 +128,8 @@ pub fn run_steered(
     ensure_topic(&plan.brokers, &plan.checkpoint_topic, partitions)?;
     let versions_topic = format!("{group}.{}.udf", plan.spec.name);
     ensure_topic(&plan.brokers, &versions_topic, 1)?;
-    for source in &plan.spec.sources {
-        if is_repartitioned(source) {
-            let topic = repartition::topic(&plan.group, &plan.spec.name, &source.name);
-            ensure_topic(&plan.brokers, &topic, partitions)?;
-        }
+    for (_, topic) in plan.repartitioned() {
+        ensure_topic(&plan.brokers, &topic, partitions)?;
     }
     ensure_topic(&plan.brokers, &plan.status_topic, 1)?;
     let tasks = Arc::new(Mutex::new(Tasks {
@@ -176,12 +172,7 @@ pub fn run_steered(
         &plan.status_topic,
         &plan.spec.name,
         &plan.task_topic,
-        plan.spec
-            .sources
-            .iter()
-            .filter(|s| is_repartitioned(s))
-            .map(|s| repartition::topic(&plan.group, &plan.spec.name, &s.name))
-            .collect(),
+        plan.repartitioned().map(|(_, topic)| topic).collect(),
     )?;
     let joined = std::time::Instant::now();
     let mut waiting_said = false;
@@ -275,11 +266,11 @@ fn start_task(plan: &Plan, tasks: &mut Tasks, partition: i32) {
     }
     let spec = task_spec(plan, partition);
     let mut repartitioners = Vec::new();
-    for source in plan.spec.sources.iter().filter(|s| is_repartitioned(s)) {
+    for (source, topic) in plan.repartitioned() {
         let started = repartition::Repartitioner::start(repartition::Plan {
             source: source.clone(),
             partition,
-            topic: repartition::topic(&plan.group, &plan.spec.name, &source.name),
+            topic,
             partitions: plan.partitions,
             offsets_group: offsets_group(&plan.group),
         });
@@ -428,11 +419,14 @@ fn plan(spec: &PipelineSpec, group: &str) -> anyhow::Result<Plan> {
 fn task_spec(plan: &Plan, partition: i32) -> PipelineSpec {
     let mut spec = plan.spec.clone();
     spec.name = format!("{}/p{partition}", plan.spec.name);
+    let mut vias: BTreeMap<String, String> = plan
+        .repartitioned()
+        .map(|(source, topic)| (source.name.clone(), topic))
+        .collect();
     for source in &mut spec.sources {
-        let via = is_repartitioned(source).then(|| Via {
-            topic: repartition::topic(&plan.group, &plan.spec.name, &source.name),
-            partition,
-        });
+        let via = vias
+            .remove(&source.name)
+            .map(|topic| Via { topic, partition });
         if let SourceLocation::Kafka(kafka) = &mut source.location {
             if via.is_some() {
                 // Every partition of the topics is an input (each with its watermark),
@@ -462,9 +456,15 @@ fn task_spec(plan: &Plan, partition: i32) -> PipelineSpec {
     spec
 }
 
-/// A Kafka source that the group re-keys through a repartition topic.
-fn is_repartitioned(source: &SourceSpec) -> bool {
-    matches!(&source.location, SourceLocation::Kafka(kafka) if kafka.repartition)
+impl Plan {
+    /// The sources the group re-keys (`repartition = true`), with their repartition topics.
+    fn repartitioned(&self) -> impl Iterator<Item = (&SourceSpec, String)> + '_ {
+        self.spec
+            .sources
+            .iter()
+            .filter(|s| matches!(&s.location, SourceLocation::Kafka(k) if k.repartition))
+            .map(|s| (s, repartition::topic(&self.group, &self.spec.name, &s.name)))
+    }
 }
 
 /// Where the tasks of group `group` commit their source offsets.

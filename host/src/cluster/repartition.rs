@@ -143,7 +143,6 @@ fn repartition(plan: &Plan, stop: &AtomicBool) -> anyhow::Result<()> {
     let mut marked: Vec<Option<i64>> = vec![None; labels.len()];
     let mut record = SourceRecord::default();
     let mut last_commit = Instant::now();
-    let mut offset_text = String::new();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         if stopping || last_commit.elapsed() >= MARKER_INTERVAL {
@@ -153,15 +152,7 @@ fn repartition(plan: &Plan, stop: &AtomicBool) -> anyhow::Result<()> {
                 };
                 let text = timestamp.to_string();
                 for partition in 0..plan.partitions {
-                    let headers = OwnedHeaders::new_with_capacity(2)
-                        .insert(Header {
-                            key: FROM_HEADER,
-                            value: Some(label.as_bytes()),
-                        })
-                        .insert(Header {
-                            key: TIMESTAMP_HEADER,
-                            value: Some(text.as_bytes()),
-                        });
+                    let headers = origin(label, TIMESTAMP_HEADER, &text);
                     producer.send(
                         BaseRecord::to(&plan.topic)
                             .partition(partition)
@@ -182,18 +173,8 @@ fn repartition(plan: &Plan, stop: &AtomicBool) -> anyhow::Result<()> {
             Polled::Record => {}
             Polled::Idle | Polled::Progress { .. } | Polled::End => continue,
         }
-        let label = &labels[record.partition];
-        offset_text.clear();
-        offset_text.push_str(&record.offset.to_string());
-        let headers = OwnedHeaders::new_with_capacity(2)
-            .insert(Header {
-                key: FROM_HEADER,
-                value: Some(label.as_bytes()),
-            })
-            .insert(Header {
-                key: OFFSET_HEADER,
-                value: Some(offset_text.as_bytes()),
-            });
+        let offset = record.offset.to_string();
+        let headers = origin(&labels[record.partition], OFFSET_HEADER, &offset);
         let meta = MessageMeta {
             key: record.message_key.as_deref(),
             timestamp: record.message_timestamp,
@@ -222,6 +203,20 @@ fn repartition(plan: &Plan, stop: &AtomicBool) -> anyhow::Result<()> {
             }
         }
     }
+}
+
+/// The headers of a repartitioned message: the source partition it came from, and its
+/// offset there (a record) or the largest event time read there (a marker).
+fn origin(from: &str, what: &'static str, value: &str) -> OwnedHeaders {
+    OwnedHeaders::new_with_capacity(2)
+        .insert(Header {
+            key: FROM_HEADER,
+            value: Some(from.as_bytes()),
+        })
+        .insert(Header {
+            key: what,
+            value: Some(value.as_bytes()),
+        })
 }
 
 /// Where the repartitioner of this partition left off: the offsets it committed, its

@@ -46,26 +46,31 @@ pub struct Steering {
 struct VersionLog {
     target: KafkaCheckpoints,
     reader: ChunkReader,
-    /// Opened at the first publication.
+    /// Opened at the first publication (it does not read: the reader has).
     writer: Option<KafkaBackend>,
     last_read: Instant,
 }
 
 impl Steering {
+    /// Steers through `control`; tasks start with the last of `versions` (the
+    /// pipeline's component, to begin with).
     pub fn new(
-        udf: Arc<Vec<u8>>,
         control: Arc<RunControl>,
         spec: PipelineSpec,
         probation_calls: u64,
         versions: Arc<Mutex<Vec<UdfVersion>>>,
     ) -> Arc<Self> {
-        let sha = sha256_hex(&udf);
+        let udf = {
+            let known = versions.lock().unwrap_or_else(|e| e.into_inner());
+            let first = known.last().expect("a pipeline has a UDF version");
+            (Arc::clone(&first.bytes), first.sha256.clone())
+        };
         Arc::new(Self {
             control,
             spec,
             probation_calls,
             versions,
-            udf: Mutex::new((udf, sha)),
+            udf: Mutex::new(udf),
             tasks: Mutex::new(BTreeMap::new()),
             rate: Mutex::new(RateTracker::new()),
             log: Mutex::new(None),
@@ -77,10 +82,9 @@ impl Steering {
         Arc::clone(&self.udf.lock().unwrap_or_else(|e| e.into_inner()).0)
     }
 
-    /// Makes `bytes` the component tasks start with from now on.
-    pub fn set_udf(&self, bytes: Arc<Vec<u8>>) {
-        let sha = sha256_hex(&bytes);
-        *self.udf.lock().unwrap_or_else(|e| e.into_inner()) = (bytes, sha);
+    /// Makes `bytes` (whose hash is `sha256`) the component tasks start with from now on.
+    pub fn set_udf(&self, bytes: Arc<Vec<u8>>, sha256: String) {
+        *self.udf.lock().unwrap_or_else(|e| e.into_inner()) = (bytes, sha256);
     }
 
     /// The controls of the tasks running here, by partition.
@@ -122,9 +126,9 @@ impl Steering {
         };
         let mut reader = ChunkReader::open(&target)?;
         let entries = reader.read(true)?;
-        if let Some((number, bytes)) = self.learn(entries) {
+        if let Some((number, bytes, sha256)) = self.learn(entries) {
             tracing::info!("the group runs UDF version {number}: tasks start with it");
-            self.set_udf(bytes);
+            self.set_udf(bytes, sha256);
         }
         *self.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(VersionLog {
             target,
@@ -142,7 +146,7 @@ impl Steering {
             anyhow::bail!("the member has not joined its group yet");
         };
         if log.writer.is_none() {
-            log.writer = Some(KafkaBackend::open(&log.target)?);
+            log.writer = Some(KafkaBackend::writer(&log.target)?);
         }
         log.writer
             .as_ref()
@@ -168,11 +172,11 @@ impl Steering {
                 }
             }
         };
-        let Some((number, bytes)) = self.learn(entries) else {
+        let Some((number, bytes, sha256)) = self.learn(entries) else {
             return;
         };
         tracing::info!("UDF version {number} was deployed in the group: swapping it in");
-        self.set_udf(Arc::clone(&bytes));
+        self.set_udf(Arc::clone(&bytes), sha256);
         let steering = Arc::clone(self);
         let _ = std::thread::Builder::new()
             .name("weir-follow-udf".into())
@@ -184,9 +188,9 @@ impl Steering {
             );
     }
 
-    /// Makes the versions in `entries` known here; returns the last one if the tasks do
-    /// not run it.
-    fn learn(&self, entries: Vec<Entry>) -> Option<(u32, Arc<Vec<u8>>)> {
+    /// Makes the versions in `entries` known here; returns the last one (number, bytes,
+    /// hash) if the tasks do not run it.
+    fn learn(&self, entries: Vec<Entry>) -> Option<(u32, Arc<Vec<u8>>, String)> {
         let mut last = None;
         for entry in entries {
             let Entry::Complete(number, bytes) = entry else {
@@ -208,7 +212,7 @@ impl Steering {
         }
         let (number, bytes, sha) = last?;
         let running = self.udf.lock().unwrap_or_else(|e| e.into_inner()).1.clone();
-        (sha != running).then_some((number, bytes))
+        (sha != running).then_some((number, bytes, sha))
     }
 }
 

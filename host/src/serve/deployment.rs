@@ -92,7 +92,6 @@ impl Deployment {
         }]));
         let steering = group.map(|_| {
             Steering::new(
-                Arc::clone(&bytes),
                 Arc::clone(&control),
                 spec.clone(),
                 probation_calls,
@@ -298,7 +297,7 @@ pub fn swap_tasks(
     // A component that cannot work is refused before any task is touched.
     let Prepared { identity, .. } = prepare(spec, &bytes)?;
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
-    steering.set_udf(Arc::clone(&bytes));
+    steering.set_udf(Arc::clone(&bytes), identity.sha256.clone());
     let mut pause_ms: f64 = 0.0;
     for (partition, control) in steering.task_controls() {
         // A task still restoring was started with the version before: wait until it runs.
