@@ -20,7 +20,7 @@ setup:
 build: setup host udfs
 
 host:
-	$(CARGO) build --release -p weir-host
+	$(CARGO) build --release -p weir
 
 udfs: setup
 	# Line tables are 90% of a component's size; the name section keeps backtraces readable.

@@ -73,10 +73,7 @@ fn newest_file(dir: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
 
 /// The `weir` binary built by `make build`.
 pub fn weir_bin() -> PathBuf {
-    built(
-        target_dir().join("release/weir"),
-        &["host/src", "host/templates", "wit"],
-    )
+    built(target_dir().join("release/weir"), &["host", "wit"])
 }
 
 /// A UDF written in another language, built by `make guests`: `guest("python",

@@ -6,10 +6,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use std::time::Duration;
+use weir_checkpoint::kafka_store::{KafkaBackend, KafkaCheckpoints, CHUNK_BYTES};
+use weir_checkpoint::store::Backend;
 use weir_e2e::kafka::create_topic;
 use weir_e2e::services::{kafka_brokers, unique_table};
-use weir_host::checkpoint::kafka_store::{KafkaBackend, KafkaCheckpoints, CHUNK_BYTES};
-use weir_host::checkpoint::store::Backend;
 
 fn bytes(n: usize, seed: u8) -> Vec<u8> {
     (0..n)

@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use weir_e2e::{component, read_jsonl, weir, Workdir};
-use weir_host::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
-use weir_host::runtime::{CallError, ElementRef, HostServices, InitInfo, ProcessFunction};
+use weir_engine::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
+use weir_engine::runtime::{CallError, ElementRef, HostServices, InitInfo, ProcessFunction};
 
 fn pipeline(work: &Workdir, lines: &[Value], udf_settings: &str) -> String {
     work.write_jsonl("in.jsonl", lines);
@@ -181,7 +181,7 @@ fn the_host_stays_healthy_after_traps_timeouts_and_memory_bombs() {
     };
     function.init(&mut host, &info).unwrap();
     let state = host
-        .declare_state("probe", weir_host::state::StateKind::Value)
+        .declare_state("probe", weir_core::state::StateKind::Value)
         .unwrap();
 
     let mut call = |host: &mut HostServices, value: &Value| {

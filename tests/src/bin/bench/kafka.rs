@@ -24,11 +24,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use weir_checkpoint::CheckpointSpec;
 use weir_e2e::gen::Click;
 use weir_e2e::kafka::block_on;
 use weir_e2e::{component, datetime_millis};
-use weir_host::pipeline::{CheckpointSpec, Overrides, PipelineSpec};
-use weir_host::run::{run, RunOptions, RunReport};
+use weir_pipeline::{Overrides, PipelineSpec};
+use weir_run::{run, RunOptions, RunReport};
 
 /// One Kafka -> Kafka run.
 pub struct KafkaRun {

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use weir_e2e::{component, datetime_millis, gen, guest, repo_root, weir_bin};
-use weir_host::pipeline::PipelineSpec;
-use weir_host::run::{run, RunOptions, RunReport};
+use weir_pipeline::PipelineSpec;
+use weir_run::{run, RunOptions, RunReport};
 
 const ELEMENTS: usize = 200_000;
 

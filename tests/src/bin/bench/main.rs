@@ -47,14 +47,15 @@ use state_dir::{StateDirUse, StateDirWatch};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use weir_checkpoint::CheckpointSpec;
+use weir_core::state::{StateId, StateKind};
+use weir_core::time::timers::TimeDomain;
 use weir_e2e::{component, datetime_millis, gen, repo_root, weir_bin};
-use weir_host::pipeline::{CheckpointSpec, Overrides, PipelineSpec};
-use weir_host::run::{run, run_with, RunOptions, RunReport};
-use weir_host::runtime::{
+use weir_engine::runtime::{
     CallError, ElementRef, FiredTimer, HostServices, InitInfo, OutputId, ProcessFunction,
 };
-use weir_host::state::{StateId, StateKind};
-use weir_host::time::timers::TimeDomain;
+use weir_pipeline::{Overrides, PipelineSpec};
+use weir_run::{run, run_with, RunOptions, RunReport};
 
 const CLICKS: usize = 2_000_000;
 const ADS: u64 = 10_000;
@@ -70,7 +71,7 @@ fn main() -> anyhow::Result<()> {
     let data = repo_root().join("target/bench-data");
     std::fs::create_dir_all(&data)?;
     // Compiled components are kept with the bench's data, as the start-up runs keep them.
-    weir_host::runtime::wasm::precompiled::configure(Some(data.join("compile-cache/components")));
+    weir_engine::runtime::wasm::precompiled::configure(Some(data.join("compile-cache/components")));
 
     let clicks = data.join("clicks-2m-10ms.jsonl");
     ensure_clicks(&clicks)?;
@@ -445,8 +446,8 @@ type = "discard"
 }
 
 /// The checkpoint identity of the native function (its runs take no checkpoints).
-fn native_identity() -> weir_host::checkpoint::UdfIdentity {
-    weir_host::checkpoint::UdfIdentity {
+fn native_identity() -> weir_core::identity::UdfIdentity {
+    weir_core::identity::UdfIdentity {
         name: "native-change-only-counter".into(),
         sha256: String::new(),
     }

@@ -1,0 +1,357 @@
+//! Checkpoints: what a run needs to resume exactly where it was.
+//!
+//! A checkpoint is taken between records, when the sources' read-ahead has been
+//! processed: every sink first makes what it was given durable (and says where it
+//! stands), then the keyed state, the timers of both domains, the watermarks, the source
+//! positions and the UDF's identity are written to one file ([`file`]) in the state
+//! directory ([`store`]). Restoring puts all of it back, seeks the sources to their
+//! positions and cuts file sinks back to their lengths, so what was written after the
+//! checkpoint is written again exactly once; idempotent sinks (PostgreSQL upserts) and
+//! Kafka (id headers) take the replay as it is.
+//!
+//! Checkpoints are incremental: the host tracks which keys changed (`weir_engine::snapshot`), and a
+//! checkpoint holds only those, chained to the one before, back to a full one. A new
+//! full checkpoint starts a chain once the increments outweigh their base. Only the
+//! keyed section is built while processing waits; the file is written on a background
+//! thread.
+
+#![warn(missing_docs)]
+
+pub mod file;
+pub mod kafka_store;
+pub mod store;
+
+pub use file::CheckpointFile;
+pub use store::{Chain, CheckpointStore};
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use weir_core::identity::UdfIdentity;
+use weir_core::position::Position;
+use weir_core::time::Timestamp;
+
+/// Checkpointing of a run (see the [crate docs](crate)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointSpec {
+    pub enabled: bool,
+    pub dir: PathBuf,
+    pub interval: Duration,
+    /// Set for a task of a pipeline run in a consumer group: its checkpoints go to a
+    /// Kafka partition instead of `dir`, so they can follow the task to another process.
+    pub kafka: Option<kafka_store::KafkaCheckpoints>,
+}
+
+impl CheckpointSpec {
+    /// Where the checkpoints are, for messages.
+    pub fn location(&self) -> String {
+        match &self.kafka {
+            Some(k) => format!("kafka topic {}[{}]", k.topic, k.partition),
+            None => self.dir.display().to_string(),
+        }
+    }
+}
+
+/// The default time between checkpoints.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+/// The longest chain of increments before a full checkpoint.
+const MAX_CHAIN: usize = 32;
+
+/// Everything in a checkpoint except the sinks' data and the keyed state. Stored as
+/// JSON, so `weir` users can read a checkpoint's positions and watermarks.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Meta {
+    pub epoch: u64,
+    /// The checkpoint this one's keyed state adds to (`None`: a full checkpoint).
+    pub parent: Option<u64>,
+    pub pipeline: String,
+    pub udf: UdfIdentity,
+    /// Wall-clock time of the checkpoint, in ms since the epoch.
+    pub written_at: Timestamp,
+    /// The states the UDF had declared, in id order: the keyed section refers to them by
+    /// index.
+    pub states: Vec<DeclaredState>,
+    /// The pipeline's watermark.
+    pub watermark: Timestamp,
+    pub inputs: Vec<InputMeta>,
+    pub outputs: Vec<OutputMeta>,
+    pub dead_letters: DeadLetterMeta,
+    pub counters: CounterMeta,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DeclaredState {
+    pub name: String,
+    pub kind: String,
+}
+
+/// One input (a file, stdin, or one Kafka partition): where to read on, and its watermark.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InputMeta {
+    pub name: String,
+    pub position: Position,
+    /// The input's own watermark (before the minimum over inputs).
+    pub watermark: Timestamp,
+    pub ended: bool,
+    /// Records read so far (for the summary).
+    pub read: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OutputMeta {
+    pub name: String,
+    /// Records emitted to this output so far: the next record's sequence number.
+    pub emitted: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DeadLetterMeta {
+    pub count: u64,
+    pub length: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CounterMeta {
+    pub elements: u64,
+    pub late: u64,
+    pub event_timers: u64,
+    pub processing_timers: u64,
+}
+
+/// When to checkpoint, and whether the next one is full or an increment.
+pub struct Checkpointer {
+    pub store: CheckpointStore,
+    interval: Duration,
+    next_due: Instant,
+    /// The last epoch written (or restored).
+    epoch: u64,
+    /// The current chain: its full base, how many increments, their bytes, the base's.
+    base: Option<u64>,
+    chain_len: usize,
+    chain_bytes: u64,
+    base_bytes: u64,
+    /// The previous chain's base, kept as a fallback should the current one be damaged.
+    previous_base: Option<u64>,
+}
+
+/// What the next checkpoint will be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Planned {
+    pub epoch: u64,
+    pub parent: Option<u64>,
+}
+
+impl Checkpointer {
+    /// Opens the state directory; with `fresh`, forgets what it holds. Returns the chain
+    /// to restore, if any.
+    pub fn open(spec: &CheckpointSpec, fresh: bool) -> anyhow::Result<(Self, Option<Chain>)> {
+        let interval = spec.interval;
+        let mut store = match &spec.kafka {
+            Some(target) => CheckpointStore::on(std::sync::Arc::new(
+                kafka_store::KafkaBackend::open_claimed(target)?,
+            )),
+            None => CheckpointStore::open(&spec.dir)?,
+        };
+        if fresh {
+            store.clear()?;
+        }
+        let chain = store.newest_good()?;
+        let mut this = Self {
+            store,
+            interval,
+            next_due: Instant::now() + interval,
+            epoch: 0,
+            base: None,
+            chain_len: 0,
+            chain_bytes: 0,
+            base_bytes: 0,
+            previous_base: None,
+        };
+        if let Some(chain) = &chain {
+            let newest = chain.newest().meta.epoch;
+            this.store.discard_after(newest)?;
+            this.epoch = newest;
+            this.base = Some(chain.files[0].meta.epoch);
+            this.base_bytes = chain.sizes[0];
+            this.chain_len = chain.files.len() - 1;
+            this.chain_bytes = chain.sizes[1..].iter().sum();
+            this.previous_base = this
+                .store
+                .epochs()?
+                .into_iter()
+                .filter(|&e| e < this.base.unwrap_or(0))
+                .min();
+        }
+        Ok((this, chain))
+    }
+
+    pub fn is_due(&self) -> bool {
+        Instant::now() >= self.next_due
+    }
+
+    /// The next checkpoint: an increment on the last one, or a full one when there is no
+    /// chain yet or the increments have grown past their base.
+    pub fn plan(&self) -> Planned {
+        let full = self.base.is_none()
+            || self.chain_len >= MAX_CHAIN
+            || self.chain_bytes > self.base_bytes;
+        Planned {
+            epoch: self.epoch + 1,
+            parent: (!full).then_some(self.epoch),
+        }
+    }
+
+    /// Hands a checkpoint to the background writer.
+    pub fn write(&mut self, file: &CheckpointFile) -> anyhow::Result<()> {
+        let data = file.encode()?;
+        let size = data.len() as u64;
+        let epoch = file.meta.epoch;
+        if file.meta.parent.is_none() {
+            self.previous_base = self.base;
+            self.base = Some(epoch);
+            self.base_bytes = size;
+            self.chain_len = 0;
+            self.chain_bytes = 0;
+        } else {
+            self.chain_len += 1;
+            self.chain_bytes += size;
+        }
+        let keep_from = self.previous_base.or(self.base).unwrap_or(epoch);
+        self.store.write(epoch, data, keep_from)?;
+        self.epoch = epoch;
+        self.next_due = Instant::now() + self.interval;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::output::SinkState;
+
+    fn in_dir(dir: &std::path::Path) -> CheckpointSpec {
+        CheckpointSpec {
+            enabled: true,
+            dir: dir.to_path_buf(),
+            interval: DEFAULT_INTERVAL,
+            kafka: None,
+        }
+    }
+
+    fn meta(epoch: u64, parent: Option<u64>) -> Meta {
+        Meta {
+            epoch,
+            parent,
+            pipeline: "p".into(),
+            udf: UdfIdentity {
+                name: "u".into(),
+                sha256: "00".into(),
+            },
+            written_at: 0,
+            states: vec![],
+            watermark: 5,
+            inputs: vec![InputMeta {
+                name: "in".into(),
+                position: Position::File {
+                    offset: 10,
+                    line: 2,
+                },
+                watermark: 5,
+                ended: false,
+                read: 2,
+            }],
+            outputs: vec![],
+            dead_letters: DeadLetterMeta {
+                count: 0,
+                length: Some(0),
+            },
+            counters: CounterMeta::default(),
+        }
+    }
+
+    fn write(c: &mut Checkpointer, keyed: &[u8]) -> Planned {
+        let plan = c.plan();
+        let file = CheckpointFile {
+            meta: meta(plan.epoch, plan.parent),
+            sinks: vec![SinkState {
+                length: Some(3),
+                data: b"t".to_vec(),
+            }],
+            keyed: keyed.to_vec(),
+        };
+        c.write(&file).unwrap();
+        c.store.wait().unwrap();
+        plan
+    }
+
+    #[test]
+    fn chains_restore_newest_skip_damaged_and_prune() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut c, chain) = Checkpointer::open(&in_dir(dir.path()), false).unwrap();
+        assert!(chain.is_none());
+        assert_eq!(write(&mut c, &[1; 10_000]).parent, None);
+        assert_eq!(write(&mut c, &[2; 10]).parent, Some(1));
+        assert_eq!(write(&mut c, &[3; 10]).parent, Some(2));
+        assert!(
+            CheckpointStore::open(dir.path()).is_err(),
+            "the directory is locked while a run uses it"
+        );
+        drop(c);
+
+        let (c, chain) = Checkpointer::open(&in_dir(dir.path()), false).unwrap();
+        let chain = chain.unwrap();
+        let epochs: Vec<u64> = chain.files.iter().map(|f| f.meta.epoch).collect();
+        assert_eq!(epochs, vec![1, 2, 3]);
+        assert_eq!(chain.newest().sinks[0].data, b"t");
+        assert_eq!(chain.newest().meta, meta(3, Some(2)));
+        drop(c);
+
+        // Damage the newest: the one before is restored, the damaged one discarded.
+        let newest = dir.path().join("checkpoint-0000000003.weir");
+        let mut bytes = std::fs::read(&newest).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0xff;
+        std::fs::write(&newest, &bytes).unwrap();
+        let (mut c, chain) = Checkpointer::open(&in_dir(dir.path()), false).unwrap();
+        assert_eq!(chain.unwrap().newest().meta.epoch, 2);
+        assert!(!newest.exists());
+        assert_eq!(
+            write(&mut c, &[4; 10]).epoch,
+            3,
+            "the next epoch takes its place"
+        );
+
+        // Increments that outgrow their base start a new chain; the older chain stays as a
+        // fallback until a third begins.
+        assert_eq!(write(&mut c, &[5; 20_000]).parent, Some(3));
+        assert_eq!(write(&mut c, &[6; 10]).parent, None);
+        assert_eq!(c.store.epochs().unwrap(), vec![1, 2, 3, 4, 5]);
+        for _ in 0..3 {
+            write(&mut c, &[7; 300]);
+        }
+        let epochs = c.store.epochs().unwrap();
+        assert_eq!(epochs.first(), Some(&5), "{epochs:?}");
+
+        c.store.clear().unwrap();
+        assert!(c.store.epochs().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_cut_short_file_is_refused() {
+        let file = CheckpointFile {
+            meta: meta(1, None),
+            sinks: vec![],
+            keyed: vec![9; 50],
+        };
+        let data = file.encode().unwrap();
+        let back = CheckpointFile::decode(&data).unwrap();
+        assert_eq!(back.meta, file.meta);
+        assert_eq!(back.keyed, file.keyed);
+        for cut in [0, 7, 20, data.len() - 1] {
+            assert!(
+                CheckpointFile::decode(&data[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
+}

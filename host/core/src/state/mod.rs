@@ -1,0 +1,390 @@
+//! Host-owned keyed state.
+//!
+//! State never lives in the guest: a UDF instance can be recreated, upgraded or
+//! checkpointed around it. Keys are interned into a [`KeyTable`] so that the timer
+//! service and every state access after the first lookup use a small [`KeyId`]; a key
+//! with neither state nor timers is released, so finished keys cost nothing.
+//!
+//! Each key holds one [`Slot`] per state it uses: a value, a list or a map of bytes,
+//! as declared by name in the [`StateRegistry`]. The bytes are the guest's encoding.
+//! Each key also lists its own pending timers, so a checkpoint can save a key whole.
+//!
+//! For incremental checkpoints the table [tracks changes](KeyTable::track_changes): every
+//! key whose state or timers changed since the last checkpoint, and every key released
+//! since, so a checkpoint writes only those.
+
+mod registry;
+
+pub use registry::{StateId, StateKind, StateRegistry};
+
+use crate::key::tie_order;
+pub use crate::key::{Key, KeyId};
+use crate::time::timers::TimeDomain;
+use crate::time::Timestamp;
+use hashbrown::{DefaultHashBuilder, HashTable};
+use smallvec::SmallVec;
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+
+/// Map state contents: byte keys in byte order.
+pub type ByteMap = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// The contents of one state of one key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Slot {
+    Value(Vec<u8>),
+    List(Vec<Vec<u8>>),
+    Map(ByteMap),
+}
+
+impl Slot {
+    /// Bytes held, for status figures.
+    pub fn size_bytes(&self) -> usize {
+        match self {
+            Slot::Value(v) => v.len(),
+            Slot::List(items) => items.iter().map(Vec::len).sum(),
+            Slot::Map(map) => map.iter().map(|(k, v)| k.len() + v.len()).sum(),
+        }
+    }
+}
+
+/// Everything the host keeps for one key.
+#[derive(Debug, Default)]
+pub struct KeyEntry {
+    key: Key,
+    /// One slot per state in use, few per key, so a small vector beats a map.
+    slots: SmallVec<[(StateId, Slot); 1]>,
+    /// Pending timers of this key (both domains); the key is kept while any are.
+    timers: SmallVec<[(TimeDomain, Timestamp); 1]>,
+    in_use: bool,
+    /// Changed since the last checkpoint (and listed in [`KeyTable::changed`]).
+    dirty: bool,
+}
+
+impl KeyEntry {
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The key's stable hash (FNV-1a): where its timers go among timers due at the same
+    /// time, whatever id the key has in this run. Computed when asked (timer changes
+    /// only), so it costs no memory per key.
+    pub fn tie_order(&self) -> u64 {
+        tie_order(&self.key)
+    }
+
+    pub fn slot(&self, state: StateId) -> Option<&Slot> {
+        self.slots
+            .iter()
+            .find(|(id, _)| *id == state)
+            .map(|(_, slot)| slot)
+    }
+
+    pub fn slot_mut(&mut self, state: StateId) -> Option<&mut Slot> {
+        self.slots
+            .iter_mut()
+            .find(|(id, _)| *id == state)
+            .map(|(_, slot)| slot)
+    }
+
+    /// The slot of `state`, created by `init` if the key has none yet.
+    pub fn slot_or_insert(&mut self, state: StateId, init: impl FnOnce() -> Slot) -> &mut Slot {
+        let pos = match self.slots.iter().position(|(id, _)| *id == state) {
+            Some(pos) => pos,
+            None => {
+                self.slots.push((state, init()));
+                self.slots.len() - 1
+            }
+        };
+        &mut self.slots[pos].1
+    }
+
+    pub fn set_slot(&mut self, state: StateId, slot: Slot) {
+        *self.slot_or_insert(state, || Slot::Value(Vec::new())) = slot;
+    }
+
+    pub fn clear(&mut self, state: StateId) {
+        self.slots.retain(|(id, _)| *id != state);
+    }
+
+    pub fn clear_all(&mut self) {
+        self.slots.clear();
+    }
+
+    pub fn slots(&self) -> impl Iterator<Item = (StateId, &Slot)> {
+        self.slots.iter().map(|(id, slot)| (*id, slot))
+    }
+
+    pub fn has_state(&self) -> bool {
+        !self.slots.is_empty()
+    }
+
+    pub fn pending_timers(&self) -> usize {
+        self.timers.len()
+    }
+
+    /// The key's pending timers, in no particular order.
+    pub fn timers(&self) -> &[(TimeDomain, Timestamp)] {
+        &self.timers
+    }
+}
+
+/// Interned keys and their state.
+#[derive(Default)]
+pub struct KeyTable {
+    entries: Vec<KeyEntry>,
+    index: HashTable<KeyId>,
+    hasher: DefaultHashBuilder,
+    free: Vec<KeyId>,
+    live: usize,
+    /// Whether changes are tracked for incremental checkpoints.
+    tracking: bool,
+    /// Keys changed since the last checkpoint (each once, while its `dirty` flag is set).
+    changed: Vec<KeyId>,
+    /// Keys released since the last checkpoint.
+    released: Vec<Key>,
+}
+
+impl KeyTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The id of `key`, interning it if it is new.
+    pub fn intern(&mut self, key: &[u8]) -> KeyId {
+        let hash = self.hasher.hash_one(key);
+        let entries = &self.entries;
+        if let Some(&id) = self
+            .index
+            .find(hash, |&id| entries[id as usize].key.as_slice() == key)
+        {
+            return id;
+        }
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.entries.push(KeyEntry::default());
+                KeyId::try_from(self.entries.len() - 1).expect("more than 2^32 live keys")
+            }
+        };
+        let entry = &mut self.entries[id as usize];
+        entry.key = Key::from_slice(key);
+        entry.in_use = true;
+        self.live += 1;
+        let (entries, hasher) = (&self.entries, &self.hasher);
+        self.index.insert_unique(hash, id, |&other| {
+            hasher.hash_one(entries[other as usize].key.as_slice())
+        });
+        id
+    }
+
+    /// Looks a key up without interning it.
+    pub fn find(&self, key: &[u8]) -> Option<KeyId> {
+        let hash = self.hasher.hash_one(key);
+        self.index
+            .find(hash, |&id| self.entries[id as usize].key.as_slice() == key)
+            .copied()
+    }
+
+    pub fn entry(&self, id: KeyId) -> &KeyEntry {
+        &self.entries[id as usize]
+    }
+
+    /// The entry of `id`, to change: the key counts as changed for the next checkpoint.
+    pub fn entry_mut(&mut self, id: KeyId) -> &mut KeyEntry {
+        self.mark_changed(id);
+        &mut self.entries[id as usize]
+    }
+
+    pub fn timer_added(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
+        self.entry_mut(id).timers.push((domain, at));
+    }
+
+    pub fn timer_removed(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
+        let timers = &mut self.entry_mut(id).timers;
+        let pos = timers
+            .iter()
+            .position(|&t| t == (domain, at))
+            .expect("a removed timer was pending");
+        timers.swap_remove(pos);
+    }
+
+    /// From now on, remembers which keys change, for [`take_changes`](Self::take_changes).
+    pub fn track_changes(&mut self) {
+        self.tracking = true;
+    }
+
+    /// Stops remembering changes (no checkpoint will follow) and forgets those remembered.
+    pub fn stop_tracking(&mut self) {
+        self.tracking = false;
+        for id in std::mem::take(&mut self.changed) {
+            self.entries[id as usize].dirty = false;
+        }
+        self.released = Vec::new();
+    }
+
+    fn mark_changed(&mut self, id: KeyId) {
+        let entry = &mut self.entries[id as usize];
+        if self.tracking && !entry.dirty {
+            entry.dirty = true;
+            self.changed.push(id);
+        }
+    }
+
+    /// The keys released and the keys changed since the last call, and forgets them.
+    /// A key may be in both (released, then used again): apply the releases first.
+    pub fn take_changes(&mut self) -> (Vec<Key>, Vec<KeyId>) {
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.retain(|&id| {
+            let entry = &mut self.entries[id as usize];
+            std::mem::replace(&mut entry.dirty, false) && entry.in_use
+        });
+        (std::mem::take(&mut self.released), changed)
+    }
+
+    /// Releases the key if it holds neither state nor timers, so its id can be reused.
+    pub fn release_if_unused(&mut self, id: KeyId) {
+        let entry = &self.entries[id as usize];
+        if !entry.in_use || entry.has_state() || !entry.timers.is_empty() {
+            return;
+        }
+        let hash = self.hasher.hash_one(entry.key.as_slice());
+        if let Ok(found) = self.index.find_entry(hash, |&other| other == id) {
+            found.remove();
+        }
+        let entry = &mut self.entries[id as usize];
+        let key = std::mem::take(&mut entry.key);
+        if self.tracking {
+            self.released.push(key);
+        }
+        entry.in_use = false;
+        entry.dirty = false;
+        self.free.push(id);
+        self.live -= 1;
+    }
+
+    /// Number of live keys.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Live keys with their entries, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (KeyId, &KeyEntry)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.in_use)
+            .map(|(id, e)| (id as KeyId, e))
+    }
+
+    /// Bytes of state held over all keys.
+    pub fn state_bytes(&self) -> usize {
+        self.iter()
+            .flat_map(|(_, e)| e.slots())
+            .map(|(_, slot)| slot.size_bytes())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interning_is_stable_and_ids_are_reused_after_release() {
+        let mut table = KeyTable::new();
+        let a = table.intern(b"ad-1");
+        let b = table.intern(b"a key longer than twenty-four bytes, kept on the heap");
+        assert_ne!(a, b);
+        assert_eq!(table.intern(b"ad-1"), a);
+        assert_eq!(
+            table.find(b"a key longer than twenty-four bytes, kept on the heap"),
+            Some(b)
+        );
+        assert_eq!(table.len(), 2);
+
+        table.entry_mut(a).set_slot(0, Slot::Value(b"x".to_vec()));
+        table.release_if_unused(a);
+        assert_eq!(table.find(b"ad-1"), Some(a), "a key with state is kept");
+
+        table.entry_mut(a).clear_all();
+        table.timer_added(a, TimeDomain::EventTime, 10);
+        table.release_if_unused(a);
+        assert_eq!(
+            table.find(b"ad-1"),
+            Some(a),
+            "a key with a pending timer is kept"
+        );
+
+        table.timer_removed(a, TimeDomain::EventTime, 10);
+        table.release_if_unused(a);
+        assert_eq!(table.find(b"ad-1"), None);
+        assert_eq!(table.len(), 1);
+        let c = table.intern(b"ad-2");
+        assert_eq!(c, a, "the released id is reused");
+        assert_eq!(table.entry(c).key(), b"ad-2");
+        assert!(!table.entry(c).has_state());
+    }
+
+    #[test]
+    fn many_keys_survive_growth() {
+        let mut table = KeyTable::new();
+        let ids: Vec<_> = (0..10_000)
+            .map(|i| table.intern(format!("k{i}").as_bytes()))
+            .collect();
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(table.find(format!("k{i}").as_bytes()), Some(*id));
+        }
+        for id in ids.iter().step_by(2) {
+            table.release_if_unused(*id);
+        }
+        assert_eq!(table.len(), 5_000);
+        assert_eq!(table.find(b"k1"), Some(ids[1]));
+        assert_eq!(table.find(b"k0"), None);
+    }
+
+    #[test]
+    fn changes_are_tracked_once_per_key_and_releases_remembered() {
+        let mut table = KeyTable::new();
+        let early = table.intern(b"before tracking");
+        table.entry_mut(early).set_slot(0, Slot::Value(vec![0]));
+        table.track_changes();
+        let a = table.intern(b"a");
+        let b = table.intern(b"b");
+        table.entry_mut(a).set_slot(0, Slot::Value(vec![1]));
+        table.entry_mut(a).set_slot(0, Slot::Value(vec![2]));
+        table.timer_added(b, TimeDomain::ProcessingTime, 5);
+        table.timer_removed(b, TimeDomain::ProcessingTime, 5);
+        table.release_if_unused(b);
+        let (released, changed) = table.take_changes();
+        assert_eq!(changed, vec![a], "b was released, so it is not a change");
+        assert_eq!(released, vec![Key::from_slice(b"b")]);
+        assert_eq!(
+            table.take_changes(),
+            (vec![], vec![]),
+            "forgotten once taken"
+        );
+        table.timer_added(early, TimeDomain::EventTime, 7);
+        assert_eq!(table.entry(early).timers(), &[(TimeDomain::EventTime, 7)]);
+        assert_eq!(table.take_changes().1, vec![early]);
+    }
+
+    #[test]
+    fn slots_per_state() {
+        let mut entry = KeyEntry::default();
+        entry.set_slot(3, Slot::Value(vec![1]));
+        match entry.slot_or_insert(5, || Slot::List(Vec::new())) {
+            Slot::List(items) => items.push(vec![2]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(entry.slot(3), Some(&Slot::Value(vec![1])));
+        assert_eq!(entry.slot(5), Some(&Slot::List(vec![vec![2]])));
+        entry.clear(3);
+        assert_eq!(entry.slot(3), None);
+        assert!(entry.has_state());
+    }
+}

@@ -1,0 +1,435 @@
+//! What the host offers a UDF call: keyed state, timers, outputs and clocks.
+//!
+//! This is the contract of `wit/weir.wit` in host terms, independent of wasm, so that
+//! the wasm imports and native functions share one implementation. Every call is scoped
+//! to the key set by the operator ([`Scope`]); using state or timers outside a scope, a
+//! state as the wrong kind, or an undeclared output is a [`ContractError`] (a trap for a
+//! wasm UDF).
+
+use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut, Range};
+use weir_core::output::OutputRecord;
+use weir_core::state::{
+    ByteMap, KeyEntry, KeyId, KeyTable, Slot, StateId, StateKind, StateRegistry,
+};
+use weir_core::time::timers::{TimeDomain, TimerService};
+use weir_core::time::{wall_clock_ms, Timestamp, MIN_WATERMARK};
+
+/// An output's id: its index in declaration order.
+pub type OutputId = u32;
+
+/// A broken rule of the contract; the message says which.
+pub type ContractError = anyhow::Error;
+
+/// The key (and time) a call is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scope {
+    pub key: KeyId,
+    /// The element's or timer's timestamp: the default timestamp of emitted records.
+    pub timestamp: Timestamp,
+}
+
+/// Records the UDF emitted, waiting for the operator to route them. Their bytes share
+/// one buffer, so emitting allocates nothing per record once the buffer has grown.
+#[derive(Debug, Default)]
+pub struct Emitted {
+    bytes: Vec<u8>,
+    records: Vec<EmittedSpan>,
+}
+
+#[derive(Debug, Clone)]
+struct EmittedSpan {
+    output: OutputId,
+    timestamp: Timestamp,
+    key: Option<Range<usize>>,
+    value: Range<usize>,
+}
+
+impl Emitted {
+    pub fn push(
+        &mut self,
+        output: OutputId,
+        key: Option<&[u8]>,
+        value: &[u8],
+        timestamp: Timestamp,
+    ) {
+        let mut append = |data: &[u8]| {
+            let start = self.bytes.len();
+            self.bytes.extend_from_slice(data);
+            start..self.bytes.len()
+        };
+        let key = key.map(&mut append);
+        let value = append(value);
+        self.records.push(EmittedSpan {
+            output,
+            timestamp,
+            key,
+            value,
+        });
+    }
+
+    /// The records in emission order, with their output.
+    pub fn iter(&self) -> impl Iterator<Item = (OutputId, OutputRecord<'_>)> {
+        self.records.iter().map(|r| {
+            let record = OutputRecord {
+                key: r.key.clone().map(|k| &self.bytes[k]),
+                value: &self.bytes[r.value.clone()],
+                timestamp: r.timestamp,
+                sequence: 0,
+            };
+            (r.output, record)
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.records.clear();
+    }
+}
+
+/// The host services. Boxed so that moving them in and out of a wasm store costs one
+/// pointer swap per call.
+pub struct HostServices(Box<Services>);
+
+pub struct Services {
+    pub keys: KeyTable,
+    pub states: StateRegistry,
+    pub timers: TimerService,
+    pub outputs: Vec<String>,
+    /// Outputs can be declared only while the UDF initialises.
+    pub declaring: bool,
+    pub emitted: Emitted,
+    pub scope: Option<Scope>,
+    pub watermark: Timestamp,
+}
+
+impl Default for HostServices {
+    fn default() -> Self {
+        Self::new(wall_clock_ms())
+    }
+}
+
+impl Deref for HostServices {
+    type Target = Services;
+    fn deref(&self) -> &Services {
+        &self.0
+    }
+}
+
+impl DerefMut for HostServices {
+    fn deref_mut(&mut self) -> &mut Services {
+        &mut self.0
+    }
+}
+
+impl HostServices {
+    /// Fresh services; the processing-time wheel starts at `now`.
+    pub fn new(now: Timestamp) -> Self {
+        Self(Box::new(Services {
+            keys: KeyTable::new(),
+            states: StateRegistry::default(),
+            timers: TimerService::new(now),
+            outputs: Vec::new(),
+            declaring: false,
+            emitted: Emitted::default(),
+            scope: None,
+            watermark: MIN_WATERMARK,
+        }))
+    }
+}
+
+impl Services {
+    // ---- scope, set by the operator ------------------------------------------------
+
+    /// Scopes the following calls to `key`.
+    pub fn enter(&mut self, key: KeyId, timestamp: Timestamp) {
+        self.scope = Some(Scope { key, timestamp });
+    }
+
+    /// Ends the scope and releases the key if it holds nothing any more.
+    pub fn leave(&mut self) {
+        if let Some(scope) = self.scope.take() {
+            self.keys.release_if_unused(scope.key);
+        }
+    }
+
+    fn scope(&self) -> Result<Scope, ContractError> {
+        self.scope.ok_or_else(|| {
+            anyhow::anyhow!("keyed state and timers can only be used while processing an element or a timer, not in init")
+        })
+    }
+
+    fn entry(&mut self) -> Result<&mut KeyEntry, ContractError> {
+        let scope = self.scope()?;
+        Ok(self.keys.entry_mut(scope.key))
+    }
+
+    // ---- state ---------------------------------------------------------------------
+
+    pub fn declare_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, String> {
+        self.states.declare(name, kind)
+    }
+
+    /// Checks that `state` is declared with `kind`.
+    fn check(&self, state: StateId, kind: StateKind) -> Result<(), ContractError> {
+        match self.states.get(state) {
+            Some((_, declared)) if declared == kind => Ok(()),
+            Some((name, declared)) => {
+                anyhow::bail!(
+                    "state {name:?} is a {declared:?} state and cannot be used as a {kind:?} state"
+                )
+            }
+            None => anyhow::bail!("state id {state} was never declared"),
+        }
+    }
+
+    pub fn value_get(&mut self, state: StateId) -> Result<Option<&[u8]>, ContractError> {
+        self.check(state, StateKind::Value)?;
+        Ok(match self.entry()?.slot(state) {
+            Some(Slot::Value(bytes)) => Some(bytes.as_slice()),
+            _ => None,
+        })
+    }
+
+    pub fn value_set(&mut self, state: StateId, value: Vec<u8>) -> Result<(), ContractError> {
+        self.check(state, StateKind::Value)?;
+        self.entry()?.set_slot(state, Slot::Value(value));
+        Ok(())
+    }
+
+    pub fn list_get(&mut self, state: StateId) -> Result<&[Vec<u8>], ContractError> {
+        self.check(state, StateKind::List)?;
+        Ok(match self.entry()?.slot(state) {
+            Some(Slot::List(items)) => items.as_slice(),
+            _ => &[],
+        })
+    }
+
+    pub fn list_append(&mut self, state: StateId, item: Vec<u8>) -> Result<(), ContractError> {
+        self.check(state, StateKind::List)?;
+        if let Slot::List(items) = self
+            .entry()?
+            .slot_or_insert(state, || Slot::List(Vec::new()))
+        {
+            items.push(item);
+        }
+        Ok(())
+    }
+
+    pub fn list_set(&mut self, state: StateId, items: Vec<Vec<u8>>) -> Result<(), ContractError> {
+        self.check(state, StateKind::List)?;
+        let entry = self.entry()?;
+        if items.is_empty() {
+            entry.clear(state);
+        } else {
+            entry.set_slot(state, Slot::List(items));
+        }
+        Ok(())
+    }
+
+    pub fn map_get(&mut self, state: StateId, key: &[u8]) -> Result<Option<&[u8]>, ContractError> {
+        self.check(state, StateKind::Map)?;
+        Ok(match self.entry()?.slot(state) {
+            Some(Slot::Map(map)) => map.get(key).map(Vec::as_slice),
+            _ => None,
+        })
+    }
+
+    pub fn map_put(
+        &mut self,
+        state: StateId,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<(), ContractError> {
+        self.check(state, StateKind::Map)?;
+        if let Slot::Map(map) = self
+            .entry()?
+            .slot_or_insert(state, || Slot::Map(BTreeMap::new()))
+        {
+            map.insert(key, value);
+        }
+        Ok(())
+    }
+
+    pub fn map_remove(&mut self, state: StateId, key: &[u8]) -> Result<(), ContractError> {
+        self.check(state, StateKind::Map)?;
+        let entry = self.entry()?;
+        if let Some(Slot::Map(map)) = entry.slot_mut(state) {
+            map.remove(key);
+            if map.is_empty() {
+                entry.clear(state);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn map_entries(&mut self, state: StateId) -> Result<Option<&ByteMap>, ContractError> {
+        self.check(state, StateKind::Map)?;
+        Ok(match self.entry()?.slot(state) {
+            Some(Slot::Map(map)) => Some(map),
+            _ => None,
+        })
+    }
+
+    pub fn clear(&mut self, state: StateId) -> Result<(), ContractError> {
+        anyhow::ensure!(
+            self.states.get(state).is_some(),
+            "state id {state} was never declared"
+        );
+        self.entry()?.clear(state);
+        Ok(())
+    }
+
+    pub fn clear_all(&mut self) -> Result<(), ContractError> {
+        self.entry()?.clear_all();
+        Ok(())
+    }
+
+    // ---- timers --------------------------------------------------------------------
+
+    pub fn register_timer(
+        &mut self,
+        domain: TimeDomain,
+        at: Timestamp,
+    ) -> Result<(), ContractError> {
+        let key = self.scope()?.key;
+        self.timer_for(key, domain, at, true);
+        Ok(())
+    }
+
+    pub fn delete_timer(&mut self, domain: TimeDomain, at: Timestamp) -> Result<(), ContractError> {
+        let key = self.scope()?.key;
+        self.timer_for(key, domain, at, false);
+        Ok(())
+    }
+
+    /// Registers (or deletes) a timer of `key`, keeping the key's count of timers.
+    pub fn timer_for(&mut self, key: KeyId, domain: TimeDomain, at: Timestamp, register: bool) {
+        let tie = self.keys.entry(key).tie_order();
+        if register {
+            if self.timers.register(domain, key, tie, at) {
+                self.keys.timer_added(key, domain, at);
+            }
+        } else if self.timers.delete(domain, key, tie, at) {
+            self.keys.timer_removed(key, domain, at);
+        }
+    }
+
+    pub fn current_watermark(&self) -> Timestamp {
+        self.watermark
+    }
+
+    pub fn current_processing_time(&self) -> Timestamp {
+        wall_clock_ms()
+    }
+
+    // ---- outputs -------------------------------------------------------------------
+
+    pub fn declare_output(&mut self, name: &str) -> Result<OutputId, String> {
+        if let Some(pos) = self.outputs.iter().position(|o| o == name) {
+            return Ok(pos as OutputId);
+        }
+        if !self.declaring {
+            return Err(format!("output {name:?} must be declared in init"));
+        }
+        if name.is_empty() {
+            return Err("an output needs a non-empty name".into());
+        }
+        self.outputs.push(name.to_string());
+        Ok((self.outputs.len() - 1) as OutputId)
+    }
+
+    pub fn emit(
+        &mut self,
+        output: OutputId,
+        value: Vec<u8>,
+        key: Option<Vec<u8>>,
+        timestamp: Option<Timestamp>,
+    ) -> Result<(), ContractError> {
+        anyhow::ensure!(
+            (output as usize) < self.outputs.len(),
+            "output id {output} was never declared"
+        );
+        let scope = self.scope()?;
+        let timestamp = timestamp.unwrap_or(scope.timestamp);
+        self.emitted.push(output, key.as_deref(), &value, timestamp);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_is_scoped_to_the_current_key_and_checked_by_kind() {
+        let mut host = HostServices::new(0);
+        let count = host.declare_state("count", StateKind::Value).unwrap();
+        let items = host.declare_state("items", StateKind::List).unwrap();
+        let err = host.value_get(count).unwrap_err().to_string();
+        assert!(err.contains("not in init"), "{err}");
+
+        let a = host.keys.intern(b"a");
+        let b = host.keys.intern(b"b");
+        host.enter(a, 10);
+        host.value_set(count, vec![1]).unwrap();
+        host.list_append(items, vec![7]).unwrap();
+        let err = host.list_get(count).unwrap_err().to_string();
+        assert!(err.contains("\"count\" is a Value state"), "{err}");
+        host.leave();
+
+        host.enter(b, 11);
+        assert_eq!(host.value_get(count).unwrap(), None);
+        host.leave();
+        assert_eq!(
+            host.keys.find(b"b"),
+            None,
+            "a key left with nothing is released"
+        );
+
+        host.enter(a, 12);
+        assert_eq!(host.value_get(count).unwrap(), Some(&[1u8][..]));
+        assert_eq!(host.list_get(items).unwrap(), &[vec![7u8]]);
+        host.clear_all().unwrap();
+        host.register_timer(TimeDomain::EventTime, 100).unwrap();
+        host.leave();
+        assert_eq!(host.keys.find(b"a"), Some(a), "a key with a timer is kept");
+
+        host.enter(a, 13);
+        host.delete_timer(TimeDomain::EventTime, 100).unwrap();
+        host.delete_timer(TimeDomain::EventTime, 100).unwrap();
+        host.leave();
+        assert_eq!(host.keys.find(b"a"), None);
+    }
+
+    #[test]
+    fn outputs_are_declared_in_init_only() {
+        let mut host = HostServices::new(0);
+        assert!(host
+            .declare_output("main")
+            .unwrap_err()
+            .contains("must be declared in init"));
+        host.declaring = true;
+        assert_eq!(host.declare_output("main").unwrap(), 0);
+        assert_eq!(host.declare_output("late").unwrap(), 1);
+        host.declaring = false;
+        assert_eq!(
+            host.declare_output("late").unwrap(),
+            1,
+            "looking up a declared output is fine"
+        );
+        let key = host.keys.intern(b"k");
+        host.enter(key, 42);
+        host.emit(1, b"{}".to_vec(), None, None).unwrap();
+        assert!(host.emit(2, b"{}".to_vec(), None, None).is_err());
+        assert_eq!(host.emitted.iter().next().unwrap().1.timestamp, 42);
+    }
+}

@@ -1,0 +1,286 @@
+//! The host side of the batched call: encoding entries with the state of their keys,
+//! and applying the effects the guest returns (layout in the `weir-wire` crate).
+
+use crate::runtime::{BatchEntry, HostServices, OutputId};
+use std::collections::{BTreeMap, HashMap};
+use weir_core::state::{KeyId, Slot, StateKind};
+use weir_core::time::timers::TimeDomain;
+use weir_wire::{Reader, SlotRef, WireError, Writer};
+
+/// The batch's keys, in the order their index is used in the buffer.
+#[derive(Default)]
+pub struct BatchKeys {
+    ids: Vec<KeyId>,
+    index: HashMap<KeyId, u32>,
+}
+
+impl BatchKeys {
+    fn index_of(&mut self, key: KeyId) -> u32 {
+        *self.index.entry(key).or_insert_with(|| {
+            self.ids.push(key);
+            self.ids.len() as u32 - 1
+        })
+    }
+}
+
+/// Encodes `entries` with the state of every key they touch.
+pub fn encode(
+    host: &HostServices,
+    entries: &[BatchEntry<'_>],
+    processing_time: i64,
+) -> (Vec<u8>, BatchKeys) {
+    let mut keys = BatchKeys::default();
+    let mut body = Writer::with_capacity(entries.len() * 96);
+    for entry in entries {
+        match *entry {
+            BatchEntry::Element {
+                element,
+                key,
+                watermark,
+                watermark_after,
+            } => {
+                let index = keys.index_of(key);
+                body.u8(weir_wire::ELEMENT);
+                body.u32(index);
+                body.u32(element.input);
+                body.i64(element.timestamp);
+                body.i64(watermark);
+                body.i64(watermark_after);
+                body.bytes(element.value);
+            }
+            BatchEntry::Timer {
+                domain,
+                timestamp,
+                key,
+                watermark,
+            } => {
+                let index = keys.index_of(key);
+                body.u8(weir_wire::TIMER);
+                body.u32(index);
+                body.u8(domain_code(domain));
+                body.i64(timestamp);
+                body.i64(watermark);
+            }
+        }
+    }
+    let mut w = Writer::with_capacity(body.buf.len() + keys.ids.len() * 128 + 16);
+    w.i64(processing_time);
+    w.u32(keys.ids.len() as u32);
+    for &id in &keys.ids {
+        let entry = host.keys.entry(id);
+        w.bytes(entry.key());
+        let count = w.placeholder();
+        let mut n = 0;
+        for (state, slot) in entry.slots() {
+            w.u32(state);
+            match slot {
+                Slot::Value(v) => w.value_slot(v),
+                Slot::List(items) => w.list_slot(items.iter().map(Vec::as_slice)),
+                Slot::Map(map) => w.map_slot(map.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
+            }
+            n += 1;
+        }
+        w.patch_u32(count, n);
+    }
+    w.u32(entries.len() as u32);
+    w.buf.extend_from_slice(&body.buf);
+    (w.buf, keys)
+}
+
+fn domain_code(d: TimeDomain) -> u8 {
+    match d {
+        TimeDomain::EventTime => weir_wire::EVENT_TIME,
+        TimeDomain::ProcessingTime => weir_wire::PROCESSING_TIME,
+    }
+}
+
+/// An emitted record, borrowed from the effects buffer.
+struct EmitRef<'a> {
+    output: OutputId,
+    timestamp: i64,
+    key: Option<&'a [u8]>,
+    value: &'a [u8],
+}
+
+/// What the guest's effects say, decoded and checked before anything is applied.
+pub struct Effects<'a> {
+    pub consumed: usize,
+    /// Consumed timer entries that did not fire (the UDF deleted them first).
+    pub skipped: usize,
+    writes: Vec<(KeyId, u32, Option<SlotRef<'a>>)>,
+    timer_ops: Vec<(KeyId, TimeDomain, bool, i64)>,
+    emits: Vec<EmitRef<'a>>,
+    logs: Vec<(KeyId, u8, String)>,
+}
+
+/// Decodes and checks the effects buffer of a batch of `entries` over `keys`.
+pub fn decode<'a>(
+    host: &HostServices,
+    keys: &BatchKeys,
+    entries: usize,
+    buf: &'a [u8],
+) -> Result<Effects<'a>, String> {
+    let bad = |e: WireError| e.to_string();
+    let mut r = Reader::new(buf);
+    let consumed = r.u32().map_err(bad)? as usize;
+    if consumed == 0 || consumed > entries {
+        return Err(format!(
+            "the guest says it consumed {consumed} of {entries} entries"
+        ));
+    }
+    let skipped = r.u32().map_err(bad)? as usize;
+    let key = |index: u32| {
+        keys.ids
+            .get(index as usize)
+            .copied()
+            .ok_or("effects name a key outside the batch")
+    };
+
+    let mut writes = Vec::new();
+    for _ in 0..r.count(9).map_err(bad)? {
+        let k = key(r.u32().map_err(bad)?)?;
+        let state = r.u32().map_err(bad)?;
+        let Some((name, kind)) = host.states.get(state) else {
+            return Err(format!(
+                "effects write state id {state}, which was never declared"
+            ));
+        };
+        let slot = match r.u8().map_err(bad)? {
+            0 => None,
+            1 => {
+                let slot = r.slot().map_err(bad)?;
+                let matches = matches!(
+                    (&slot, kind),
+                    (SlotRef::Value(_), StateKind::Value)
+                        | (SlotRef::List(_), StateKind::List)
+                        | (SlotRef::Map(_), StateKind::Map)
+                );
+                if !matches {
+                    return Err(format!(
+                        "effects write state {name:?} as another kind than its {kind:?}"
+                    ));
+                }
+                Some(slot)
+            }
+            _ => return Err("unknown write op".into()),
+        };
+        writes.push((k, state, slot));
+    }
+
+    let mut timer_ops = Vec::new();
+    for _ in 0..r.count(14).map_err(bad)? {
+        let k = key(r.u32().map_err(bad)?)?;
+        let domain = match r.u8().map_err(bad)? {
+            weir_wire::EVENT_TIME => TimeDomain::EventTime,
+            weir_wire::PROCESSING_TIME => TimeDomain::ProcessingTime,
+            _ => return Err("unknown timer domain".into()),
+        };
+        let register = match r.u8().map_err(bad)? {
+            weir_wire::REGISTER => true,
+            weir_wire::DELETE => false,
+            _ => return Err("unknown timer op".into()),
+        };
+        timer_ops.push((k, domain, register, r.i64().map_err(bad)?));
+    }
+
+    let mut emits = Vec::new();
+    for _ in 0..r.count(17).map_err(bad)? {
+        let output = r.u32().map_err(bad)?;
+        if output as usize >= host.outputs.len() {
+            return Err(format!(
+                "effects emit to output id {output}, which was never declared"
+            ));
+        }
+        let timestamp = r.i64().map_err(bad)?;
+        let key = match r.u8().map_err(bad)? {
+            0 => None,
+            _ => Some(r.bytes().map_err(bad)?),
+        };
+        let value = r.bytes().map_err(bad)?;
+        emits.push(EmitRef {
+            output,
+            timestamp,
+            key,
+            value,
+        });
+    }
+
+    let mut logs = Vec::new();
+    for _ in 0..r.count(9).map_err(bad)? {
+        let k = key(r.u32().map_err(bad)?)?;
+        let level = r.u8().map_err(bad)?;
+        logs.push((
+            k,
+            level,
+            String::from_utf8_lossy(r.bytes().map_err(bad)?).into_owned(),
+        ));
+    }
+    if !r.is_empty() {
+        return Err("trailing bytes after the effects".into());
+    }
+    Ok(Effects {
+        consumed,
+        skipped,
+        writes,
+        timer_ops,
+        emits,
+        logs,
+    })
+}
+
+/// Applies checked effects to the host services. The consumed timer entries are
+/// removed first, as if they had been popped when they fired, so that a timer the UDF
+/// registers again afterwards is a new one.
+pub fn apply(
+    host: &mut HostServices,
+    effects: Effects,
+    entries: &[BatchEntry<'_>],
+    keys: &BatchKeys,
+    udf: &str,
+) {
+    for entry in &entries[..effects.consumed] {
+        if let BatchEntry::Timer {
+            domain,
+            timestamp,
+            key,
+            ..
+        } = *entry
+        {
+            host.timer_for(key, domain, timestamp, false);
+        }
+    }
+    for (key, state, slot) in effects.writes {
+        let entry = host.keys.entry_mut(key);
+        match slot {
+            // Reuse the value's buffer: most writes replace a value of the same size.
+            Some(SlotRef::Value(v)) => match entry.slot_mut(state) {
+                Some(Slot::Value(old)) => {
+                    old.clear();
+                    old.extend_from_slice(v);
+                }
+                _ => entry.set_slot(state, Slot::Value(v.to_vec())),
+            },
+            Some(SlotRef::List(items)) => entry.set_slot(
+                state,
+                Slot::List(items.into_iter().map(<[u8]>::to_vec).collect()),
+            ),
+            Some(SlotRef::Map(pairs)) => {
+                let map = pairs.into_iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
+                entry.set_slot(state, Slot::Map(map.collect::<BTreeMap<_, _>>()))
+            }
+            None => entry.clear(state),
+        }
+    }
+    for (key, domain, register, at) in effects.timer_ops {
+        host.timer_for(key, domain, at, register);
+    }
+    for e in effects.emits {
+        host.emitted.push(e.output, e.key, e.value, e.timestamp);
+    }
+    for (key, level, message) in effects.logs {
+        super::imports::log(udf, host.keys.entry(key).key(), level, &message);
+    }
+    for &key in &keys.ids {
+        host.keys.release_if_unused(key);
+    }
+}

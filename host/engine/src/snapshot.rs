@@ -1,0 +1,249 @@
+//! The keyed-state section: keys with their slots and pending timers.
+//!
+//! A full section lists every live key; an incremental one lists the keys released since
+//! the parent checkpoint (to remove) and then the keys changed since (whole, replacing
+//! what the parent had). Restoring applies a full section and then each increment in
+//! order. Keys travel as bytes and states by their index in the checkpoint's list of
+//! declared states, so key ids and state ids are free to differ after a restart.
+
+use crate::runtime::HostServices;
+use weir_core::codec::{Reader, Writer};
+use weir_core::state::{ByteMap, KeyEntry, KeyId, KeyTable, Slot, StateId};
+use weir_core::time::timers::TimeDomain;
+
+const REMOVED: u8 = 0;
+const PUT: u8 = 1;
+
+const VALUE: u8 = 0;
+const LIST: u8 = 1;
+const MAP: u8 = 2;
+
+/// Every live key: a base for later increments.
+pub fn encode_full(keys: &KeyTable) -> Vec<u8> {
+    let mut out = Writer::default();
+    for (_, entry) in keys.iter() {
+        put(&mut out, entry);
+    }
+    out.into_inner()
+}
+
+/// The keys released and changed since the last call (see [`KeyTable::take_changes`]).
+pub fn encode_changes(keys: &mut KeyTable) -> Vec<u8> {
+    let (released, changed) = keys.take_changes();
+    let mut out = Writer::default();
+    for key in &released {
+        out.u8(REMOVED);
+        out.bytes(key);
+    }
+    for id in changed {
+        put(&mut out, keys.entry(id));
+    }
+    out.into_inner()
+}
+
+fn put(out: &mut Writer, entry: &KeyEntry) {
+    out.u8(PUT);
+    out.bytes(entry.key());
+    let slots: Vec<_> = entry.slots().collect();
+    out.u32(slots.len() as u32);
+    for (state, slot) in slots {
+        out.u32(state);
+        match slot {
+            Slot::Value(v) => {
+                out.u8(VALUE);
+                out.bytes(v);
+            }
+            Slot::List(items) => {
+                out.u8(LIST);
+                out.u32(items.len() as u32);
+                for item in items {
+                    out.bytes(item);
+                }
+            }
+            Slot::Map(map) => {
+                out.u8(MAP);
+                out.u32(map.len() as u32);
+                for (k, v) in map {
+                    out.bytes(k);
+                    out.bytes(v);
+                }
+            }
+        }
+    }
+    out.u32(entry.timers().len() as u32);
+    for &(domain, at) in entry.timers() {
+        out.u8(match domain {
+            TimeDomain::EventTime => 0,
+            TimeDomain::ProcessingTime => 1,
+        });
+        out.i64(at);
+    }
+}
+
+/// Applies a section to `host`. `states[i]` is the current id of the checkpoint's state
+/// `i` (`None`: the UDF no longer declares it, so its slots are dropped).
+pub fn apply(
+    host: &mut HostServices,
+    section: &[u8],
+    states: &[Option<StateId>],
+) -> anyhow::Result<()> {
+    let mut r = Reader::new(section);
+    while !r.is_empty() {
+        let tag = r.u8()?;
+        let key = r.bytes()?;
+        let id = host.keys.intern(key);
+        clear_key(host, id);
+        match tag {
+            REMOVED => {}
+            PUT => {
+                let slots = r.u32()?;
+                for _ in 0..slots {
+                    let state = r.u32()? as usize;
+                    let slot = read_slot(&mut r)?;
+                    let target = states.get(state).copied().ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "a slot names state #{state}, which the checkpoint does not declare"
+                        )
+                    })?;
+                    if let Some(target) = target {
+                        host.keys.entry_mut(id).set_slot(target, slot);
+                    }
+                }
+                let timers = r.u32()?;
+                for _ in 0..timers {
+                    let domain = match r.u8()? {
+                        0 => TimeDomain::EventTime,
+                        1 => TimeDomain::ProcessingTime,
+                        other => anyhow::bail!("unknown timer domain {other}"),
+                    };
+                    let at = r.i64()?;
+                    host.timer_for(id, domain, at, true);
+                }
+            }
+            other => anyhow::bail!("unknown keyed record tag {other}"),
+        }
+        host.keys.release_if_unused(id);
+    }
+    Ok(())
+}
+
+/// Removes a key's slots and timers (an increment replaces a key whole).
+fn clear_key(host: &mut HostServices, id: KeyId) {
+    let timers = host.keys.entry(id).timers().to_vec();
+    for (domain, at) in timers {
+        host.timer_for(id, domain, at, false);
+    }
+    host.keys.entry_mut(id).clear_all();
+}
+
+fn read_slot(r: &mut Reader<'_>) -> anyhow::Result<Slot> {
+    Ok(match r.u8()? {
+        VALUE => Slot::Value(r.bytes()?.to_vec()),
+        LIST => {
+            let n = r.u32()?;
+            let mut items = Vec::with_capacity(n.min(1 << 16) as usize);
+            for _ in 0..n {
+                items.push(r.bytes()?.to_vec());
+            }
+            Slot::List(items)
+        }
+        MAP => {
+            let n = r.u32()?;
+            let mut map = ByteMap::new();
+            for _ in 0..n {
+                let k = r.bytes()?.to_vec();
+                map.insert(k, r.bytes()?.to_vec());
+            }
+            Slot::Map(map)
+        }
+        other => anyhow::bail!("unknown slot kind {other}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_core::time::timers::TimeDomain::*;
+
+    type Timers<'a> = &'a [(TimeDomain, i64)];
+    type Dumped = (Vec<u8>, Vec<(StateId, Slot)>, Vec<(TimeDomain, i64)>);
+
+    fn host_with(keys: &[(&[u8], Slot, Timers<'_>)]) -> HostServices {
+        let mut host = HostServices::new(0);
+        for (key, slot, timers) in keys {
+            let id = host.keys.intern(key);
+            host.keys.entry_mut(id).set_slot(0, slot.clone());
+            for &(domain, at) in *timers {
+                host.timer_for(id, domain, at, true);
+            }
+        }
+        host
+    }
+
+    fn dump(host: &HostServices) -> Vec<Dumped> {
+        let mut all: Vec<_> = host
+            .keys
+            .iter()
+            .map(|(_, e)| {
+                let mut timers = e.timers().to_vec();
+                timers.sort();
+                let slots = e.slots().map(|(id, s)| (id, s.clone())).collect();
+                (e.key().to_vec(), slots, timers)
+            })
+            .collect();
+        all.sort();
+        all
+    }
+
+    #[test]
+    fn full_then_increments_restore_the_same_keys_and_timers() {
+        let mut host = host_with(&[
+            (b"a", Slot::Value(b"1".to_vec()), &[(EventTime, 10)]),
+            (
+                b"b",
+                Slot::List(vec![b"x".to_vec()]),
+                &[(ProcessingTime, 20)],
+            ),
+        ]);
+        host.keys.track_changes();
+        let full = encode_full(&host.keys);
+
+        // Change a, drop b (state and timer), add c with a map.
+        let a = host.keys.find(b"a").unwrap();
+        host.keys
+            .entry_mut(a)
+            .set_slot(0, Slot::Value(b"2".to_vec()));
+        host.timer_for(a, EventTime, 10, false);
+        host.timer_for(a, EventTime, 30, true);
+        let b = host.keys.find(b"b").unwrap();
+        host.keys.entry_mut(b).clear_all();
+        host.timer_for(b, ProcessingTime, 20, false);
+        host.keys.release_if_unused(b);
+        let c = host.keys.intern(b"c");
+        let mut map = ByteMap::new();
+        map.insert(b"k".to_vec(), b"v".to_vec());
+        host.keys.entry_mut(c).set_slot(0, Slot::Map(map));
+        let delta = encode_changes(&mut host.keys);
+
+        let mut restored = HostServices::new(0);
+        apply(&mut restored, &full, &[Some(0)]).unwrap();
+        apply(&mut restored, &delta, &[Some(0)]).unwrap();
+        assert_eq!(dump(&restored), dump(&host));
+        assert_eq!(restored.timers.pending(EventTime), 1);
+        assert_eq!(restored.timers.pending(ProcessingTime), 0);
+        assert_eq!(
+            restored.timers.pop_event_due(100),
+            Some((30, restored.keys.find(b"a").unwrap()))
+        );
+    }
+
+    #[test]
+    fn a_state_the_udf_no_longer_declares_is_dropped() {
+        let host = host_with(&[(b"a", Slot::Value(b"1".to_vec()), &[])]);
+        let full = encode_full(&host.keys);
+        let mut restored = HostServices::new(0);
+        apply(&mut restored, &full, &[None]).unwrap();
+        assert!(restored.keys.is_empty());
+        assert!(apply(&mut restored, &full[..full.len() - 1], &[Some(0)]).is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! Sinks: where a pipeline's outputs go.
+//!
+//! Every output the UDF declares (the main output and each side output) is routed to one
+//! sink in the pipeline file. Today's sinks write JSON lines to a file or stdout, or
+//! discard (for benchmarks); an [`UpsertSink`] keeps the last record per key and writes
+//! the final table; a [`PostgresSink`] upserts into a table and a [`KafkaSink`] produces
+//! to a topic. The dead-letter output is a JSON-lines sink too.
+
+mod dead_letter;
+pub mod kafka;
+pub mod postgres;
+pub mod upsert;
+
+pub use dead_letter::{DeadLetter, DeadLetters};
+pub use kafka::KafkaSink;
+pub use postgres::PostgresSink;
+pub use upsert::UpsertSink;
+
+pub use weir_core::output::{OutputRecord, Sink, SinkState};
+
+use anyhow::Context as _;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+/// One JSON document per line: the value the UDF emitted.
+pub struct JsonLinesSink {
+    location: String,
+    out: BufWriter<Box<dyn Write + Send>>,
+    /// The file behind `out`, to make it durable at checkpoints (`None` for stdout).
+    file: Option<File>,
+    /// Bytes handed to `out` so far, counting what the file held when it was opened.
+    written: u64,
+}
+
+impl JsonLinesSink {
+    /// Creates (or empties) the output file.
+    pub fn create(path: &Path) -> anyhow::Result<Self> {
+        Self::open(path, None)
+    }
+
+    /// Opens the output file: emptied, or, when a checkpoint is restored, cut back to
+    /// the `length` it had then, so what the run wrote after the checkpoint is written
+    /// once more, not twice.
+    pub fn open(path: &Path, resume_at: Option<u64>) -> anyhow::Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create directory {}", dir.display()))?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(path)
+            .with_context(|| format!("cannot create output file {}", path.display()))?;
+        if !file.metadata()?.is_file() {
+            // A device or a pipe (/dev/null, a FIFO): written as a stream, never rewound.
+            return Ok(Self::new(path.display().to_string(), Box::new(file)));
+        }
+        let length = resume_at.unwrap_or(0);
+        let actual = file.metadata()?.len();
+        anyhow::ensure!(
+            actual >= length,
+            "output file {} holds {actual} bytes, fewer than the {length} the checkpoint recorded: \
+             it was changed outside weir; start over with --fresh",
+            path.display()
+        );
+        file.set_len(length)
+            .with_context(|| format!("cannot truncate output file {}", path.display()))?;
+        let mut handle = file.try_clone()?;
+        std::io::Seek::seek(&mut handle, std::io::SeekFrom::Start(length))?;
+        let mut sink = Self::new(path.display().to_string(), Box::new(handle));
+        sink.file = Some(file);
+        sink.written = length;
+        Ok(sink)
+    }
+
+    pub fn stdout() -> Self {
+        Self::new("stdout".into(), Box::new(std::io::stdout()))
+    }
+
+    pub fn new(location: String, out: Box<dyn Write + Send>) -> Self {
+        Self {
+            location,
+            out: BufWriter::with_capacity(1 << 17, out),
+            file: None,
+            written: 0,
+        }
+    }
+
+    /// Writes one JSON document on one line. A document spread over several lines is
+    /// compacted; bytes that are not JSON are refused, since the file would not be
+    /// JSON lines any more.
+    pub fn write_json(&mut self, value: &[u8]) -> anyhow::Result<()> {
+        let valid = serde_json::from_slice::<&serde_json::value::RawValue>(value);
+        if let Err(e) = valid {
+            let shown = String::from_utf8_lossy(&value[..value.len().min(200)]).into_owned();
+            anyhow::bail!(
+                "a record for {} is not JSON ({e}): {shown:?}",
+                self.location
+            );
+        }
+        let compacted;
+        let line = if value.contains(&b'\n') {
+            let parsed: serde_json::Value = serde_json::from_slice(value)?;
+            compacted = serde_json::to_vec(&parsed)?;
+            &compacted[..]
+        } else {
+            value
+        };
+        self.written += line.len() as u64 + 1;
+        self.out
+            .write_all(line)
+            .and_then(|()| self.out.write_all(b"\n"))
+            .with_context(|| format!("cannot write to {}", self.location))
+    }
+
+    /// Flushes and syncs the file; returns its length.
+    fn sync(&mut self) -> anyhow::Result<Option<u64>> {
+        self.flush()?;
+        let Some(file) = &self.file else {
+            return Ok(None);
+        };
+        file.sync_data()
+            .with_context(|| format!("cannot sync {}", self.location))?;
+        Ok(Some(self.written))
+    }
+}
+
+impl Sink for JsonLinesSink {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn write(&mut self, record: &OutputRecord<'_>) -> anyhow::Result<()> {
+        self.write_json(record.value)
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.out
+            .flush()
+            .with_context(|| format!("cannot write to {}", self.location))
+    }
+
+    fn checkpoint(&mut self) -> anyhow::Result<SinkState> {
+        Ok(SinkState {
+            length: self.sync()?,
+            data: Vec::new(),
+        })
+    }
+}
+
+/// Drops every record: for benchmarks that measure the engine, not the disk.
+pub struct DiscardSink;
+
+impl Sink for DiscardSink {
+    fn location(&self) -> &str {
+        "discard"
+    }
+
+    fn write(&mut self, _record: &OutputRecord<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lines_compacts_and_refuses_non_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/out.jsonl");
+        let mut sink = JsonLinesSink::create(&path).unwrap();
+        let rec = |value: &'static [u8]| OutputRecord {
+            key: None,
+            value,
+            timestamp: 0,
+            sequence: 0,
+        };
+        sink.write(&rec(br#"{"a":1}"#)).unwrap();
+        sink.write(&rec(b"{\n  \"b\": [1,\n 2]\n}")).unwrap();
+        let err = sink.write(&rec(b"not json")).unwrap_err().to_string();
+        assert!(err.contains("is not JSON"), "{err}");
+        sink.flush().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"a\":1}\n{\"b\":[1,2]}\n"
+        );
+    }
+
+    #[test]
+    fn resuming_cuts_the_file_back_to_its_checkpointed_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let mut sink = JsonLinesSink::create(&path).unwrap();
+        sink.write_json(b"1").unwrap();
+        let state = sink.checkpoint().unwrap();
+        assert_eq!(state.length, Some(2));
+        sink.write_json(b"22").unwrap();
+        sink.flush().unwrap();
+        drop(sink);
+        let mut resumed = JsonLinesSink::open(&path, state.length).unwrap();
+        resumed.write_json(b"3").unwrap();
+        resumed.flush().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "1\n3\n");
+        assert_eq!(resumed.checkpoint().unwrap().length, Some(4));
+        std::fs::write(&path, "").unwrap();
+        let err = JsonLinesSink::open(&path, Some(4))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("changed outside weir"), "{err}");
+    }
+}

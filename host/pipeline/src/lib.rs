@@ -1,0 +1,1062 @@
+//! Pipeline files: what to read, which UDF runs, where outputs go.
+//!
+//! A pipeline is a TOML file (documented in `docs/pipeline.md`). [`PipelineFile`] is its
+//! literal shape, checked by serde so that a misspelt field is an error naming it;
+//! [`PipelineSpec::load`] resolves paths relative to the file, parses durations and
+//! sizes, and applies the command line's [`Overrides`].
+
+#![warn(missing_docs)]
+
+use anyhow::{bail, Context as _};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use weir_checkpoint::CheckpointSpec;
+use weir_core::time::format::TimestampFormat;
+use weir_core::time::parse_duration_ms;
+use weir_io::sink::kafka::KafkaTarget;
+use weir_io::sink::postgres::PostgresTarget;
+use weir_io::sink::upsert::UpsertSpec;
+use weir_io::source::kafka::{KafkaSourceSpec, Startup};
+
+/// The TOML file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineFile {
+    pub name: Option<String>,
+    #[serde(default, rename = "source")]
+    pub sources: Vec<SourceEntry>,
+    pub udf: UdfEntry,
+    #[serde(default, rename = "sink")]
+    pub sinks: Vec<SinkEntry>,
+    pub dead_letter: Option<DeadLetterEntry>,
+    pub checkpoint: Option<CheckpointEntry>,
+}
+
+/// `[checkpoint]`: where and how often the run saves what it needs to resume.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointEntry {
+    /// Off: a restarted run starts from scratch.
+    pub enabled: Option<bool>,
+    /// The state directory (default: `.weir-state/<pipeline name>` next to the file).
+    pub dir: Option<String>,
+    /// Time between checkpoints (default 10s).
+    pub interval: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceEntry {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: SourceKind,
+    pub path: Option<String>,
+    /// The UDF input this source feeds; defaults to the source's name.
+    pub input: Option<String>,
+    pub key: String,
+    pub timestamp: String,
+    pub timestamp_format: TimestampFormat,
+    pub out_of_orderness: Option<String>,
+    /// A partition (or stdin) with no record for this long stops holding the watermark back.
+    pub idle_timeout: Option<String>,
+    /// Kafka: bootstrap brokers.
+    pub brokers: Option<String>,
+    /// Kafka: the topic, or `topics` for several.
+    pub topic: Option<String>,
+    pub topics: Option<Vec<String>>,
+    /// Kafka: the consumer group offsets are committed to (default `weir-<pipeline>`).
+    pub group: Option<String>,
+    /// Kafka: where to start without a checkpoint.
+    pub startup: Option<Startup>,
+    /// Kafka: stop at the end offsets seen at start.
+    pub bounded: Option<bool>,
+    /// Kafka: how long to keep trying to reach the brokers at start.
+    pub connect_timeout: Option<String>,
+    /// Kafka: librdkafka consumer properties.
+    pub properties: Option<BTreeMap<String, toml::Value>>,
+    /// Kafka, with `--group`: the topic is not partitioned by `key`, so the group re-keys
+    /// it through a repartition topic before the keyed operator.
+    pub repartition: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    File,
+    Stdin,
+    Kafka,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UdfEntry {
+    pub path: String,
+    pub name: Option<String>,
+    pub memory_limit: Option<String>,
+    pub call_timeout: Option<String>,
+    /// Most elements and timers per batched call; 0 calls once per element and timer.
+    pub max_batch: Option<usize>,
+    #[serde(default)]
+    pub config: BTreeMap<String, toml::Value>,
+    /// How `weir dev` rebuilds the component (for UDFs that are not Rust crates).
+    pub dev: Option<DevEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DevEntry {
+    /// Shell command, run in the pipeline file's folder.
+    pub build: String,
+    /// Files or folders whose changes trigger a rebuild, relative to the pipeline file.
+    pub watch: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkEntry {
+    pub output: String,
+    #[serde(rename = "type")]
+    pub kind: SinkKind,
+    pub path: Option<String>,
+    /// `append` (default): every record; `upsert`: the final table, one row per key.
+    pub mode: Option<SinkMode>,
+    /// Upsert only: fields of the record's value that form the key (default: its key).
+    pub key: Option<Vec<String>>,
+    /// Upsert only: also write every record, as it arrives, to this file.
+    pub changelog: Option<String>,
+    /// PostgreSQL: connection string, e.g. `postgres://user@127.0.0.1:5432/db`.
+    pub url: Option<String>,
+    /// PostgreSQL: the table to upsert into.
+    pub table: Option<String>,
+    /// PostgreSQL: the table's primary-key columns (the upsert key).
+    pub primary_key: Option<Vec<String>>,
+    /// PostgreSQL: the columns and the record fields they come from.
+    pub columns: Option<Vec<ColumnEntry>>,
+    /// PostgreSQL: create the table if it does not exist.
+    pub create_table: Option<bool>,
+    /// Kafka: bootstrap brokers, `host:port[,host:port...]`.
+    pub brokers: Option<String>,
+    /// Kafka: the topic records are produced to.
+    pub topic: Option<String>,
+    /// Kafka: librdkafka producer properties, e.g. `{ "linger.ms" = "5" }`.
+    pub properties: Option<BTreeMap<String, toml::Value>>,
+    /// Kafka: commit each checkpoint's records in a Kafka transaction.
+    pub transactional: Option<bool>,
+}
+
+/// One column of a PostgreSQL sink.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnEntry {
+    pub name: String,
+    /// The record field (name or JSON pointer); defaults to the column's name.
+    pub field: Option<String>,
+    /// The SQL type; needed to create the table, else read from the table.
+    #[serde(rename = "type")]
+    pub sql_type: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SinkMode {
+    #[default]
+    Append,
+    Upsert,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SinkKind {
+    File,
+    Stdout,
+    Discard,
+    Postgres,
+    Kafka,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterEntry {
+    pub path: String,
+}
+
+/// Command-line changes to a pipeline, so one file runs on any inputs.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--input NAME=PATH`: read source NAME from PATH (`-` for stdin).
+    pub inputs: Vec<(String, String)>,
+    /// `--output NAME=PATH`: write output NAME to PATH (`-` for stdout).
+    pub outputs: Vec<(String, String)>,
+    /// `--config KEY=VALUE`: UDF config.
+    pub config: Vec<(String, String)>,
+    /// `--udf PATH`: another component.
+    pub udf: Option<PathBuf>,
+    /// `--dead-letter PATH`.
+    pub dead_letter: Option<PathBuf>,
+    /// `--state-dir DIR`.
+    pub state_dir: Option<PathBuf>,
+    /// `--checkpoint-interval DURATION`.
+    pub checkpoint_interval: Option<String>,
+    /// `--no-checkpoints`.
+    pub no_checkpoints: bool,
+}
+
+/// Where a source reads from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceLocation {
+    File(PathBuf),
+    Stdin,
+    Kafka(KafkaSourceSpec),
+}
+
+#[derive(Debug, Clone)]
+pub struct SourceSpec {
+    pub name: String,
+    pub input: String,
+    pub location: SourceLocation,
+    pub key: String,
+    pub timestamp: String,
+    pub timestamp_format: TimestampFormat,
+    pub out_of_orderness_ms: i64,
+    pub idle_timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UdfSpec {
+    pub name: String,
+    pub path: PathBuf,
+    /// Key/value config, pipeline file first, overrides applied.
+    pub config: Vec<(String, String)>,
+    pub memory_limit_bytes: usize,
+    pub call_timeout: Duration,
+    /// Most entries per batched call (0: one call per element and timer).
+    pub max_batch: usize,
+    /// `[udf.dev]`: how `weir dev` rebuilds the component, if the file says.
+    pub dev: Option<DevSpec>,
+}
+
+/// How `weir dev` rebuilds a UDF that is not found as a Rust crate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevSpec {
+    pub build: String,
+    /// Where `build` runs: the pipeline file's folder.
+    pub dir: PathBuf,
+    pub watch: Vec<PathBuf>,
+}
+
+/// Where an output's records go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkTarget {
+    File(PathBuf),
+    Stdout,
+    Discard,
+    Postgres(PostgresTarget),
+    Kafka(KafkaTarget),
+}
+
+#[derive(Debug, Clone)]
+pub struct SinkSpec {
+    pub output: String,
+    pub target: SinkTarget,
+    /// `Some` for an upsert sink.
+    pub upsert: Option<UpsertSpec>,
+}
+
+/// A resolved pipeline, ready to run.
+#[derive(Debug, Clone)]
+pub struct PipelineSpec {
+    pub name: String,
+    pub sources: Vec<SourceSpec>,
+    pub udf: UdfSpec,
+    pub sinks: Vec<SinkSpec>,
+    pub dead_letter: PathBuf,
+    pub checkpoint: CheckpointSpec,
+}
+
+pub use weir_engine::operator::DEFAULT_MAX_BATCH;
+pub use weir_engine::runtime::wasm::{DEFAULT_CALL_TIMEOUT, DEFAULT_MEMORY_LIMIT};
+
+impl PipelineSpec {
+    /// Reads, checks and resolves a pipeline file.
+    pub fn load(path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+        Self::parse(&text, path, overrides)
+            .with_context(|| format!("pipeline file {}", path.display()))
+    }
+
+    /// Checks and resolves pipeline text; relative paths are relative to `path`'s folder.
+    pub fn parse(text: &str, path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
+        let file: PipelineFile =
+            toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: &str| base.join(p);
+
+        let mut sources = Vec::new();
+        for (i, entry) in file.sources.into_iter().enumerate() {
+            let context = || format!("[[source]] #{} ({:?})", i + 1, entry.name);
+            sources.push(resolve_source(&entry, &resolve).with_context(context)?);
+        }
+        if sources.is_empty() {
+            bail!("no [[source]]: a pipeline needs at least one");
+        }
+        for (i, s) in sources.iter().enumerate() {
+            if sources[..i].iter().any(|t| t.name == s.name) {
+                bail!("two sources are named {:?}", s.name);
+            }
+        }
+
+        let udf = resolve_udf(&file.udf, &resolve, path).context("[udf]")?;
+
+        let mut sinks = Vec::new();
+        for (i, entry) in file.sinks.into_iter().enumerate() {
+            let context = || format!("[[sink]] #{} (output {:?})", i + 1, entry.output);
+            let target = sink_target(&entry, &resolve).with_context(context)?;
+            let upsert = upsert_spec(&entry, &resolve).with_context(context)?;
+            if sinks.iter().any(|s: &SinkSpec| s.output == entry.output) {
+                bail!("two sinks for output {:?}", entry.output);
+            }
+            sinks.push(SinkSpec {
+                output: entry.output,
+                target,
+                upsert,
+            });
+        }
+
+        let dead_letter = match file.dead_letter {
+            Some(entry) => resolve(&entry.path),
+            None => path.with_extension("dead-letter.jsonl"),
+        };
+        let name = file.name.unwrap_or_else(|| default_name(path));
+        for source in &mut sources {
+            if let SourceLocation::Kafka(kafka) = &mut source.location {
+                if kafka.group.is_empty() {
+                    kafka.group = format!("weir-{name}");
+                }
+            }
+        }
+        let checkpoint =
+            checkpoint_spec(file.checkpoint.as_ref(), &name, &resolve).context("[checkpoint]")?;
+        let mut spec = PipelineSpec {
+            name,
+            sources,
+            udf,
+            sinks,
+            dead_letter,
+            checkpoint,
+        };
+        spec.apply(overrides)?;
+        Ok(spec)
+    }
+
+    /// Applies command-line overrides; paths in them are relative to the working directory.
+    pub fn apply(&mut self, overrides: &Overrides) -> anyhow::Result<()> {
+        for (name, path) in &overrides.inputs {
+            let Some(source) = self.sources.iter_mut().find(|s| &s.name == name) else {
+                let known: Vec<_> = self.sources.iter().map(|s| s.name.as_str()).collect();
+                bail!("--input {name}=...: the pipeline has no source {name:?} (its sources: {known:?})");
+            };
+            source.location = match path.as_str() {
+                "-" => SourceLocation::Stdin,
+                path => SourceLocation::File(PathBuf::from(path)),
+            };
+        }
+        for (output, path) in &overrides.outputs {
+            let target = match path.as_str() {
+                "-" => SinkTarget::Stdout,
+                path => SinkTarget::File(PathBuf::from(path)),
+            };
+            match self.sinks.iter_mut().find(|s| &s.output == output) {
+                Some(sink) => sink.target = target,
+                None => self.sinks.push(SinkSpec {
+                    output: output.clone(),
+                    target,
+                    upsert: None,
+                }),
+            }
+        }
+        for (key, value) in &overrides.config {
+            match self.udf.config.iter_mut().find(|(k, _)| k == key) {
+                Some(entry) => entry.1 = value.clone(),
+                None => self.udf.config.push((key.clone(), value.clone())),
+            }
+        }
+        if let Some(udf) = &overrides.udf {
+            self.udf.path = udf.clone();
+            // Another component: messages name it after its file, not the one it replaces.
+            if let Some(stem) = udf.file_stem() {
+                self.udf.name = stem.to_string_lossy().replace('_', "-");
+            }
+        }
+        if let Some(dead_letter) = &overrides.dead_letter {
+            self.dead_letter = dead_letter.clone();
+        }
+        if let Some(dir) = &overrides.state_dir {
+            self.checkpoint.dir = dir.clone();
+        }
+        if let Some(interval) = &overrides.checkpoint_interval {
+            self.checkpoint.interval = checkpoint_interval(interval)
+                .map_err(|e| anyhow::anyhow!("--checkpoint-interval: {e:#}"))?;
+        }
+        if overrides.no_checkpoints {
+            self.checkpoint.enabled = false;
+        }
+        Ok(())
+    }
+
+    /// The UDF's input names, in the order the sources first name them.
+    pub fn input_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for s in &self.sources {
+            if !names.contains(&s.input) {
+                names.push(s.input.clone());
+            }
+        }
+        names
+    }
+}
+
+fn checkpoint_spec(
+    entry: Option<&CheckpointEntry>,
+    name: &str,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> anyhow::Result<CheckpointSpec> {
+    let dir = match entry.and_then(|e| e.dir.as_deref()) {
+        Some(dir) => resolve(dir),
+        None => resolve(".weir-state").join(name),
+    };
+    let interval = match entry.and_then(|e| e.interval.as_deref()) {
+        Some(text) => checkpoint_interval(text).context("interval")?,
+        None => weir_checkpoint::DEFAULT_INTERVAL,
+    };
+    Ok(CheckpointSpec {
+        enabled: entry.and_then(|e| e.enabled).unwrap_or(true),
+        dir,
+        interval,
+        kafka: None,
+    })
+}
+
+fn checkpoint_interval(text: &str) -> anyhow::Result<Duration> {
+    let ms = parse_duration_ms(text)?;
+    anyhow::ensure!(
+        ms > 0,
+        "must be more than zero (to turn checkpoints off, set enabled = false)"
+    );
+    Ok(Duration::from_millis(ms as u64))
+}
+
+fn resolve_source(
+    entry: &SourceEntry,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> anyhow::Result<SourceSpec> {
+    let kafka_fields = [
+        ("brokers", entry.brokers.is_some()),
+        ("topic", entry.topic.is_some() || entry.topics.is_some()),
+        ("group", entry.group.is_some()),
+        ("startup", entry.startup.is_some()),
+        ("bounded", entry.bounded.is_some()),
+        ("connect_timeout", entry.connect_timeout.is_some()),
+        ("properties", entry.properties.is_some()),
+        ("repartition", entry.repartition.is_some()),
+    ];
+    if entry.kind != SourceKind::Kafka {
+        if let Some((field, _)) = kafka_fields.iter().find(|(_, set)| *set) {
+            bail!("{field}: only kafka sources take it");
+        }
+    }
+    let location = match (entry.kind, &entry.path) {
+        (SourceKind::File, Some(path)) => SourceLocation::File(resolve(path)),
+        (SourceKind::File, None) => bail!("path: a file source needs a path"),
+        (SourceKind::Stdin, None) => SourceLocation::Stdin,
+        (SourceKind::Stdin | SourceKind::Kafka, Some(_)) => {
+            bail!("path: a {:?} source takes no path", entry.kind)
+        }
+        (SourceKind::Kafka, None) => SourceLocation::Kafka(kafka_source(entry)?),
+    };
+    let out_of_orderness_ms = match &entry.out_of_orderness {
+        Some(text) => parse_duration_ms(text).context("out_of_orderness")?,
+        None => 0,
+    };
+    let idle_timeout = match (&entry.idle_timeout, entry.kind) {
+        (Some(text), _) => match parse_duration_ms(text).context("idle_timeout")? {
+            0 => None,
+            ms => Some(Duration::from_millis(ms as u64)),
+        },
+        (None, SourceKind::Kafka) => Some(DEFAULT_KAFKA_IDLE_TIMEOUT),
+        (None, _) => None,
+    };
+    // Check the field paths now, so a bad pointer is a start-up error, not a dead letter per line.
+    weir_io::source::decode::RecordDecoder::new(
+        &entry.key,
+        &entry.timestamp,
+        entry.timestamp_format,
+    )
+    .map_err(|e| anyhow::anyhow!("key/timestamp: {e}"))?;
+    Ok(SourceSpec {
+        name: entry.name.clone(),
+        input: entry.input.clone().unwrap_or_else(|| entry.name.clone()),
+        location,
+        key: entry.key.clone(),
+        timestamp: entry.timestamp.clone(),
+        timestamp_format: entry.timestamp_format,
+        out_of_orderness_ms,
+        idle_timeout,
+    })
+}
+
+/// How long a Kafka partition may be quiet before it stops holding the watermark back.
+pub const DEFAULT_KAFKA_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn kafka_source(entry: &SourceEntry) -> anyhow::Result<KafkaSourceSpec> {
+    let brokers = entry
+        .brokers
+        .clone()
+        .filter(|b| !b.trim().is_empty())
+        .context("brokers: a kafka source needs its bootstrap brokers, e.g. \"127.0.0.1:9092\"")?;
+    let mut topics: Vec<String> = entry.topic.iter().cloned().collect();
+    topics.extend(entry.topics.iter().flatten().cloned());
+    anyhow::ensure!(
+        !topics.is_empty() && topics.iter().all(|t| !t.trim().is_empty()),
+        "topic: a kafka source needs a topic (or topics = [...])"
+    );
+    let connect_timeout = match &entry.connect_timeout {
+        Some(text) => {
+            Duration::from_millis(parse_duration_ms(text).context("connect_timeout")? as u64)
+        }
+        None => Duration::from_secs(30),
+    };
+    Ok(KafkaSourceSpec {
+        brokers,
+        topics,
+        group: entry.group.clone().unwrap_or_default(),
+        startup: entry.startup.unwrap_or(Startup::Committed),
+        bounded: entry.bounded.unwrap_or(false),
+        connect_timeout,
+        properties: kafka_properties(entry.properties.as_ref())?,
+        partitions: None,
+        repartition: entry.repartition.unwrap_or(false),
+        via: None,
+    })
+}
+
+/// librdkafka properties from the pipeline file, as strings.
+fn kafka_properties(
+    properties: Option<&BTreeMap<String, toml::Value>>,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (name, value) in properties.into_iter().flatten() {
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+                value.to_string()
+            }
+            _ => bail!("properties: {name:?} must be a string, number or boolean"),
+        };
+        if name == "bootstrap.servers" {
+            bail!("properties: set the brokers field, not \"bootstrap.servers\"");
+        }
+        out.push((name.clone(), text));
+    }
+    Ok(out)
+}
+
+fn resolve_udf(
+    entry: &UdfEntry,
+    resolve: &impl Fn(&str) -> PathBuf,
+    pipeline: &Path,
+) -> anyhow::Result<UdfSpec> {
+    let path = resolve(&entry.path);
+    let name = entry.name.clone().unwrap_or_else(|| {
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        stem.unwrap_or_else(|| default_name(pipeline))
+            .replace('_', "-")
+    });
+    let memory_limit_bytes = match &entry.memory_limit {
+        Some(text) => parse_size(text).context("memory_limit")?,
+        None => DEFAULT_MEMORY_LIMIT,
+    };
+    let call_timeout = match &entry.call_timeout {
+        Some(text) => {
+            Duration::from_millis(parse_duration_ms(text).context("call_timeout")? as u64)
+        }
+        None => DEFAULT_CALL_TIMEOUT,
+    };
+    anyhow::ensure!(
+        !call_timeout.is_zero(),
+        "call_timeout: must be more than zero"
+    );
+    let config = entry
+        .config
+        .iter()
+        .map(|(k, v)| {
+            let text = match v {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+                    v.to_string()
+                }
+                other => serde_json::to_string(other).unwrap_or_default(),
+            };
+            (k.clone(), text)
+        })
+        .collect();
+    Ok(UdfSpec {
+        name,
+        path,
+        config,
+        memory_limit_bytes,
+        call_timeout,
+        max_batch: entry.max_batch.unwrap_or(DEFAULT_MAX_BATCH),
+        dev: match &entry.dev {
+            Some(dev) => {
+                anyhow::ensure!(!dev.watch.is_empty(), "dev.watch: list at least one path");
+                Some(DevSpec {
+                    build: dev.build.clone(),
+                    dir: resolve("."),
+                    watch: dev.watch.iter().map(|p| resolve(p)).collect(),
+                })
+            }
+            None => None,
+        },
+    })
+}
+
+fn upsert_spec(
+    entry: &SinkEntry,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> anyhow::Result<Option<UpsertSpec>> {
+    match entry.mode.unwrap_or_default() {
+        SinkMode::Append => {
+            if entry.key.is_some() || entry.changelog.is_some() {
+                bail!("key, changelog: only an upsert sink (mode = \"upsert\") takes them");
+            }
+            Ok(None)
+        }
+        SinkMode::Upsert => {
+            if let Some(fields) = &entry.key {
+                anyhow::ensure!(!fields.is_empty(), "key: list at least one field");
+                let paths: Vec<&str> = fields.iter().map(String::as_str).collect();
+                weir_io::source::extract::FieldPaths::new(&paths)
+                    .map_err(|e| anyhow::anyhow!("key: {e}"))?;
+            }
+            Ok(Some(UpsertSpec {
+                key_fields: entry.key.clone(),
+                changelog: entry.changelog.as_deref().map(resolve),
+            }))
+        }
+    }
+}
+
+fn sink_target(
+    entry: &SinkEntry,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> anyhow::Result<SinkTarget> {
+    let postgres_fields = [
+        ("url", entry.url.is_some()),
+        ("table", entry.table.is_some()),
+        ("primary_key", entry.primary_key.is_some()),
+        ("columns", entry.columns.is_some()),
+        ("create_table", entry.create_table.is_some()),
+    ];
+    if entry.kind != SinkKind::Postgres {
+        if let Some((field, _)) = postgres_fields.iter().find(|(_, set)| *set) {
+            bail!("{field}: only postgres sinks take it");
+        }
+    }
+    let kafka_fields = [
+        ("brokers", entry.brokers.is_some()),
+        ("topic", entry.topic.is_some()),
+        ("properties", entry.properties.is_some()),
+        ("transactional", entry.transactional.is_some()),
+    ];
+    if entry.kind != SinkKind::Kafka {
+        if let Some((field, _)) = kafka_fields.iter().find(|(_, set)| *set) {
+            bail!("{field}: only kafka sinks take it");
+        }
+    }
+    Ok(match (entry.kind, entry.path.as_deref()) {
+        (SinkKind::File, Some(path)) => SinkTarget::File(resolve(path)),
+        (SinkKind::File, None) => bail!("path: a file sink needs a path"),
+        (SinkKind::Stdout, None) => SinkTarget::Stdout,
+        (SinkKind::Discard, None) => SinkTarget::Discard,
+        (SinkKind::Postgres, None) => SinkTarget::Postgres(postgres_target(entry)?),
+        (SinkKind::Kafka, None) => SinkTarget::Kafka(kafka_target(entry)?),
+        (_, Some(_)) => bail!("path: only file sinks take a path"),
+    })
+}
+
+fn postgres_target(entry: &SinkEntry) -> anyhow::Result<PostgresTarget> {
+    if entry.mode.is_some() || entry.key.is_some() || entry.changelog.is_some() {
+        bail!("mode, key, changelog: a postgres sink always upserts, by its primary_key");
+    }
+    let url = entry
+        .url
+        .clone()
+        .context("url: a postgres sink needs a connection string")?;
+    let table = entry
+        .table
+        .clone()
+        .context("table: a postgres sink needs a table")?;
+    let columns = entry.columns.clone().unwrap_or_default();
+    anyhow::ensure!(!columns.is_empty(), "columns: list the table's columns");
+    let primary_key = entry.primary_key.clone().unwrap_or_default();
+    anyhow::ensure!(
+        !primary_key.is_empty(),
+        "primary_key: name at least one column"
+    );
+    for pk in &primary_key {
+        anyhow::ensure!(
+            columns.iter().any(|c| &c.name == pk),
+            "primary_key: {pk:?} is not one of the columns"
+        );
+    }
+    let create_table = entry.create_table.unwrap_or(false);
+    let columns: Vec<(String, String, Option<String>)> = columns
+        .into_iter()
+        .map(|c| {
+            let field = c.field.unwrap_or_else(|| c.name.clone());
+            (c.name, field, c.sql_type)
+        })
+        .collect();
+    if create_table {
+        if let Some((name, ..)) = columns.iter().find(|(_, _, ty)| ty.is_none()) {
+            bail!("columns: {name:?} needs a type to create the table");
+        }
+    }
+    let fields: Vec<&str> = columns.iter().map(|(_, f, _)| f.as_str()).collect();
+    weir_io::source::extract::FieldPaths::new(&fields)
+        .map_err(|e| anyhow::anyhow!("columns: {e}"))?;
+    Ok(PostgresTarget {
+        url,
+        table,
+        primary_key,
+        columns,
+        create_table,
+    })
+}
+
+fn kafka_target(entry: &SinkEntry) -> anyhow::Result<KafkaTarget> {
+    if entry.mode.unwrap_or_default() != SinkMode::Append
+        || entry.key.is_some()
+        || entry.changelog.is_some()
+    {
+        bail!("mode, key, changelog: a kafka sink appends every record, keyed by its key");
+    }
+    let brokers = entry
+        .brokers
+        .clone()
+        .filter(|b| !b.trim().is_empty())
+        .context("brokers: a kafka sink needs its bootstrap brokers, e.g. \"127.0.0.1:9092\"")?;
+    let topic = entry
+        .topic
+        .clone()
+        .filter(|t| !t.trim().is_empty())
+        .context("topic: a kafka sink needs a topic")?;
+    let properties = kafka_properties(entry.properties.as_ref())?;
+    Ok(KafkaTarget {
+        brokers,
+        topic,
+        properties,
+        transactional: entry.transactional.unwrap_or(false),
+    })
+}
+
+fn default_name(pipeline: &Path) -> String {
+    let stem = pipeline
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if stem == "pipeline" {
+        if let Some(dir) = pipeline.canonicalize().ok().and_then(|p| {
+            p.parent()
+                .and_then(|d| d.file_name())
+                .map(|d| d.to_string_lossy().into_owned())
+        }) {
+            return dir;
+        }
+    }
+    stem
+}
+
+/// Parses a size such as `64MiB`, `512KiB`, `1GiB`, `100MB` or a byte count.
+pub fn parse_size(text: &str) -> anyhow::Result<usize> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: usize = number
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{text:?} is not a size like 64MiB"))?;
+    let factor: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => bail!("{text:?} is not a size like 64MiB (units: B, KiB, MiB, GiB, KB, MB, GB)"),
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| anyhow::anyhow!("size {text:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "ad-clicks"
+
+[[source]]
+name = "clicks"
+type = "file"
+path = "clicks.jsonl"
+key = "ad_id"
+timestamp = "clicked_at"
+timestamp_format = "datetime"
+out_of_orderness = "5s"
+
+[udf]
+path = "../udf.wasm"
+memory_limit = "32MiB"
+[udf.config]
+window = "5m"
+limit = 3
+
+[[sink]]
+output = "main"
+type = "file"
+path = "out/clicks.jsonl"
+"#;
+
+    fn parse(text: &str, overrides: &Overrides) -> anyhow::Result<PipelineSpec> {
+        PipelineSpec::parse(text, Path::new("/p/demo/pipeline.toml"), overrides)
+    }
+
+    #[test]
+    fn resolves_paths_and_defaults() {
+        let spec = parse(GOOD, &Overrides::default()).unwrap();
+        assert_eq!(spec.name, "ad-clicks");
+        assert_eq!(
+            spec.sources[0].location,
+            SourceLocation::File("/p/demo/clicks.jsonl".into())
+        );
+        assert_eq!(spec.sources[0].input, "clicks");
+        assert_eq!(spec.sources[0].out_of_orderness_ms, 5_000);
+        assert_eq!(spec.udf.path, PathBuf::from("/p/demo/../udf.wasm"));
+        assert_eq!(spec.udf.name, "udf");
+        assert_eq!(spec.udf.memory_limit_bytes, 32 << 20);
+        assert_eq!(spec.udf.call_timeout, DEFAULT_CALL_TIMEOUT);
+        assert_eq!(
+            spec.udf.config,
+            vec![("limit".into(), "3".into()), ("window".into(), "5m".into())]
+        );
+        assert_eq!(
+            spec.sinks[0].target,
+            SinkTarget::File("/p/demo/out/clicks.jsonl".into())
+        );
+        assert_eq!(
+            spec.dead_letter,
+            PathBuf::from("/p/demo/pipeline.dead-letter.jsonl")
+        );
+    }
+
+    #[test]
+    fn dev_section_resolves_against_the_pipeline_file() {
+        let text = GOOD.replace(
+            "[udf.config]",
+            "[udf.dev]\nbuild = \"./build.sh\"\nwatch = [\"app.py\", \"lib\"]\n\n[udf.config]",
+        );
+        let spec = parse(&text, &Overrides::default()).unwrap();
+        assert_eq!(
+            spec.udf.dev,
+            Some(DevSpec {
+                build: "./build.sh".into(),
+                dir: "/p/demo/.".into(),
+                watch: vec!["/p/demo/app.py".into(), "/p/demo/lib".into()],
+            })
+        );
+        let empty = GOOD.replace(
+            "[udf.config]",
+            "[udf.dev]\nbuild = \"make\"\nwatch = []\n\n[udf.config]",
+        );
+        let error = parse(&empty, &Overrides::default()).unwrap_err();
+        assert!(format!("{error:#}").contains("dev.watch"), "{error:#}");
+    }
+
+    #[test]
+    fn overrides() {
+        let overrides = Overrides {
+            inputs: vec![("clicks".into(), "-".into())],
+            outputs: vec![
+                ("main".into(), "o.jsonl".into()),
+                ("late".into(), "-".into()),
+            ],
+            config: vec![("window".into(), "1m".into())],
+            ..Overrides::default()
+        };
+        let spec = parse(GOOD, &overrides).unwrap();
+        assert_eq!(spec.sources[0].location, SourceLocation::Stdin);
+        assert_eq!(spec.sinks[0].target, SinkTarget::File("o.jsonl".into()));
+        assert_eq!(spec.sinks[1].target, SinkTarget::Stdout);
+        assert!(spec.udf.config.contains(&("window".into(), "1m".into())));
+
+        let bad = Overrides {
+            inputs: vec![("clickz".into(), "x".into())],
+            ..Overrides::default()
+        };
+        let err = format!("{:#}", parse(GOOD, &bad).unwrap_err());
+        assert!(
+            err.contains("no source \"clickz\"") && err.contains("clicks"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn mistakes_name_the_field() {
+        let cases = [
+            (
+                GOOD.replace("out_of_orderness", "out_of_order"),
+                "unknown field `out_of_order`",
+            ),
+            (GOOD.replace("\"5s\"", "\"5 parsecs\""), "out_of_orderness"),
+            (
+                GOOD.replace("\"datetime\"", "\"rfc822\""),
+                "unknown variant `rfc822`",
+            ),
+            (GOOD.replace("32MiB", "lots"), "memory_limit"),
+            (
+                GOOD.replace("path = \"clicks.jsonl\"\n", ""),
+                "a file source needs a path",
+            ),
+            (
+                GOOD.replace("name = \"ad-clicks\"", "nme = \"ad-clicks\""),
+                "unknown field `nme`",
+            ),
+            (
+                GOOD.replace("memory_limit", "memory_limt"),
+                "unknown field `memory_limt`",
+            ),
+            (
+                GOOD.replace("key = \"ad_id\"", "key = \"/a//b\""),
+                "empty segment",
+            ),
+            (
+                GOOD.replace(
+                    "type = \"file\"\npath = \"out",
+                    "type = \"stdout\"\npath = \"out",
+                ),
+                "only file sinks take a path",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = format!("{:#}", parse(&text, &Overrides::default()).unwrap_err());
+            assert!(err.contains(expected), "expected {expected:?} in: {err}");
+        }
+    }
+
+    #[test]
+    fn upsert_sinks() {
+        let upsert = GOOD.replace(
+            "path = \"out/clicks.jsonl\"",
+            "path = \"out/clicks.jsonl\"\nmode = \"upsert\"\nkey = [\"ad_id\"]\nchangelog = \"changes.jsonl\"",
+        );
+        let spec = parse(&upsert, &Overrides::default()).unwrap();
+        let expected = UpsertSpec {
+            key_fields: Some(vec!["ad_id".into()]),
+            changelog: Some("/p/demo/changes.jsonl".into()),
+        };
+        assert_eq!(spec.sinks[0].upsert, Some(expected));
+        let append_with_key = GOOD.replace(
+            "path = \"out/clicks.jsonl\"",
+            "path = \"out/clicks.jsonl\"\nkey = [\"ad_id\"]",
+        );
+        let err = format!(
+            "{:#}",
+            parse(&append_with_key, &Overrides::default()).unwrap_err()
+        );
+        assert!(err.contains("only an upsert sink"), "{err}");
+    }
+
+    #[test]
+    fn kafka_sinks() {
+        let sink = |lines: &str| {
+            GOOD.replace(
+                "type = \"file\"\npath = \"out/clicks.jsonl\"",
+                &format!("type = \"kafka\"\n{lines}"),
+            )
+        };
+        let spec = parse(
+            &sink("brokers = \"b:9092\"\ntopic = \"clicks-out\"\nproperties = { \"linger.ms\" = \"5\", \"batch.num.messages\" = 100 }"),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            spec.sinks[0].target,
+            SinkTarget::Kafka(KafkaTarget {
+                brokers: "b:9092".into(),
+                topic: "clicks-out".into(),
+                properties: vec![
+                    ("batch.num.messages".into(), "100".into()),
+                    ("linger.ms".into(), "5".into())
+                ],
+                transactional: false,
+            })
+        );
+        assert_eq!(spec.sinks[0].upsert, None);
+        let cases = [
+            (sink("topic = \"t\""), "brokers: a kafka sink needs"),
+            (sink("brokers = \"b:9092\""), "topic: a kafka sink needs a topic"),
+            (
+                sink("brokers = \"b:9092\"\ntopic = \"\""),
+                "topic: a kafka sink needs a topic",
+            ),
+            (
+                sink("brokers = \"b\"\ntopic = \"t\"\nmode = \"upsert\""),
+                "mode, key, changelog: a kafka sink appends",
+            ),
+            (
+                sink("brokers = \"b\"\ntopic = \"t\"\nproperties = { \"linger.ms\" = [5] }"),
+                "properties: \"linger.ms\" must be a string",
+            ),
+            (
+                sink("brokers = \"b\"\ntopic = \"t\"\nproperties = { \"bootstrap.servers\" = \"x\" }"),
+                "set the brokers field",
+            ),
+            (
+                sink("brokers = \"b\"\ntopic = \"t\"\npath = \"x\""),
+                "only file sinks take a path",
+            ),
+            (
+                GOOD.replace("path = \"out/clicks.jsonl\"", "path = \"o\"\ntopic = \"t\""),
+                "topic: only kafka sinks take it",
+            ),
+            (
+                GOOD.replace("path = \"out/clicks.jsonl\"", "path = \"o\"\nbrokers = \"b\""),
+                "brokers: only kafka sinks take it",
+            ),
+            (
+                sink("brokers = \"b\"\ntopic = \"t\"\ntable = \"x\""),
+                "table: only postgres sinks take it",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = format!("{:#}", parse(&text, &Overrides::default()).unwrap_err());
+            assert!(err.contains(expected), "expected {expected:?} in: {err}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1000").unwrap(), 1000);
+        assert_eq!(parse_size("2 GB").unwrap(), 2_000_000_000);
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("3 parsecs").is_err());
+    }
+}

@@ -1,0 +1,324 @@
+//! The run's side of checkpoints: taking one from a running pipeline, and putting a
+//! restored one back into sources, sinks and the operator.
+
+use super::Runner;
+use std::collections::HashMap;
+use weir_checkpoint::{
+    Chain, CheckpointFile, CounterMeta, DeadLetterMeta, DeclaredState, InputMeta, Meta, OutputMeta,
+};
+use weir_core::identity::UdfIdentity;
+use weir_core::position::Position;
+use weir_core::time::wall_clock_ms;
+use weir_engine::operator::{KeyedOperator, OperatorCounters};
+use weir_engine::snapshot;
+use weir_io::sink::SinkState;
+use weir_io::source::{FileSource, KafkaSource, Source, StdinSource};
+use weir_pipeline::{PipelineSpec, SourceLocation, SourceSpec};
+
+/// The checkpoint a run starts from (nothing, for a first run).
+pub(super) struct Restored {
+    chain: Option<Chain>,
+}
+
+impl Restored {
+    /// Checks that the newest checkpoint belongs to this pipeline and UDF.
+    pub fn check(
+        chain: Option<Chain>,
+        spec: &PipelineSpec,
+        udf: &UdfIdentity,
+    ) -> anyhow::Result<Self> {
+        if let Some(chain) = &chain {
+            let meta = &chain.newest().meta;
+            anyhow::ensure!(
+                meta.pipeline == spec.name && meta.udf.name == udf.name,
+                "{} holds checkpoints of pipeline {:?} with UDF {:?}, not of {:?} with {:?}; \
+                 use another --state-dir, or --fresh to start over",
+                spec.checkpoint.location(),
+                meta.pipeline,
+                meta.udf.name,
+                spec.name,
+                udf.name
+            );
+            if meta.udf.sha256 != udf.sha256 {
+                tracing::warn!(
+                    "checkpoint {} was written by another build of UDF {:?}; restoring its state into this one",
+                    meta.epoch,
+                    udf.name
+                );
+            }
+            tracing::info!(
+                "resuming from checkpoint {} ({} file(s) in {}), watermark {}",
+                meta.epoch,
+                chain.files.len(),
+                spec.checkpoint.location(),
+                weir_core::time::display(meta.watermark)
+            );
+        }
+        Ok(Self { chain })
+    }
+
+    /// The epoch restored, if any.
+    pub fn epoch(&self) -> Option<u64> {
+        self.meta().map(|m| m.epoch)
+    }
+
+    fn meta(&self) -> Option<&Meta> {
+        self.chain.as_ref().map(|c| &c.newest().meta)
+    }
+
+    pub fn input(&self, name: &str) -> Option<&InputMeta> {
+        self.meta()?.inputs.iter().find(|i| i.name == name)
+    }
+
+    /// Opens a source at its checkpointed position, or at its start.
+    pub fn open_source(&self, spec: &SourceSpec) -> anyhow::Result<Box<dyn Source>> {
+        Ok(match &spec.location {
+            SourceLocation::File(path) if is_stream(path) => {
+                Box::new(StdinSource::open_stream(path))
+            }
+            SourceLocation::File(path) => match self.input(&spec.name).map(|i| &i.position) {
+                Some(Position::File { offset, line }) => {
+                    Box::new(FileSource::open_at(path, *offset, *line)?)
+                }
+                _ => Box::new(FileSource::open(path)?),
+            },
+            SourceLocation::Stdin => {
+                if let Some(input) = self.input(&spec.name) {
+                    tracing::warn!(
+                        "source {:?} is stdin, which cannot be rewound: the state is restored, \
+                         but stdin is read from wherever it is now (the checkpoint had read {} lines)",
+                        spec.name,
+                        input.read
+                    );
+                }
+                Box::new(StdinSource::stdin())
+            }
+            SourceLocation::Kafka(kafka) => {
+                let prefix = format!("{}:", spec.name);
+                let mut resume = HashMap::new();
+                let inputs = self.meta().into_iter().flat_map(|m| &m.inputs);
+                for input in inputs.filter(|i| i.name.starts_with(&prefix)) {
+                    match &input.position {
+                        Position::Kafka {
+                            topic,
+                            partition,
+                            offset,
+                        } => {
+                            resume.insert((topic.clone(), *partition), *offset);
+                        }
+                        Position::Repartitioned {
+                            topic,
+                            partition,
+                            offset,
+                            via_topic,
+                            via_partition,
+                            via_offset,
+                        } => {
+                            resume.insert((topic.clone(), *partition), *offset);
+                            resume.insert((via_topic.clone(), *via_partition), *via_offset);
+                        }
+                        Position::File { .. } | Position::Stream { .. } => {}
+                    }
+                }
+                Box::new(KafkaSource::open(&spec.name, kafka, &resume)?)
+            }
+        })
+    }
+
+    /// The saved state of the sink of `output`.
+    pub fn sink(&self, output: &str) -> Option<&SinkState> {
+        let newest = self.chain.as_ref()?.newest();
+        let index = newest.meta.outputs.iter().position(|o| o.name == output)?;
+        newest.sinks.get(index)
+    }
+
+    /// The dead-letter output's length and count.
+    pub fn dead_letters(&self) -> Option<(u64, u64)> {
+        let meta = self.meta()?;
+        Some((meta.dead_letters.length?, meta.dead_letters.count))
+    }
+
+    /// Puts keyed state, timers, watermarks and counters back into the operator (after
+    /// the UDF's `init`, which declares the states).
+    pub fn restore_operator(
+        &self,
+        operator: &mut KeyedOperator,
+        inputs: &[&str],
+        outputs: &[String],
+    ) -> anyhow::Result<()> {
+        let Some(chain) = &self.chain else {
+            return Ok(());
+        };
+        for file in &chain.files {
+            let host = operator.host_mut();
+            let mapping: Vec<_> = file
+                .meta
+                .states
+                .iter()
+                .map(|declared| {
+                    let found = host
+                        .states
+                        .find(&declared.name)
+                        .filter(|(_, kind)| format!("{kind:?}") == declared.kind);
+                    if found.is_none() {
+                        tracing::warn!(
+                            "the UDF no longer declares {} state {:?}: its checkpointed contents are dropped",
+                            declared.kind,
+                            declared.name
+                        );
+                    }
+                    found.map(|(id, _)| id)
+                })
+                .collect();
+            snapshot::apply(host, &file.keyed, &mapping).map_err(|e| {
+                anyhow::anyhow!("checkpoint {}: keyed state: {e:#}", file.meta.epoch)
+            })?;
+        }
+        let meta = &chain.newest().meta;
+        let watermarks: Vec<_> = inputs
+            .iter()
+            .map(|name| self.input(name).map(|i| i.watermark))
+            .collect();
+        let emitted = outputs
+            .iter()
+            .map(|name| {
+                meta.outputs
+                    .iter()
+                    .find(|o| &o.name == name)
+                    .map_or(0, |o| o.emitted)
+            })
+            .collect();
+        let counters = OperatorCounters {
+            elements: meta.counters.elements,
+            late: meta.counters.late,
+            event_timers: meta.counters.event_timers,
+            processing_timers: meta.counters.processing_timers,
+            emitted,
+        };
+        operator.restore(&watermarks, meta.watermark, counters);
+        Ok(())
+    }
+}
+
+/// A named pipe or device: read as a stream, not seeked like a file.
+fn is_stream(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
+impl Runner {
+    /// Takes a checkpoint; call only with every read-ahead queue empty.
+    pub(super) fn checkpoint(&mut self) -> anyhow::Result<()> {
+        if self.checkpointer.is_none() {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        self.commit_durable()?;
+        let sinks = self
+            .operator
+            .checkpoint_sinks()
+            .map_err(|e| self.describe(e, None))?;
+        let dead_letters = DeadLetterMeta {
+            count: self.dead_letters.count(),
+            length: self.dead_letters.checkpoint()?,
+        };
+        let checkpointer = self.checkpointer.as_mut().expect("checked above");
+        let plan = checkpointer.plan();
+        let host = self.operator.host_mut();
+        let keyed = match plan.parent {
+            None => {
+                let full = snapshot::encode_full(&host.keys);
+                host.keys.take_changes();
+                full
+            }
+            Some(_) => snapshot::encode_changes(&mut host.keys),
+        };
+        let states = (0..host.states.len() as u32)
+            .filter_map(|id| host.states.get(id))
+            .map(|(name, kind)| DeclaredState {
+                name: name.to_string(),
+                kind: format!("{kind:?}"),
+            })
+            .collect();
+        let mut positions = Vec::with_capacity(self.sources.len());
+        let mut inputs = Vec::with_capacity(self.inputs.len());
+        for slot in &self.sources {
+            let source_positions = slot.source.positions();
+            for (i, position) in slot.inputs.clone().zip(&source_positions) {
+                let input = &self.inputs[i];
+                inputs.push(InputMeta {
+                    name: input.name.clone(),
+                    position: position.clone(),
+                    watermark: self.operator.source_watermark(i),
+                    ended: input.ended,
+                    read: input.read,
+                });
+            }
+            positions.push(source_positions);
+        }
+        let counters = self.operator.counters();
+        let meta = Meta {
+            epoch: plan.epoch,
+            parent: plan.parent,
+            pipeline: self.pipeline.clone(),
+            udf: self.udf.clone(),
+            written_at: wall_clock_ms(),
+            states,
+            watermark: self.operator.watermark(),
+            inputs,
+            outputs: self
+                .outputs
+                .iter()
+                .zip(&counters.emitted)
+                .map(|(name, &emitted)| OutputMeta {
+                    name: name.clone(),
+                    emitted,
+                })
+                .collect(),
+            dead_letters,
+            counters: CounterMeta {
+                elements: counters.elements,
+                late: counters.late,
+                event_timers: counters.event_timers,
+                processing_timers: counters.processing_timers,
+            },
+        };
+        let file = CheckpointFile { meta, sinks, keyed };
+        let checkpointer = self.checkpointer.as_mut().expect("checked above");
+        checkpointer.write(&file)?;
+        self.uncommitted = Some(positions);
+        let pause = started.elapsed();
+        self.checkpoints += 1;
+        self.longest_checkpoint_pause = self.longest_checkpoint_pause.max(pause);
+        tracing::debug!(
+            "checkpoint {} taken ({}), processing paused {:.2} ms",
+            plan.epoch,
+            if plan.parent.is_some() {
+                "incremental"
+            } else {
+                "full"
+            },
+            pause.as_secs_f64() * 1e3
+        );
+        Ok(())
+    }
+
+    /// Waits for the checkpoint being written, then lets the sources commit its positions.
+    pub(super) fn finish_checkpoints(&mut self) -> anyhow::Result<()> {
+        self.commit_durable()
+    }
+
+    fn commit_durable(&mut self) -> anyhow::Result<()> {
+        let Some(checkpointer) = &mut self.checkpointer else {
+            return Ok(());
+        };
+        if let Some(epoch) = checkpointer.store.wait()? {
+            if let Some(positions) = self.uncommitted.take() {
+                for (slot, positions) in self.sources.iter_mut().zip(&positions) {
+                    slot.source.commit(positions)?;
+                }
+            }
+            tracing::debug!("checkpoint {epoch} is durable");
+        }
+        Ok(())
+    }
+}

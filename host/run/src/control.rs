@@ -1,0 +1,205 @@
+//! Steering a running pipeline from outside (`weir serve`, `weir dev`): stopping it,
+//! swapping its UDF for a new version, and reading its live status.
+//!
+//! The runner looks at its [`RunControl`] between two runs of records, so a swap never
+//! lands in the middle of a key's element or timer, and publishes a [`LiveStatus`] a few
+//! times a second.
+
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use weir_core::identity::UdfIdentity;
+use weir_core::time::Timestamp;
+use weir_engine::runtime::ProcessFunction;
+
+/// How long a swap request may wait for the pipeline to pick it up.
+pub const SWAP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A new UDF version for a running pipeline, compiled and checked already.
+pub struct SwapRequest {
+    pub function: Box<dyn ProcessFunction>,
+    pub identity: UdfIdentity,
+    /// Calls the new version must pass before the old one is dropped; a failure before
+    /// then rolls back to the old version (0: no probation).
+    pub probation_calls: u64,
+    /// Told when the swap has happened (or why it could not).
+    pub done: mpsc::Sender<Result<SwapDone, String>>,
+}
+
+/// A swap that happened: how long processing waited for it.
+#[derive(Debug, Clone, Copy)]
+pub struct SwapDone {
+    pub pause: std::time::Duration,
+}
+
+/// Shared between a running pipeline and whoever steers it.
+#[derive(Default)]
+pub struct RunControl {
+    /// Set to stop the run gracefully (as SIGTERM does).
+    pub stop: Arc<AtomicBool>,
+    swap: Mutex<Option<SwapRequest>>,
+    status: Mutex<LiveStatus>,
+}
+
+impl std::fmt::Debug for RunControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunControl").finish_non_exhaustive()
+    }
+}
+
+impl RunControl {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Queues a swap; the pipeline applies it between two runs of records. A swap still
+    /// waiting is replaced (and told so).
+    pub fn request_swap(&self, request: SwapRequest) {
+        let mut slot = self.swap.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = slot.replace(request) {
+            let _ = old.done.send(Err(
+                "replaced by a newer version before it was swapped in".into()
+            ));
+        }
+    }
+
+    pub fn take_swap(&self) -> Option<SwapRequest> {
+        self.swap.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// A copy of the latest status.
+    pub fn status(&self) -> LiveStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Changes the status: called by the run a few times a second, and by whoever runs
+    /// it to mark it starting, stopped or failed around the run itself.
+    pub fn update(&self, f: impl FnOnce(&mut LiveStatus)) {
+        f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+/// Where a run is in its life, as its status shows it (serialised as the lower-case
+/// words, for the admin API, the status page and `weir status`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub enum RunState {
+    /// Opening its sources and sinks, restoring its checkpoint: not processing yet.
+    #[default]
+    #[serde(rename = "starting")]
+    Starting,
+    /// Processing records (or waiting for them).
+    #[serde(rename = "running")]
+    Running,
+    /// A group pipeline whose process has no task (partition) yet.
+    #[serde(rename = "waiting for tasks")]
+    WaitingForTasks,
+    /// Every input ended and the run completed.
+    #[serde(rename = "finished")]
+    Finished,
+    /// Asked to stop; it took its last checkpoint and stopped.
+    #[serde(rename = "stopped")]
+    Stopped,
+    /// It stopped on an error (see the status's `last_error`).
+    #[serde(rename = "failed")]
+    Failed,
+}
+
+impl RunState {
+    /// The state as the status shows it: `starting`, `running`, `waiting for tasks`,
+    /// `finished`, `stopped` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Starting => "starting",
+            RunState::Running => "running",
+            RunState::WaitingForTasks => "waiting for tasks",
+            RunState::Finished => "finished",
+            RunState::Stopped => "stopped",
+            RunState::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a running pipeline looks like from outside.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LiveStatus {
+    /// Where the run is in its life.
+    pub state: RunState,
+    pub udf: String,
+    pub udf_sha256: String,
+    /// Per source: name, records read.
+    pub sources: Vec<(String, u64)>,
+    /// Per output: name, records emitted.
+    pub outputs: Vec<(String, u64)>,
+    pub processed: u64,
+    pub dead_letters: u64,
+    pub late: u64,
+    pub watermark: Option<Timestamp>,
+    /// Wall clock minus watermark, in ms (while the watermark is set).
+    pub watermark_lag_ms: Option<i64>,
+    pub keys: u64,
+    pub state_bytes: u64,
+    pub event_timers: u64,
+    pub processing_timers: u64,
+    /// UDF failures that rolled a new version back.
+    pub udf_errors: u64,
+    pub last_error: Option<String>,
+    /// Records per second over the last few seconds.
+    pub records_per_second: f64,
+    /// (unix ms, records processed) once a second, for the last ten minutes.
+    pub history: VecDeque<(i64, u64)>,
+    pub checkpoints: u64,
+    /// In a group (`weir serve --group`): the tasks (partitions) running in this process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Vec<i32>>,
+}
+
+/// Keeps a status's rate and history up to date.
+pub struct RateTracker {
+    last: Option<(Instant, u64)>,
+    last_sample: Option<Instant>,
+}
+
+impl RateTracker {
+    pub fn new() -> Self {
+        Self {
+            last: None,
+            last_sample: None,
+        }
+    }
+
+    pub fn observe(&mut self, status: &mut LiveStatus, now_ms: i64) {
+        let now = Instant::now();
+        if let Some((at, processed)) = self.last {
+            let seconds = now.duration_since(at).as_secs_f64();
+            if seconds >= 1.0 {
+                status.records_per_second =
+                    status.processed.saturating_sub(processed) as f64 / seconds;
+                self.last = Some((now, status.processed));
+            }
+        } else {
+            self.last = Some((now, status.processed));
+        }
+        if self
+            .last_sample
+            .is_none_or(|at| now.duration_since(at).as_secs_f64() >= 1.0)
+        {
+            self.last_sample = Some(now);
+            status.history.push_back((now_ms, status.processed));
+            while status.history.len() > 600 {
+                status.history.pop_front();
+            }
+        }
+    }
+}

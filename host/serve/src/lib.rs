@@ -1,0 +1,127 @@
+//! `weir serve`: a long-running host for many pipelines, steered over an HTTP admin API.
+//!
+//! Each pipeline runs on its own thread exactly as `weir run` would run it (checkpoints
+//! in `<data dir>/state/<pipeline>`), with a [`RunControl`](weir_run::RunControl)
+//! through which the API swaps its UDF and reads its status. New UDF versions are
+//! compiled, checked against the contract and `init`ed off the processing path, then
+//! swapped in between two runs of records; a version that fails within its first calls
+//! is rolled back automatically. The API is described in `docs/admin-api.md`.
+
+#![warn(missing_docs)]
+
+mod api;
+pub mod deployment;
+mod metrics;
+mod page;
+mod refused;
+mod server;
+
+pub use refused::Refused;
+pub use server::Server;
+
+use anyhow::Context as _;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// How `weir serve` is set up.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    /// Holds the token and the pipelines' state directories.
+    pub data_dir: PathBuf,
+    /// The bearer token; generated (and kept in the data dir) if not given.
+    pub token: Option<String>,
+    /// Calls a new UDF version must pass before the old one is let go.
+    pub probation_calls: u64,
+    /// Pipeline files to start with.
+    pub pipelines: Vec<PathBuf>,
+    /// Runs every pipeline as a member of this consumer group (see `weir_cluster`).
+    pub group: Option<String>,
+}
+
+/// The token in force: given, or kept in `<data dir>/token` (created on first start).
+pub fn token(data_dir: &Path, given: Option<String>) -> anyhow::Result<(String, bool)> {
+    if let Some(token) = given {
+        return Ok((token, false));
+    }
+    let path = data_dir.join("token");
+    if let Ok(token) = std::fs::read_to_string(&path) {
+        return Ok((token.trim().to_string(), false));
+    }
+    use rand::Rng as _;
+    let token: String = rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(32)
+        .map(char::from)
+        .collect();
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create {}", data_dir.display()))?;
+    std::fs::write(&path, &token).with_context(|| format!("cannot write {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok((token, true))
+}
+
+/// Runs the server until SIGINT/SIGTERM, then stops every pipeline gracefully.
+pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    let (token, generated) = token(&config.data_dir, config.token.clone())?;
+    let server = Arc::new(Server {
+        token: token.clone(),
+        data_dir: config.data_dir.clone(),
+        probation_calls: config.probation_calls,
+        pipelines: Mutex::new(BTreeMap::new()),
+        group: config.group.clone(),
+    });
+    for path in &config.pipelines {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let name = server
+            .create(&text, base)
+            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message))?;
+        tracing::info!("pipeline {name:?} started from {}", path.display());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let address = listener.local_addr()?;
+        eprintln!("weir serve: admin API and status page on http://{address}/");
+        if generated {
+            eprintln!(
+                "weir serve: generated the API token {token} (kept in {}; `weir deploy` reads it from there)",
+                config.data_dir.join("token").display()
+            );
+        }
+        let app = api::router(Arc::clone(&server));
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .context("the admin API failed")
+    })?;
+    let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, deployment) in pipelines.iter_mut() {
+        tracing::info!("stopping pipeline {name:?}");
+        deployment.stop();
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

@@ -1,0 +1,156 @@
+//! `/metrics`: every pipeline's live figures in Prometheus' text format.
+
+use crate::deployment::Deployment;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Label values escaped as the text format wants them.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{{{labels}}} {value}");
+        }
+    };
+    let all: Vec<(String, weir_run::LiveStatus, Option<u32>)> = pipelines
+        .iter()
+        .map(|(n, d)| (label(n), d.control.status(), d.active_version()))
+        .collect();
+    let per = |f: &dyn Fn(&weir_run::LiveStatus) -> f64| -> Vec<(String, f64)> {
+        all.iter()
+            .map(|(n, s, _)| (format!("pipeline=\"{n}\""), f(s)))
+            .collect()
+    };
+    family(
+        "weir_records_processed_total",
+        "counter",
+        "Records delivered to the UDF.",
+        per(&|s| s.processed as f64),
+    );
+    family(
+        "weir_records_per_second",
+        "gauge",
+        "Records processed per second, over the last seconds.",
+        per(&|s| s.records_per_second),
+    );
+    family(
+        "weir_dead_letters_total",
+        "counter",
+        "Records refused into the dead-letter output.",
+        per(&|s| s.dead_letters as f64),
+    );
+    family(
+        "weir_late_records_total",
+        "counter",
+        "Records at or behind the watermark when they arrived.",
+        per(&|s| s.late as f64),
+    );
+    family(
+        "weir_watermark_lag_milliseconds",
+        "gauge",
+        "Wall clock minus the pipeline watermark.",
+        all.iter()
+            .filter_map(|(n, s, _)| Some((format!("pipeline=\"{n}\""), s.watermark_lag_ms? as f64)))
+            .collect(),
+    );
+    family(
+        "weir_keys",
+        "gauge",
+        "Keys with state or timers.",
+        per(&|s| s.keys as f64),
+    );
+    family(
+        "weir_state_bytes",
+        "gauge",
+        "Bytes of keyed state.",
+        per(&|s| s.state_bytes as f64),
+    );
+    family(
+        "weir_timers_pending",
+        "gauge",
+        "Pending timers, by domain.",
+        all.iter()
+            .flat_map(|(n, s, _)| {
+                [
+                    (
+                        format!("pipeline=\"{n}\",domain=\"event_time\""),
+                        s.event_timers as f64,
+                    ),
+                    (
+                        format!("pipeline=\"{n}\",domain=\"processing_time\""),
+                        s.processing_timers as f64,
+                    ),
+                ]
+            })
+            .collect(),
+    );
+    family(
+        "weir_udf_errors_total",
+        "counter",
+        "UDF failures that rolled a new version back.",
+        per(&|s| s.udf_errors as f64),
+    );
+    family(
+        "weir_checkpoints_total",
+        "counter",
+        "Checkpoints taken.",
+        per(&|s| s.checkpoints as f64),
+    );
+    family(
+        "weir_source_records_read_total",
+        "counter",
+        "Records read, by source.",
+        all.iter()
+            .flat_map(|(n, s, _)| {
+                s.sources.iter().map(move |(source, read)| {
+                    (
+                        format!("pipeline=\"{n}\",source=\"{}\"", label(source)),
+                        *read as f64,
+                    )
+                })
+            })
+            .collect(),
+    );
+    family(
+        "weir_output_records_emitted_total",
+        "counter",
+        "Records emitted, by output.",
+        all.iter()
+            .flat_map(|(n, s, _)| {
+                s.outputs.iter().map(move |(output, emitted)| {
+                    (
+                        format!("pipeline=\"{n}\",output=\"{}\"", label(output)),
+                        *emitted as f64,
+                    )
+                })
+            })
+            .collect(),
+    );
+    family(
+        "weir_udf_version",
+        "gauge",
+        "The UDF version running (1), with its hash.",
+        all.iter()
+            .map(|(n, s, v)| {
+                (
+                    format!(
+                        "pipeline=\"{n}\",version=\"{}\",sha256=\"{}\"",
+                        v.map(|v| v.to_string()).unwrap_or_default(),
+                        s.udf_sha256
+                    ),
+                    1.0,
+                )
+            })
+            .collect(),
+    );
+    out
+}

@@ -1,0 +1,423 @@
+//! The `weir` command line.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use weir_pipeline::{Overrides, PipelineSpec};
+use weir_run::{run, RunOptions};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "weir",
+    version,
+    about = "A stream processor whose process functions are wasm components"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Compiles UDF components every time instead of keeping the compiled code in
+    /// `$WEIR_CACHE_DIR/components` (default `~/.cache/weir/components`).
+    #[arg(long, global = true)]
+    no_compile_cache: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs a pipeline until its inputs end.
+    Run {
+        /// The pipeline file (TOML; see docs/pipeline.md).
+        pipeline: PathBuf,
+        /// Reads source NAME from PATH instead (`-` for stdin).
+        #[arg(long = "input", value_name = "NAME=PATH", value_parser = key_value)]
+        inputs: Vec<(String, String)>,
+        /// Writes output NAME to PATH instead (`-` for stdout).
+        #[arg(long = "output", value_name = "NAME=PATH", value_parser = key_value)]
+        outputs: Vec<(String, String)>,
+        /// Sets UDF config KEY to VALUE.
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+        config: Vec<(String, String)>,
+        /// Runs another UDF component.
+        #[arg(long, value_name = "PATH")]
+        udf: Option<PathBuf>,
+        /// Writes dead letters to PATH (default: next to the pipeline file).
+        #[arg(long, value_name = "PATH")]
+        dead_letter: Option<PathBuf>,
+        /// Keeps checkpoints in DIR (default: `.weir-state/<pipeline name>` next to the
+        /// pipeline file). A run resumes from the newest checkpoint there.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// Time between checkpoints (default 10s).
+        #[arg(long, value_name = "DURATION")]
+        checkpoint_interval: Option<String>,
+        /// Takes no checkpoints and restores none.
+        #[arg(long)]
+        no_checkpoints: bool,
+        /// Starts from scratch: deletes the checkpoints in the state directory first.
+        #[arg(long)]
+        fresh: bool,
+        /// Prints no summary at the end.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Joins Kafka consumer group GROUP and runs the tasks (partitions) the group
+        /// gives this process; start more processes with the same group to scale out
+        /// (see docs/scaling.md). Every source must be a Kafka source.
+        #[arg(long, value_name = "GROUP")]
+        group: Option<String>,
+    },
+    /// Runs a pipeline and hot-swaps its UDF whenever its sources change (rebuilding it).
+    Dev {
+        /// The pipeline file (TOML; see docs/pipeline.md).
+        pipeline: PathBuf,
+        /// Reads source NAME from PATH instead (`-` for stdin).
+        #[arg(long = "input", value_name = "NAME=PATH", value_parser = key_value)]
+        inputs: Vec<(String, String)>,
+        /// Writes output NAME to PATH instead (`-` for stdout).
+        #[arg(long = "output", value_name = "NAME=PATH", value_parser = key_value)]
+        outputs: Vec<(String, String)>,
+        /// The UDF's crate (default: found by the component's name with `cargo metadata`).
+        #[arg(long = "crate", value_name = "DIR")]
+        crate_dir: Option<PathBuf>,
+        /// Watches PATH (a .wasm built some other way, or a folder) instead of a crate.
+        #[arg(long, value_name = "PATH")]
+        watch: Option<PathBuf>,
+        /// The shell command that rebuilds the component.
+        #[arg(long, value_name = "COMMAND")]
+        build: Option<String>,
+    },
+    /// Runs many pipelines behind an HTTP admin API, with hot UDF swaps (docs/admin-api.md).
+    Serve {
+        /// Pipeline files to start right away.
+        pipelines: Vec<PathBuf>,
+        /// Address of the admin API (loopback unless told otherwise).
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: std::net::SocketAddr,
+        /// Holds the API token and the pipelines' checkpoints.
+        #[arg(long, default_value = ".weir-serve")]
+        data_dir: PathBuf,
+        /// The API token (default: generated at first start, kept in the data dir).
+        #[arg(long, env = "WEIR_TOKEN")]
+        token: Option<String>,
+        /// Calls a new UDF version must pass before the old one is let go; a failure
+        /// before then rolls back to the old version.
+        #[arg(long, default_value_t = weir_control::DEFAULT_PROBATION_CALLS)]
+        probation_calls: u64,
+        /// Runs every pipeline as a member of Kafka consumer group GROUP, as
+        /// `weir run --group` does: this process runs the tasks the group gives it, and a
+        /// deployed UDF version goes to all of them (docs/scaling.md).
+        #[arg(long)]
+        group: Option<String>,
+    },
+    /// Starts a pipeline on a running `weir serve`, or (with --pipeline) swaps in a new UDF.
+    Deploy {
+        /// A pipeline file, or with --pipeline a UDF component (.wasm).
+        file: PathBuf,
+        /// Swaps FILE in as the UDF of this running pipeline.
+        #[arg(long)]
+        pipeline: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Shows the pipelines of a running `weir serve` (or one of them), or with --group
+    /// the tasks of a pipeline run in a consumer group: who owns each, and its lag.
+    Status {
+        name: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+        /// The consumer group of `weir run --group` (read from the brokers).
+        #[arg(long, requires = "brokers")]
+        group: Option<String>,
+        /// The brokers, with --group.
+        #[arg(long)]
+        brokers: Option<String>,
+    },
+    /// Goes back to a pipeline's previous UDF version.
+    Rollback {
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Stops a pipeline gracefully (it checkpoints).
+    Stop {
+        name: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Creates a UDF project (Rust, Python or JavaScript) that `weir dev pipeline.toml`
+    /// runs at once: the function, its unit tests, a pipeline and sample input.
+    New {
+        /// The UDF's name: lower-case letters, digits and '-'.
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: crate::new::Lang,
+        /// The project folder (default: ./NAME).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Rust: the weir-sdk crate to depend on (default: the SDK of the Weir checkout
+        /// this binary was built from).
+        #[arg(long, value_name = "DIR")]
+        sdk: Option<PathBuf>,
+    },
+    /// Produces JSON lines (a file, or `-` for stdin) to a Kafka topic.
+    Produce {
+        /// The file to read, or `-` for stdin.
+        input: String,
+        /// Bootstrap brokers, host:port[,host:port...].
+        #[arg(long)]
+        brokers: String,
+        /// The topic (it must exist).
+        #[arg(long)]
+        topic: String,
+        /// The JSON field (name or pointer) whose value becomes the message key.
+        #[arg(long)]
+        key: Option<String>,
+    },
+}
+
+/// How a client reaches `weir serve`.
+#[derive(clap::Args, Debug)]
+struct ServerArgs {
+    /// The server's admin API.
+    #[arg(long, default_value = "http://127.0.0.1:7878", env = "WEIR_SERVER")]
+    server: String,
+    /// The API token (default: $WEIR_TOKEN, or the one in the server's data dir).
+    #[arg(long)]
+    token: Option<String>,
+    /// The server's data dir, where it keeps its token.
+    #[arg(long, default_value = ".weir-serve")]
+    data_dir: PathBuf,
+}
+
+impl ServerArgs {
+    fn client(&self) -> crate::client::Client {
+        crate::client::Client::new(&self.server, self.token.clone(), &self.data_dir)
+    }
+}
+
+/// Exit code 0, or 1 with the error printed.
+fn finished(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints a client call's answer, or its error.
+fn answer(result: anyhow::Result<serde_json::Value>) -> ExitCode {
+    match result {
+        Ok(value) => {
+            if !value.is_null() {
+                use std::io::Write as _;
+                let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+                // A closed pipe (`| head`) is not an error worth a panic.
+                let _ = writeln!(std::io::stdout(), "{text}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A flag that SIGINT or SIGTERM sets (see [`stop_on_signals`]).
+fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    if let Err(e) = stop_on_signals(&stop) {
+        tracing::warn!("cannot handle SIGINT/SIGTERM: {e}");
+    }
+    stop
+}
+
+/// SIGINT or SIGTERM stops the run gracefully; a second one exits at once.
+fn stop_on_signals(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(stop))?;
+        signal_hook::flag::register(signal, Arc::clone(stop))?;
+    }
+    Ok(())
+}
+
+fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected NAME=VALUE, got {text:?}")),
+    }
+}
+
+pub fn main() -> ExitCode {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+    let cli = Cli::parse();
+    if cli.no_compile_cache {
+        weir_engine::runtime::wasm::precompiled::configure(None);
+    }
+    match cli.command {
+        Command::Dev {
+            pipeline,
+            inputs,
+            outputs,
+            crate_dir,
+            watch,
+            build,
+        } => {
+            let overrides = Overrides {
+                inputs,
+                outputs,
+                // Development runs start from scratch and leave no checkpoints behind.
+                no_checkpoints: true,
+                ..Overrides::default()
+            };
+            let spec = match PipelineSpec::load(&pipeline, &overrides) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            let stop = stop_flag();
+            let config = crate::dev::DevConfig {
+                crate_dir,
+                watch,
+                build,
+            };
+            finished(crate::dev::dev(spec, config, stop))
+        }
+        Command::Serve {
+            pipelines,
+            listen,
+            data_dir,
+            token,
+            probation_calls,
+            group,
+        } => {
+            let config = weir_serve::ServeConfig {
+                listen,
+                data_dir,
+                token,
+                probation_calls,
+                pipelines,
+                group,
+            };
+            finished(weir_serve::serve(config))
+        }
+        Command::Deploy {
+            file,
+            pipeline,
+            server,
+        } => {
+            let client = server.client();
+            answer(match pipeline {
+                Some(name) => client.deploy_udf(&name, &file),
+                None => client.create(&file),
+            })
+        }
+        Command::Status {
+            group: Some(group),
+            brokers,
+            ..
+        } => finished(
+            weir_cluster::status::group_status(&group, brokers.as_deref().unwrap_or_default())
+                .map(|report| print!("{report}")),
+        ),
+        Command::Status { name, server, .. } => answer(server.client().status(name.as_deref())),
+        Command::Rollback { name, server } => answer(server.client().rollback(&name)),
+        Command::Stop { name, server } => answer(server.client().stop(&name)),
+        Command::New {
+            name,
+            lang,
+            dir,
+            sdk,
+        } => {
+            let project = crate::new::NewProject {
+                name,
+                lang,
+                dir,
+                sdk,
+            };
+            finished(crate::new::create(&project).map(|dir| {
+                eprintln!("weir: created {}", dir.display());
+                eprintln!("{}", crate::new::next_steps(&project, &dir));
+            }))
+        }
+        Command::Produce {
+            input,
+            brokers,
+            topic,
+            key,
+        } => finished(
+            crate::produce::produce(&brokers, &topic, &input, key.as_deref())
+                .map(|n| eprintln!("weir: produced {n} records to topic {topic:?}")),
+        ),
+        Command::Run {
+            pipeline,
+            inputs,
+            outputs,
+            config,
+            udf,
+            dead_letter,
+            state_dir,
+            checkpoint_interval,
+            no_checkpoints,
+            fresh,
+            quiet,
+            group,
+        } => {
+            let overrides = Overrides {
+                inputs,
+                outputs,
+                config,
+                udf,
+                dead_letter,
+                state_dir,
+                checkpoint_interval,
+                no_checkpoints,
+            };
+            let spec = match PipelineSpec::load(&pipeline, &overrides) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            let stop = stop_flag();
+            if let Some(group) = group {
+                return finished(weir_cluster::run_in_group(&spec, &group, stop));
+            }
+            let options = RunOptions {
+                progress: !quiet,
+                stop: Some(stop),
+                fresh,
+                control: None,
+            };
+            match run(&spec, &options) {
+                Ok(report) => {
+                    if !quiet {
+                        eprintln!("{}", report.summary());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(failure) => {
+                    eprintln!("error: {failure}");
+                    if let Some(report) = failure.report {
+                        eprintln!("{}", report.summary());
+                    }
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

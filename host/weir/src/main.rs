@@ -1,0 +1,16 @@
+//! The `weir` command: the top floor, which parses the command line and hands each
+//! subcommand to the crate that owns it (`weir-run`, `weir-serve`, `weir-cluster`), plus
+//! the developer commands that live only here: `weir new`, `weir dev`, `weir produce`
+//! and the admin API client.
+
+#![warn(missing_docs)]
+
+mod cli;
+mod client;
+mod dev;
+mod new;
+mod produce;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}
