@@ -52,10 +52,13 @@ const CASE_LOG: &str = "warn";
 /// checkpoint" but not compared.
 const RESTART_LOG: &str = "info";
 
-/// The names of the two expected files that hold the process's streams.
+/// The expected file that holds what the process printed on stdout.
 const STDOUT: &str = "stdout";
+/// The expected file that holds what the process printed on stderr, normalised.
 const STDERR: &str = "stderr";
 
+/// Runs every case as a libtest trial; `--bless` (or `WEIR_BLESS=1`) writes the
+/// expected files instead of comparing them.
 fn main() {
     let mut bless = std::env::var("WEIR_BLESS").is_ok_and(|v| v == "1");
     let args: Vec<String> = std::env::args()
@@ -271,7 +274,9 @@ fn run_case(dir: &Path, bless: bool) -> Result<(), String> {
 
 /// A failure of an interrupted sequence: the case's, or a race of the harness.
 enum Failure {
+    /// The case failed: its report.
     Case(String),
+    /// The harness's timing was off: try again.
     Race(Race),
 }
 
@@ -351,6 +356,7 @@ fn compare(
     }
 }
 
+/// The non-empty lines of `bytes`, sorted, joined by line ends.
 fn sorted_lines(bytes: &[u8]) -> Vec<u8> {
     let mut lines: Vec<&[u8]> = bytes
         .split(|&b| b == b'\n')
@@ -404,6 +410,7 @@ fn read_tree(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, String> {
     Ok(files)
 }
 
+/// Adds the files under `dir` to `files`, by their path relative to `root`.
 fn walk(root: &Path, dir: &Path, files: &mut BTreeMap<String, Vec<u8>>) -> Result<(), String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for entry in entries.flatten() {
@@ -423,6 +430,7 @@ fn walk(root: &Path, dir: &Path, files: &mut BTreeMap<String, Vec<u8>>) -> Resul
     Ok(())
 }
 
+/// Copies what is in `from` into `to`, recursively, but the top-level entries in `skip`.
 fn copy_tree(from: &Path, to: &Path, skip: &[&str]) -> Result<(), String> {
     let entries = std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
     for entry in entries.flatten() {
@@ -442,6 +450,7 @@ fn copy_tree(from: &Path, to: &Path, skip: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
+/// The message of a caught panic.
 fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     payload
         .downcast_ref::<String>()
@@ -450,6 +459,7 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "panicked".into())
 }
 
+/// Cargo's target directory, as `weir_e2e` finds it.
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -524,14 +534,17 @@ impl Workspace {
         Ok(Self { root, name, before })
     }
 
+    /// The work folder: the run's working directory.
     fn work(&self) -> PathBuf {
         self.root.path().join(&self.name)
     }
 
+    /// The state directory the runs get.
     fn state(&self) -> PathBuf {
         self.root.path().join("state")
     }
 
+    /// The runner's own files (the rest of a restarted source).
     fn scratch(&self) -> PathBuf {
         self.root.path().join("scratch")
     }
@@ -663,7 +676,9 @@ fn point_at_target(text: &str, origin: &Path) -> Result<String, String> {
 
 /// A finished `weir` process.
 struct Ran {
+    /// The exit code (none if killed by a signal).
     code: Option<i32>,
+    /// Everything printed on stdout.
     stdout: Vec<u8>,
     /// Normalised ([`Workspace::normalise`]).
     stderr: String,
@@ -671,12 +686,16 @@ struct Ran {
 
 /// A running `weir` process whose stdout and stderr are collected on their own threads.
 struct Spawned {
+    /// The process; its stdin is piped or null, as the command set it.
     child: Child,
+    /// The thread collecting stdout.
     stdout: std::thread::JoinHandle<Vec<u8>>,
+    /// The thread collecting stderr.
     stderr: std::thread::JoinHandle<Vec<u8>>,
 }
 
 impl Spawned {
+    /// Starts `command` with stdout and stderr piped.
     fn start(mut command: Command) -> Result<Self, String> {
         let mut child = command
             .stdout(Stdio::piped())
@@ -919,6 +938,7 @@ fn records_read(stderr: &str, source: &str) -> Option<u64> {
     })
 }
 
+/// Sends `signal` to `child`.
 fn signal(child: &Child, signal: libc::c_int) {
     // SAFETY: kill(2) on the pid of a child that has not been waited for.
     unsafe {
