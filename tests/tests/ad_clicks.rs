@@ -1,6 +1,8 @@
 //! Seed 000 end to end: the change-only counter component through `weir run`, on
 //! generated clicks with out-of-order data, late data and quiet gaps, compared per ad
-//! with the independent model.
+//! with the independent model. The sample input's exact output (the README's demo) and a
+//! late click whose timer waits for the next advance are golden cases:
+//! `tests/cases/ad-clicks-demo`, `tests/cases/ad-clicks-late-timer`.
 
 use serde_json::Value;
 use weir_e2e::gen::{self, Click};
@@ -82,73 +84,6 @@ fn window_comes_from_config_override() {
     for (ad, records) in &expected {
         assert_eq!(got.get(ad).unwrap_or(&vec![]), records, "records of {ad}");
     }
-}
-
-#[test]
-fn the_sample_demo_input_gives_exact_records() {
-    // The README's demo: two bursts of clicks separated by a quiet gap of 20 minutes.
-    let run = weir(&[
-        "run",
-        "examples/ad-clicks/pipeline.toml",
-        "--dead-letter",
-        "/dev/null",
-        "-q",
-    ]);
-    run.assert_success();
-    let out = weir_e2e::parse_jsonl(&run.stdout);
-    assert_eq!(out.len(), 34);
-    let ad1: Vec<(i64, &str)> = out
-        .iter()
-        .filter(|r| r["ad_id"] == "ad-1")
-        .map(|r| {
-            (
-                r["clicks"].as_i64().unwrap(),
-                r["updated_at"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        ad1,
-        vec![
-            (1, "2026-11-29 10:00:00.123"),
-            (2, "2026-11-29 10:00:30.500"),
-            (3, "2026-11-29 10:01:10.000"),
-            (4, "2026-11-29 10:01:38.000"),
-            (5, "2026-11-29 10:02:00.000"),
-            // 10:06:00 arrives before the watermark (10:05:55 after it) expires the first
-            // clicks, so the count rises first and falls when their timers fire.
-            (6, "2026-11-29 10:06:00.000"),
-            (5, "2026-11-29 10:05:00.123"),
-            (4, "2026-11-29 10:05:30.500"),
-            (3, "2026-11-29 10:06:10.000"),
-            (2, "2026-11-29 10:06:38.000"),
-            (1, "2026-11-29 10:07:00.000"),
-            (0, "2026-11-29 10:11:00.000"),
-            (1, "2026-11-29 10:27:30.000"),
-            (2, "2026-11-29 10:28:00.000"),
-            (1, "2026-11-29 10:32:30.000"),
-            (0, "2026-11-29 10:33:00.000"),
-        ]
-    );
-}
-
-#[test]
-fn a_late_click_whose_window_has_passed_waits_for_the_next_advance() {
-    // 10:01 arrives when the watermark is already 10:09:55: its timer (10:06) is behind
-    // the watermark, so it fires at the next advance (here the end of input), not at once.
-    let at = |hms: &str| gen::BASE_MS + weir_e2e::seconds_of_day(hms);
-    let clicks: Vec<Click> = ["10:10:00", "10:01:00", "10:09:00"]
-        .iter()
-        .map(|t| Click {
-            ad: "ad-1".into(),
-            ts: at(t) - 10 * 3_600_000,
-        })
-        .collect();
-    let work = Workdir::new();
-    let (out, _) = run_example(&work, &clicks, &[]);
-    let counts: Vec<i64> = out.iter().map(|r| r["clicks"].as_i64().unwrap()).collect();
-    assert_eq!(counts, vec![1, 2, 3, 2, 1, 0]);
-    assert_eq!(model::by_key(&out, "ad_id"), expected(&clicks, 300_000));
 }
 
 /// Batched calls must give exactly what one call per element and timer gives: the same

@@ -2,12 +2,13 @@
 //! streams (thousands of row_ids, random side order and gaps, duplicates, missing and
 //! too-late partners, late and very late records), compared per row_id with an
 //! independent batch model of the join, and checked to account for every input record
-//! exactly once.
+//! exactly once. The sample input's exact records and a record without row_data are
+//! golden cases: `tests/cases/stream-join-*`.
 
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use weir_e2e::gen::{Rng, BASE_MS};
-use weir_e2e::{parse_jsonl, read_jsonl, weir, Workdir};
+use weir_e2e::{read_jsonl, weir, Workdir};
 
 const PIPELINE: &str = "examples/stream-join/pipeline.toml";
 /// `out_of_orderness` of both sources in the example pipeline.
@@ -575,114 +576,4 @@ fn batch_sizes_do_not_change_the_result() {
         let out = run(&work, &pipeline, &inputs, &["--config", "ttl=20s"]);
         check(&inputs, &out, &expected, &variant);
     }
-}
-
-#[test]
-fn sample_input_gives_exact_records() {
-    let work = Workdir::new();
-    let path = |name: &str| work.path(name).display().to_string();
-    let duplicates = path("duplicates.jsonl");
-    let unmatched = path("unmatched.jsonl");
-    let run = weir(&[
-        "run",
-        PIPELINE,
-        "--output",
-        &format!("duplicates={duplicates}"),
-        "--output",
-        &format!("unmatched={unmatched}"),
-        "--dead-letter",
-        &path("dead.jsonl"),
-    ]);
-    run.assert_success();
-    let lines = |text: &[&str]| -> Vec<Value> {
-        text.iter()
-            .map(|s| serde_json::from_str(s).unwrap())
-            .collect()
-    };
-    assert_eq!(
-        parse_jsonl(&run.stdout),
-        lines(&[
-            r#"{"row_id":2,"data1":"banana","data2":"BANANA"}"#,
-            r#"{"row_id":1,"data1":"apple","data2":"APPLE"}"#,
-            r#"{"row_id":4,"data1":"date","data2":"DATE"}"#,
-            r#"{"row_id":3,"data1":"cherry","data2":"CHERRY"}"#,
-            r#"{"row_id":6,"data1":"fig","data2":"FIG"}"#,
-            r#"{"row_id":8,"data1":"honeydew","data2":"HONEYDEW"}"#,
-            r#"{"row_id":7,"data1":"grape","data2":"GRAPE"}"#,
-            r#"{"row_id":9,"data1":"kiwi","data2":"KIWI"}"#,
-            r#"{"row_id":11,"data1":"mango","data2":"MANGO"}"#,
-            // LEMON is out of order in right.jsonl, late for the watermark, and still joins.
-            r#"{"row_id":10,"data1":"lemon","data2":"LEMON"}"#,
-            r#"{"row_id":12,"data1":"nectarine","data2":"NECTARINE"}"#,
-            // Row 1 expired 10 minutes after `apple`: a new join.
-            r#"{"row_id":1,"data1":"apricot","data2":"APRICOT"}"#,
-        ])
-    );
-    assert_eq!(
-        read_jsonl(&duplicates),
-        lines(&[
-            r#"{"row_id":2,"row_data":"banana-again","ts":1795946610000,"input":"left","reason":"duplicate: this row_id was already joined"}"#,
-            r#"{"row_id":14,"row_data":"PAPAYA-AGAIN","ts":1795946640000,"input":"right","reason":"duplicate: a right record for this row_id is already waiting"}"#,
-            r#"{"row_id":9,"row_data":"KIWI-AGAIN","ts":1795946750000,"input":"right","reason":"duplicate: this row_id was already joined"}"#,
-        ])
-    );
-    assert_eq!(
-        read_jsonl(&unmatched),
-        lines(&[
-            r#"{"row_id":5,"row_data":"elderberry","ts":1795946520000,"input":"left","reason":"no right record within 10m"}"#,
-            r#"{"row_id":14,"row_data":"PAPAYA","ts":1795946600000,"input":"right","reason":"no left record within 10m"}"#,
-        ])
-    );
-    assert_eq!(late_records(&run.stderr), 1, "{}", run.stderr);
-}
-
-#[test]
-fn a_record_without_row_data_stops_the_run_naming_the_field() {
-    let work = Workdir::new();
-    let left = work.write(
-        "left.jsonl",
-        "{\"row_id\": 1, \"row_data\": \"a\", \"ts\": 1000}\n\
-         {\"row_data\": \"no id\", \"ts\": 1500}\n",
-    );
-    let right = work.write(
-        "right.jsonl",
-        "{\"row_id\": 1, \"row_data\": \"b\", \"ts\": 2000}\n\
-         {\"row_id\": 2, \"ts\": 3000}\n",
-    );
-    let path = |name: &str| work.path(name).display().to_string();
-    let run = weir(&[
-        "run",
-        PIPELINE,
-        "--input",
-        &format!("left={left}"),
-        "--input",
-        &format!("right={right}"),
-        "--output",
-        &format!("main={}", path("main.jsonl")),
-        "--output",
-        &format!("duplicates={}", path("duplicates.jsonl")),
-        "--output",
-        &format!("unmatched={}", path("unmatched.jsonl")),
-        "--dead-letter",
-        &path("dead.jsonl"),
-    ]);
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains("failed on record 2 of source \"right\" (line 2 of ")
-            && run
-                .stderr
-                .contains("returned an error: input `right`: record has no `row_data`"),
-        "{}",
-        run.stderr
-    );
-    // Without a row_id the host cannot key the record: it is a dead letter, not an error.
-    let dead = read_jsonl(path("dead.jsonl"));
-    assert_eq!(dead.len(), 1, "{dead:?}");
-    assert_eq!(dead[0]["source"], "left");
-    assert_eq!(dead[0]["reason"], "missing key field \"row_id\"");
-    assert_eq!(
-        read_jsonl(path("main.jsonl")),
-        vec![json!({"row_id": 1, "data1": "a", "data2": "b"})]
-    );
 }

@@ -3,7 +3,8 @@
 //! on generated rides with out-of-order data, rides late within and beyond the allowed
 //! lateness, duplicates, exact-cent amounts in every notation and lines the host refuses.
 //! Compared with a batch `GROUP BY window_start, PULocationID` and an independent model
-//! of the watermark, written here.
+//! of the watermark, written here. The sample rides' exact rows and a ride without a valid
+//! amount are golden cases: `tests/cases/taxi-revenue-*`.
 
 use chrono::DateTime;
 use rust_decimal::{Decimal, RoundingStrategy};
@@ -453,98 +454,5 @@ fn config_and_batch_size_do_not_change_the_semantics() {
                 );
             }
         }
-    }
-}
-
-#[test]
-fn sample_rides_give_exact_rows() {
-    let work = Workdir::new();
-    let input = weir_e2e::repo_root()
-        .join("examples/taxi-revenue/rides.jsonl")
-        .display()
-        .to_string();
-    let out = run_on(&work, &input, "", &[]);
-    let parse = |rows: &[&str]| -> Vec<Value> {
-        rows.iter()
-            .map(|r| serde_json::from_str(r).unwrap())
-            .collect()
-    };
-    let sorted = |mut rows: Vec<Value>| {
-        rows.sort_by_key(|r| (key_of(r), r.to_string()));
-        rows
-    };
-    // Rows of one watermark advance come in an unspecified order: compare sorted.
-    let final_rows = parse(&[
-        r#"{"window_start":"2025-11-01 10:00:00","PULocationID":79,"num_trips":3,"total_revenue":"39.48"}"#,
-        r#"{"window_start":"2025-11-01 10:00:00","PULocationID":132,"num_trips":3,"total_revenue":"151.33"}"#,
-        r#"{"window_start":"2025-11-01 10:00:00","PULocationID":161,"num_trips":3,"total_revenue":"43.05"}"#,
-        r#"{"window_start":"2025-11-01 10:00:00","PULocationID":236,"num_trips":3,"total_revenue":"41.48"}"#,
-        r#"{"window_start":"2025-11-01 11:00:00","PULocationID":79,"num_trips":2,"total_revenue":"3.84"}"#,
-        r#"{"window_start":"2025-11-01 11:00:00","PULocationID":132,"num_trips":2,"total_revenue":"145.40"}"#,
-        r#"{"window_start":"2025-11-01 11:00:00","PULocationID":161,"num_trips":2,"total_revenue":"26.04"}"#,
-        r#"{"window_start":"2025-11-01 11:00:00","PULocationID":236,"num_trips":2,"total_revenue":"37.80"}"#,
-        r#"{"window_start":"2025-11-01 12:00:00","PULocationID":79,"num_trips":2,"total_revenue":"32.27"}"#,
-        r#"{"window_start":"2025-11-01 12:00:00","PULocationID":132,"num_trips":2,"total_revenue":"148.01"}"#,
-        r#"{"window_start":"2025-11-01 12:00:00","PULocationID":161,"num_trips":3,"total_revenue":"29.40"}"#,
-        r#"{"window_start":"2025-11-01 12:00:00","PULocationID":236,"num_trips":2,"total_revenue":"21.42"}"#,
-    ]);
-    assert_eq!(sorted(out.table.clone()), final_rows);
-    // The two corrections: the 10:52:30 ride in zone 79 and the 11:58:20 ride in 236
-    // came after their hour had fired, within the hour of lateness.
-    let first_rows = parse(&[
-        r#"{"window_start":"2025-11-01 10:00:00","PULocationID":79,"num_trips":2,"total_revenue":"28.56"}"#,
-        r#"{"window_start":"2025-11-01 11:00:00","PULocationID":236,"num_trips":1,"total_revenue":"16.38"}"#,
-    ]);
-    let mut changelog = final_rows.clone();
-    changelog.extend(first_rows.iter().cloned());
-    assert_eq!(sorted(out.changelog.clone()), sorted(changelog));
-    for (first, corrected) in [(0, 0), (1, 7)] {
-        let at = |row: &Value| out.changelog.iter().position(|r| r == row).unwrap();
-        assert!(at(&first_rows[first]) < at(&final_rows[corrected]));
-    }
-    // The 10:40 ride in zone 161 came when the watermark was 12:05, past 10:00's close.
-    assert_eq!(
-        out.late,
-        parse(&[
-            r#"{"DOLocationID":50,"PULocationID":161,"reason":"too late: window 2025-11-01 10:00:00 closed at watermark 2025-11-01 11:59:59.999, now 2025-11-01 12:05:00.000","total_amount":15.12,"tpep_pickup_datetime":1761993600000,"trip_distance":1.5}"#
-        ])
-    );
-    assert!(out.dead.is_empty());
-}
-
-#[test]
-fn a_ride_without_a_valid_amount_fails_the_run_naming_the_field() {
-    for (amount, message) in [
-        ("", "field `total_amount` is missing or null"),
-        (
-            r#", "total_amount": "12,50""#,
-            "field `total_amount`: \"12,50\" is not a decimal number",
-        ),
-    ] {
-        let work = Workdir::new();
-        let text = format!(
-            "{{\"PULocationID\": 79, \"total_amount\": 3.5, \"tpep_pickup_datetime\": {BASE_MS}}}\n\
-             {{\"PULocationID\": 132, \"tpep_pickup_datetime\": {}{amount}}}\n",
-            BASE_MS + 1
-        );
-        let input = work.write("rides.jsonl", &text);
-        let pipeline = weir_e2e::example_variant(&work, "taxi-revenue", "");
-        let input_arg = format!("rides={input}");
-        let run = weir(&["run", &pipeline, "-q", "--input", &input_arg]);
-        assert_eq!(run.code, Some(1), "{}", run.stderr);
-        assert!(
-            run.stderr
-                .contains("failed on record 2 of source \"rides\" (line 2 of")
-                && run
-                    .stderr
-                    .contains(&format!("returned an error: {message}")),
-            "{}",
-            run.stderr
-        );
-        // Nothing was published: an upsert table is written only on completion.
-        assert!(
-            !work.path("out/revenue.jsonl").exists()
-                || read_jsonl(work.path("out/revenue.jsonl")).is_empty()
-        );
     }
 }

@@ -17,14 +17,18 @@
  * });
  * ```
  *
- * The TestHost runs the UDF exactly as the component does: the same SDK code, called
- * through the same three entry points (`init`, `process-element`, `on-timer`), with the
- * host's interfaces (state, timers, output, logging) served from memory instead of the
- * component's imports. Like the real host it calls `init` once (and again on
+ * The TestHost runs the UDF on the same SDK code as the component, called through the
+ * same three entry points (`init`, `process-element`, `on-timer`), with the host's
+ * interfaces (state, timers, output, logging) served from memory instead of the
+ * component's imports. Under the host's rules it calls `init` once (and again on
  * {@link TestHost#reinit}), scopes state and timers to the key of each element or timer,
  * fires event-time timers when the watermark advances and processing-time timers when its
- * clock does, in (timestamp, key) order, and keeps what the UDF emits and logs. The
- * records a failing call emitted are dropped, as the host drops them.
+ * clock does, and keeps what the UDF emits and logs. Timers due at the same time fire in
+ * the order "Event time and timers" in docs/pipeline.md gives: by timestamp, then by the
+ * FNV-1a hash of the key's bytes ({@link keyHash}), then by the bytes. The records a
+ * failing call emitted are dropped, as the host drops them. What differs from the real
+ * host: the watermark and the processing-time clock move only when the test moves them,
+ * and each element and timer is its own call (the host batches them).
  *
  * What the UDF throws comes out of the TestHost's methods as it was thrown (with its
  * stack), so a failing test points at the line; a {@link StateDecodeError} stays one.
@@ -116,9 +120,37 @@ function checkDomain(domain, call) {
   throw new TypeError(`weir host: \`${call}\`: no time domain ${JSON.stringify(domain)} (the host traps)`);
 }
 
-/** Orders timers as they fire: by timestamp, then by key bytes. */
+const FNV_OFFSET = 0xcbf29ce484222325n;
+const FNV_PRIME = 0x100000001b3n;
+const U64 = (1n << 64n) - 1n;
+
+/** FNV-1a, 64 bits, of a key held as a binary string. */
+function hashBinary(key) {
+  let h = FNV_OFFSET;
+  for (let i = 0; i < key.length; i++) h = ((h ^ BigInt(key.charCodeAt(i))) * FNV_PRIME) & U64;
+  return h;
+}
+
+/**
+ * The 64-bit FNV-1a hash of a key's bytes, as the engine computes it (`stable_hash` in
+ * host/src/state/mod.rs): where the key's timers go among the timers due at the same time.
+ *
+ * @param {string|number|Uint8Array} key text (UTF-8), a number (its text) or bytes
+ * @returns {bigint}
+ */
+export function keyHash(key) {
+  return hashBinary(binary(keyBytes(key)));
+}
+
+/** A timer of the current key: {timestamp, hash, key}, `key` a binary string. */
+function makeTimer(timestamp, key) {
+  return { timestamp, hash: hashBinary(key), key };
+}
+
+/** Orders timers as the engine fires them: by timestamp, then key hash, then key bytes. */
 function compareTimers(a, b) {
   if (a.timestamp !== b.timestamp) return a.timestamp < b.timestamp ? -1 : 1;
+  if (a.hash !== b.hash) return a.hash < b.hash ? -1 : 1;
   return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
 }
 
@@ -148,8 +180,14 @@ class World {
     this.emitted = [];
     /** Records of the running call: [output id, record]. */
     this.pending = [];
-    /** Sorted in firing order: {timestamp, key}. */
+    /** Pending timers, sorted in firing order: {timestamp, hash, key}. */
     this.timers = { [EVENT_TIME]: [], [PROCESSING_TIME]: [] };
+    /**
+     * Due processing-time timers taken off `timers` as one group, in firing order, as the
+     * engine's timing wheel hands them over (host/src/time/timers.rs): they fire before
+     * any timer registered meanwhile, and can still be deleted.
+     */
+    this.staged = [];
     this.logs = [];
     this.printLevel = printLevel;
     this.host = Object.freeze({
@@ -274,14 +312,22 @@ class World {
   timersInterface() {
     return Object.freeze({
       register: (domain, at) => {
-        const timer = { timestamp: checkTimestamp(at, "timers.register"), key: this.currentKey("timers.register") };
-        const timers = this.timers[checkDomain(domain, "timers.register")];
+        const timer = makeTimer(checkTimestamp(at, "timers.register"), this.currentKey("timers.register"));
+        domain = checkDomain(domain, "timers.register");
+        if (domain === PROCESSING_TIME && this.stagedIndex(timer) >= 0) return;
+        const timers = this.timers[domain];
         const [index, found] = this.findTimer(timers, timer);
         if (!found) timers.splice(index, 0, timer);
       },
       delete: (domain, at) => {
-        const timer = { timestamp: checkTimestamp(at, "timers.delete"), key: this.currentKey("timers.delete") };
-        const timers = this.timers[checkDomain(domain, "timers.delete")];
+        const timer = makeTimer(checkTimestamp(at, "timers.delete"), this.currentKey("timers.delete"));
+        domain = checkDomain(domain, "timers.delete");
+        const staged = domain === PROCESSING_TIME ? this.stagedIndex(timer) : -1;
+        if (staged >= 0) {
+          this.staged.splice(staged, 1);
+          return;
+        }
+        const timers = this.timers[domain];
         const [index, found] = this.findTimer(timers, timer);
         if (found) timers.splice(index, 1);
       },
@@ -302,10 +348,33 @@ class World {
     return [lo, lo < timers.length && compareTimers(timers[lo], timer) === 0];
   }
 
-  /** Removes and returns the first timer of `domain` due at `upto`, or undefined. */
+  /** Where `timer` is among the staged processing-time timers, or -1. */
+  stagedIndex(timer) {
+    return this.staged.findIndex((t) => compareTimers(t, timer) === 0);
+  }
+
+  /**
+   * Removes and returns the next timer of `domain` to fire at `upto`, or undefined. An
+   * event-time timer is the first pending one, so one registered while timers fire takes
+   * its place among them (as in the engine's ordered set); a processing-time one comes
+   * from the staged group, which takes every due timer when it is empty.
+   */
   popDueTimer(domain, upto) {
     const timers = this.timers[domain];
+    if (domain === PROCESSING_TIME) {
+      if (this.staged.length === 0) {
+        let due = 0;
+        while (due < timers.length && timers[due].timestamp <= upto) due++;
+        this.staged = timers.splice(0, due);
+      }
+      return this.staged.shift();
+    }
     return timers.length !== 0 && timers[0].timestamp <= upto ? timers.shift() : undefined;
+  }
+
+  /** The pending timers of `domain`, in firing order. */
+  pendingTimers(domain) {
+    return domain === PROCESSING_TIME ? [...this.staged, ...this.timers[domain]] : this.timers[domain];
   }
 
   outputInterface() {
@@ -565,11 +634,14 @@ export class TestHost {
     this.#call(KEYED, key, timestamp, () => this.#runner.onTimer({ domain, timestamp, key: unbinary(key) }));
   }
 
-  /** Fires due timers of `domain` one at a time, so that ones registered meanwhile fire in order too. */
+  /**
+   * Fires due timers of `domain` one at a time, in the engine's order, so that ones
+   * registered meanwhile fire too. Returns how many fired.
+   */
   #fireDue(domain, upto) {
     for (let fired = 1; ; fired++) {
       const timer = this.#world.popDueTimer(domain, upto);
-      if (timer === undefined) return;
+      if (timer === undefined) return fired - 1;
       if (domain === PROCESSING_TIME) {
         this.#world.processingTime = Math.max(this.#world.processingTime, timer.timestamp);
       }
@@ -584,9 +656,10 @@ export class TestHost {
 
   /**
    * Advances the watermark to `watermark` if that is later than the current one, then
-   * fires every event-time timer at or before it in (timestamp, key) order, including
-   * timers registered while firing. Timers registered at or before an unchanged
-   * watermark wait for its next advance, as in the host.
+   * fires every event-time timer at or before it, including timers registered while
+   * firing, always the first pending one in (timestamp, key hash, key) order. Timers
+   * registered at or before an unchanged watermark wait for its next advance, as in the
+   * host.
    * @param {number} watermark
    */
   advanceWatermark(watermark) {
@@ -598,9 +671,9 @@ export class TestHost {
 
   /**
    * Moves the processing-time clock to `now` (it never goes back), then fires every
-   * processing-time timer at or before the clock in (timestamp, key) order, including
-   * overdue ones and ones registered while firing: the host checks its wall clock between
-   * elements in the same way.
+   * processing-time timer at or before the clock, overdue ones included, as the host does
+   * when it checks its wall clock between elements: the due ones in (timestamp, key hash,
+   * key) order, then those registered meanwhile that are due.
    * @param {number} now
    */
   setProcessingTime(now) {
@@ -611,12 +684,13 @@ export class TestHost {
 
   /**
    * Ends the input as the host does: the watermark goes to `MAX_TIMESTAMP`, firing every
-   * event-time timer, then processing-time timers fire in timestamp order until none is
-   * left (the clock moving to each), even ones registered meanwhile.
+   * event-time timer, then every processing-time timer fires (the clock moving to each),
+   * then the event-time timers those registered, and so on until none is left.
    */
   finish() {
-    this.advanceWatermark(MAX_TIMESTAMP);
-    this.#fireDue(PROCESSING_TIME, MAX_TIMESTAMP);
+    this.#world.watermark = MAX_TIMESTAMP;
+    this.#fireDue(EVENT_TIME, MAX_TIMESTAMP);
+    while (this.#fireDue(PROCESSING_TIME, MAX_TIMESTAMP) + this.#fireDue(EVENT_TIME, MAX_TIMESTAMP) > 0);
   }
 
   /**
@@ -647,7 +721,7 @@ export class TestHost {
    */
   pendingTimers() {
     return [EVENT_TIME, PROCESSING_TIME].flatMap((domain) =>
-      this.#world.timers[domain].map((t) => ({ key: keyText(unbinary(t.key)), domain, timestamp: t.timestamp })),
+      this.#world.pendingTimers(domain).map((t) => ({ key: keyText(unbinary(t.key)), domain, timestamp: t.timestamp })),
     );
   }
 

@@ -7,7 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import * as weir from "../sdk/index.js";
-import { TestHost, MAX_TIMESTAMP } from "../sdk/testing.js";
+import { TestHost, MAX_TIMESTAMP, keyHash } from "../sdk/testing.js";
 
 /**
  * Emits one record per firing timer; everything else is scripted by the elements:
@@ -169,6 +169,145 @@ test("finish fires event timers, then processing timers", () => {
   assert.equal(out[4].value.now, 3);
   assert.deepEqual(h.pendingTimers(), []);
   assert.equal(h.watermark, MAX_TIMESTAMP);
+});
+
+// ---------------------------------------------------------------------------------------
+// The order of timers due at the same time (docs/pipeline.md, "Event time and timers")
+
+/**
+ * FNV-1a, 64 bits, of a string's UTF-8 bytes: written out here rather than taken from the
+ * SDK, so the tests below check the TestHost's order against an independent computation.
+ */
+function fnv1a64(text) {
+  let h = 14695981039346656037n; // the offset basis
+  for (const byte of new TextEncoder().encode(text)) {
+    h = BigInt.asUintN(64, (h ^ BigInt(byte)) * 1099511628211n); // the prime, 2^40 + 2^8 + 0xb3
+  }
+  return h;
+}
+
+/** [key, timestamp] pairs sorted as the engine fires them: timestamp, key hash, key bytes. */
+function engineOrder(timers) {
+  const cmp = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
+  return timers.slice().sort((a, b) => cmp(a[1], b[1]) || cmp(fnv1a64(a[0]), fnv1a64(b[0])) || cmp(a[0], b[0]));
+}
+
+/** Two keys with the same FNV-1a 64 hash (0x13fbdf9782141172), found by a collision search. */
+const COLLIDING = ["g2J-nUW-K5F", "FnT39gHPrbN"];
+
+const KEYS = ["a", "b", "c", "1", "2", "3", "4", "5", "6", "ad-1", "ad-2", "ad-3"];
+
+/**
+ * Registers and deletes timers of both domains as scripted, and emits one record per
+ * firing timer. An element holds `register` and `delete` ([["E" or "P", at], ...]) and `on`
+ * ({P50: {register, delete}, ...}): what the timer of that domain and time does when it fires.
+ */
+const chains = weir.processFunction(
+  class Chains {
+    init(ctx) {
+      this.on = ctx.mapState("on");
+      this.out = ctx.mainOutput();
+    }
+
+    apply(ctx, script) {
+      const domain = (code) => (code === "E" ? weir.EVENT_TIME : weir.PROCESSING_TIME);
+      for (const [code, at] of script.register ?? []) ctx.registerTimer(domain(code), at);
+      for (const [code, at] of script.delete ?? []) ctx.deleteTimer(domain(code), at);
+    }
+
+    processElement(ctx, el) {
+      const script = el.json();
+      this.apply(ctx, script);
+      for (const [name, then] of Object.entries(script.on ?? {})) this.on.put(name, then);
+    }
+
+    onTimer(ctx, timer) {
+      const name = (timer.domain === weir.EVENT_TIME ? "E" : "P") + timer.timestamp;
+      const then = this.on.get(name);
+      if (then !== undefined) this.apply(ctx, then);
+      this.out.emit({ key: timer.key, timer: name }, { key: ctx.keyBytes });
+    }
+  },
+);
+
+/** [key, "E10" or "P10"] of every timer that fired, in order. */
+const firedNames = (host) => host.takeOutputs("main").map((e) => [e.value.key, e.value.timer]);
+
+test("the independent hash matches the FNV-1a test vectors, and so does keyHash", () => {
+  for (const [text, expected] of [["", 0xcbf29ce484222325n], ["a", 0xaf63dc4c8601ec8cn], ["foobar", 0x85944171f73967e8n]]) {
+    assert.equal(fnv1a64(text), expected);
+    assert.equal(keyHash(text), expected);
+    assert.equal(keyHash(new TextEncoder().encode(text)), expected);
+  }
+  assert.equal(fnv1a64(COLLIDING[0]), 0x13fbdf9782141172n);
+  assert.equal(fnv1a64(COLLIDING[1]), 0x13fbdf9782141172n);
+});
+
+test("event timers at one time fire in key hash order, not key order", () => {
+  let h = new TestHost(chains);
+  for (const key of KEYS) h.process("main", key, { register: [["E", 10], ["E", 5]] }, 1);
+  h.advanceWatermark(10);
+  const expected = engineOrder(KEYS.flatMap((k) => [[k, 5], [k, 10]]));
+  const byBytes = expected.slice().sort((a, b) => a[1] - b[1] || (a[0] < b[0] ? -1 : 1));
+  assert.notDeepEqual(expected, byBytes, "byte order would differ");
+  assert.deepEqual(firedNames(h), expected.map(([k, ts]) => [k, `E${ts}`]));
+  // By hand: a 0xaf63dc4c8601ec8c, b 0xaf63df4c8601f1a5, c 0xaf63de4c8601eff2.
+  h = new TestHost(chains);
+  for (const key of ["a", "b", "c"]) h.process("main", key, { register: [["E", 7]] }, 1);
+  assert.deepEqual(h.pendingTimers().map((t) => t.key), ["a", "c", "b"]);
+  h.advanceWatermark(7);
+  assert.deepEqual(firedNames(h), [["a", "E7"], ["c", "E7"], ["b", "E7"]]);
+});
+
+test("processing timers at one time fire in key hash order, not key order", () => {
+  const h = new TestHost(chains);
+  for (const key of KEYS.slice().reverse()) h.process("main", key, { register: [["P", 20], ["P", 30]] }, 1);
+  h.setProcessingTime(30);
+  const expected = engineOrder(KEYS.flatMap((k) => [[k, 20], [k, 30]]));
+  assert.deepEqual(firedNames(h), expected.map(([k, ts]) => [k, `P${ts}`]));
+});
+
+test("keys whose hashes collide fire in key byte order", () => {
+  for (const [domain, advance] of [["E", (h) => h.advanceWatermark(3)], ["P", (h) => h.setProcessingTime(3)]]) {
+    const h = new TestHost(chains);
+    for (const key of COLLIDING) h.process("main", key, { register: [[domain, 3]] }, 1); // larger bytes first
+    advance(h);
+    assert.deepEqual(firedNames(h), [[COLLIDING[1], `${domain}3`], [COLLIDING[0], `${domain}3`]]);
+  }
+});
+
+test("an event timer registered while firing takes its place at once", () => {
+  // As in the engine's ordered set: the first pending due timer always fires next.
+  const h = new TestHost(chains);
+  h.process("main", "a", { register: [["E", 10]], on: { E10: { register: [["E", 9]] } } }, 1);
+  h.process("main", "b", { register: [["E", 10]] }, 1);
+  h.process("main", "c", { register: [["E", 10]] }, 1);
+  h.advanceWatermark(10);
+  assert.deepEqual(firedNames(h), [["a", "E10"], ["a", "E9"], ["c", "E10"], ["b", "E10"]]);
+});
+
+test("a processing timer registered while firing waits for the due ones", () => {
+  // As the engine's timing wheel: the timers due when the clock is read are staged and
+  // fire in order; one registered meanwhile fires after them, even if earlier. A staged
+  // one can still be deleted, and registering it again changes nothing.
+  const h = new TestHost(chains);
+  h.process("main", "a", { register: [["P", 50], ["P", 70]], on: { P50: { register: [["P", 55], ["P", 70]] } } }, 1);
+  h.process("main", "b", { register: [["P", 60], ["P", 65]], on: { P60: { delete: [["P", 65]] } } }, 1);
+  h.setProcessingTime(100);
+  assert.deepEqual(firedNames(h), [["a", "P50"], ["b", "P60"], ["a", "P70"], ["a", "P55"]]);
+});
+
+test("at the end, event timers registered by processing timers fire too", () => {
+  const h = new TestHost(chains);
+  h.process(
+    "main",
+    "a",
+    { register: [["P", 7], ["E", 8]], on: { P7: { register: [["E", 3], ["P", 9]] }, E3: { register: [["P", 2]] } } },
+    1,
+  );
+  h.finish();
+  assert.deepEqual(firedNames(h), [["a", "E8"], ["a", "P7"], ["a", "P9"], ["a", "E3"], ["a", "P2"]]);
+  assert.deepEqual(h.pendingTimers(), []);
 });
 
 test("state is per key, and clearAllState keeps the timers", () => {

@@ -10,7 +10,7 @@ from unittest import mock
 
 import weir
 from weir import TimeDomain
-from weir.testing import Emitted, HostTrap, LogLine, TestHost
+from weir.testing import Emitted, HostTrap, LogLine, TestHost, key_hash
 
 MAX = weir.MAX_TIMESTAMP
 
@@ -209,6 +209,157 @@ class TimerTest(unittest.TestCase):
             h.process("main", "a", {"register": [MAX + 1]}, 1)
         with self.assertRaisesRegex(TypeError, "takes an int timestamp, got float"):
             h.process("main", "a", {"register": [1.5]}, 1)
+
+
+def fnv1a_64(data):
+    """FNV-1a, 64 bits, written out here rather than taken from the SDK, so the tests
+    below check the TestHost's order against an independent computation."""
+    h = 14695981039346656037  # the offset basis
+    for byte in data:
+        h ^= byte
+        h = (h * 1099511628211) % 2**64  # the prime, 2^40 + 2^8 + 0xb3
+    return h
+
+
+def engine_order(timers):
+    """`(key, timestamp)` pairs sorted as the engine fires them: by timestamp, then by
+    the FNV-1a 64 hash of the key's bytes, then by the bytes."""
+    return sorted(timers, key=lambda t: (t[1], fnv1a_64(t[0].encode()), t[0].encode()))
+
+
+#: Two keys with the same FNV-1a 64 hash (0x13fbdf9782141172), found by a collision search.
+COLLIDING = ("g2J-nUW-K5F", "FnT39gHPrbN")
+
+
+class Chains(weir.ProcessFunction):
+    """Registers and deletes timers of both domains as scripted, and emits one record per
+    firing timer. An element holds `timers` ([["E" or "P", at], ...]) to register and
+    `on` ({"P50": {"register": [...], "delete": [...]}, ...}): what the timer of that
+    domain and time does when it fires."""
+
+    def init(self, ctx):
+        self.on = ctx.map_state("on")
+        self.out = ctx.main_output()
+
+    @staticmethod
+    def domain(code):
+        return TimeDomain.EVENT_TIME if code == "E" else TimeDomain.PROCESSING_TIME
+
+    def apply(self, ctx, script):
+        for code, at in script.get("register", []):
+            ctx.register_timer(self.domain(code), at)
+        for code, at in script.get("delete", []):
+            ctx.delete_timer(self.domain(code), at)
+
+    def process_element(self, ctx, el):
+        script = el.json()
+        self.apply(ctx, script)
+        for name, then in script.get("on", {}).items():
+            self.on.put(name, then)
+
+    def on_timer(self, ctx, timer):
+        name = ("E" if timer.domain() is TimeDomain.EVENT_TIME else "P") + str(timer.timestamp())
+        then = self.on.get(name)
+        if then is not None:
+            self.apply(ctx, then)
+        self.out.emit({"key": timer.key_str(), "timer": name}, key=ctx.current_key())
+
+
+def fired_names(host):
+    """`(key, "E10" or "P10")` of every timer that fired, in order."""
+    return [(e.value["key"], e.value["timer"]) for e in host.take_outputs("main")]
+
+
+class TimerOrderTest(unittest.TestCase):
+    """Timers due at the same time fire in the engine's order (docs/pipeline.md, "Event
+    time and timers"), not in key-byte order."""
+
+    KEYS = ["a", "b", "c", "1", "2", "3", "4", "5", "6", "ad-1", "ad-2", "ad-3"]
+
+    def test_the_independent_hash_matches_the_fnv_1a_test_vectors(self):
+        vectors = [(b"", 0xCBF29CE484222325), (b"a", 0xAF63DC4C8601EC8C),
+                   (b"foobar", 0x85944171F73967E8)]
+        for data, expected in vectors:
+            self.assertEqual(fnv1a_64(data), expected)
+            self.assertEqual(key_hash(data), expected)
+            self.assertEqual(key_hash(data.decode()), expected)
+        self.assertEqual(fnv1a_64(COLLIDING[0].encode()), fnv1a_64(COLLIDING[1].encode()))
+        self.assertEqual(fnv1a_64(COLLIDING[0].encode()), 0x13FBDF9782141172)
+
+    def test_event_timers_at_one_time_fire_in_key_hash_order(self):
+        h = TestHost(Chains)
+        for key in self.KEYS:
+            h.process("main", key, {"register": [["E", 10], ["E", 5]]}, 1)
+        h.advance_watermark(10)
+        expected = engine_order([(k, ts) for k in self.KEYS for ts in (5, 10)])
+        self.assertNotEqual(
+            expected, sorted(expected, key=lambda t: (t[1], t[0])), "byte order would differ"
+        )
+        self.assertEqual(fired_names(h), [(k, f"E{ts}") for k, ts in expected])
+        # By hand: a 0xaf63dc4c8601ec8c, b 0xaf63df4c8601f1a5, c 0xaf63de4c8601eff2.
+        h = TestHost(Chains)
+        for key in "abc":
+            h.process("main", key, {"register": [["E", 7]]}, 1)
+        self.assertEqual([k for k, _, _ in h.pending_timers()], [b"a", b"c", b"b"])
+        h.advance_watermark(7)
+        self.assertEqual(fired_names(h), [("a", "E7"), ("c", "E7"), ("b", "E7")])
+
+    def test_processing_timers_at_one_time_fire_in_key_hash_order(self):
+        h = TestHost(Chains, processing_time=0)
+        for key in reversed(self.KEYS):
+            h.process("main", key, {"register": [["P", 20], ["P", 30]]}, 1)
+        h.set_processing_time(30)
+        expected = engine_order([(k, ts) for k in self.KEYS for ts in (20, 30)])
+        self.assertEqual(fired_names(h), [(k, f"P{ts}") for k, ts in expected])
+
+    def test_keys_whose_hashes_collide_fire_in_byte_order(self):
+        advances = [("E", TestHost.advance_watermark), ("P", TestHost.set_processing_time)]
+        for domain, advance in advances:
+            h = TestHost(Chains)
+            for key in COLLIDING:  # the larger bytes first
+                h.process("main", key, {"register": [[domain, 3]]}, 1)
+            advance(h, 3)
+            self.assertEqual(
+                fired_names(h), [(COLLIDING[1], f"{domain}3"), (COLLIDING[0], f"{domain}3")]
+            )
+
+    def test_an_event_timer_registered_while_firing_takes_its_place_at_once(self):
+        # As in the engine's ordered set: the first pending due timer always fires next.
+        h = TestHost(Chains)
+        then = {"E10": {"register": [["E", 9]]}}
+        h.process("main", "a", {"register": [["E", 10]], "on": then}, 1)
+        h.process("main", "b", {"register": [["E", 10]]}, 1)
+        h.process("main", "c", {"register": [["E", 10]]}, 1)
+        h.advance_watermark(10)
+        self.assertEqual(fired_names(h), [("a", "E10"), ("a", "E9"), ("c", "E10"), ("b", "E10")])
+
+    def test_a_processing_timer_registered_while_firing_waits_for_the_due_ones(self):
+        # As the engine's timing wheel: the timers due when the clock is read are staged
+        # and fire in order; one registered meanwhile fires after them, even if earlier.
+        # A staged one can still be deleted, and registering it again changes nothing.
+        h = TestHost(Chains, processing_time=0)
+        h.process("main", "a", {"register": [["P", 50], ["P", 70]], "on": {
+            "P50": {"register": [["P", 55], ["P", 70]]},
+        }}, 1)
+        h.process("main", "b", {"register": [["P", 60], ["P", 65]], "on": {
+            "P60": {"delete": [["P", 65]]},
+        }}, 1)
+        h.set_processing_time(100)
+        self.assertEqual(
+            fired_names(h), [("a", "P50"), ("b", "P60"), ("a", "P70"), ("a", "P55")]
+        )
+
+    def test_at_the_end_event_timers_registered_by_processing_timers_fire_too(self):
+        h = TestHost(Chains)
+        h.process("main", "a", {"register": [["P", 7], ["E", 8]], "on": {
+            "P7": {"register": [["E", 3], ["P", 9]]},
+            "E3": {"register": [["P", 2]]},
+        }}, 1)
+        h.finish()
+        self.assertEqual(
+            fired_names(h), [("a", "E8"), ("a", "P7"), ("a", "P9"), ("a", "E3"), ("a", "P2")]
+        )
+        self.assertEqual(h.pending_timers(), [])
 
 
 class StateTest(unittest.TestCase):

@@ -6,17 +6,19 @@ bindings (`Err`, `types`, `state`, `timers`, `output`, `logging`), so the rest o
 runs unchanged on either. Each import calls the `World` that `install` made active for
 the call being run; with none (plain `import weir` outside a TestHost) it raises.
 
-`World` follows the real host's rules, as the Rust SDK's in-memory host
-(`guest-sdk/src/testing/world.rs`) does: state and timers are scoped to the current key,
-timers are unique per (key, domain, timestamp) and fire in (timestamp, key) order,
-outputs are declared in `init` only, and the records of a failed call are dropped.
-Breaking a rule raises `HostTrap`, where the real host would trap.
+`World` follows the real host's rules: state and timers are scoped to the current key,
+timers are unique per (key, domain, timestamp) and fire in the engine's order (timestamp,
+then the FNV-1a hash of the key's bytes, then the bytes: "Event time and timers" in
+docs/pipeline.md), outputs are declared in `init` only, and the records of a failed call
+are dropped. Breaking a rule raises `HostTrap`, where the real host would trap.
 """
 
 import enum
+import functools
 import heapq
 import json
 import sys
+from collections import deque
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -129,24 +131,62 @@ def _check_bytes(call, what, value):
     return bytes(value)
 
 
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_U64 = 2**64 - 1
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def key_hash(key):
+    """The 64-bit FNV-1a hash of `key` (bytes, or `str` as UTF-8), as the engine computes
+    it (`stable_hash` in host/src/state/mod.rs): where the key's timers go among the
+    timers due at the same time."""
+    if isinstance(key, str):
+        key = key.encode()
+    h = _FNV_OFFSET
+    for byte in key:
+        h = ((h ^ byte) * _FNV_PRIME) & _U64
+    return h
+
+
 class _Timers:
-    """The timers of one domain: unique (timestamp, key) pairs, popped in that order."""
+    """The timers of one domain: unique (timestamp, key) pairs, fired in the engine's
+    order, (timestamp, `key_hash(key)`, key).
 
-    __slots__ = ("live", "heap")
+    Event-time timers (`staged=False`) are popped one at a time, always the first pending
+    one, so a due timer registered while timers fire takes its place among them, as in
+    the engine's ordered set. Processing-time timers (`staged=True`) are taken as the
+    engine's timing wheel hands them over: when none is staged, every due one is staged
+    at once, in order, and they fire one by one; one registered meanwhile waits until the
+    staged ones have fired, even if it sorts before them, and a staged one can still be
+    deleted (host/src/time/timers.rs)."""
 
-    def __init__(self):
-        self.live = set()
+    __slots__ = ("live", "heap", "staged", "staging")
+
+    def __init__(self, staged=False):
+        self.live = set()  # (timestamp, hash, key) not staged
         self.heap = []  # may hold deleted entries; `live` decides
+        self.staged = deque()  # due processing-time timers taken off, in firing order
+        self.staging = staged
 
-    def add(self, entry):
-        if entry not in self.live:
+    @staticmethod
+    def _entry(at, key):
+        return (at, key_hash(key), key)
+
+    def add(self, at, key):
+        entry = self._entry(at, key)
+        if entry not in self.live and entry not in self.staged:
             self.live.add(entry)
             heapq.heappush(self.heap, entry)
 
-    def remove(self, entry):
-        self.live.discard(entry)
+    def remove(self, at, key):
+        entry = self._entry(at, key)
+        if entry in self.staged:
+            self.staged.remove(entry)
+        else:
+            self.live.discard(entry)
 
-    def pop_due(self, upto):
+    def _pop_live(self, upto):
         heap = self.heap
         while heap:
             entry = heap[0]
@@ -160,8 +200,20 @@ class _Timers:
                 return None
         return None
 
+    def pop_due(self, upto):
+        """The next timer to fire at `upto`, as `(timestamp, key)`, or None."""
+        if self.staging:
+            if not self.staged:
+                while (entry := self._pop_live(upto)) is not None:
+                    self.staged.append(entry)
+            entry = self.staged.popleft() if self.staged else None
+        else:
+            entry = self._pop_live(upto)
+        return None if entry is None else (entry[0], entry[2])
+
     def sorted(self):
-        return sorted(self.live)
+        """`(timestamp, key)` of every pending timer, in firing order."""
+        return [(at, key) for at, _, key in (*self.staged, *sorted(self.live))]
 
 
 class World:
@@ -178,7 +230,10 @@ class World:
         self.outputs = []  # names by output id
         self.emitted = []  # [Emitted] by output id
         self.pending = []  # (output id, Emitted) of the running call
-        self.timers = {TimeDomain.EVENT_TIME: _Timers(), TimeDomain.PROCESSING_TIME: _Timers()}
+        self.timers = {
+            TimeDomain.EVENT_TIME: _Timers(),
+            TimeDomain.PROCESSING_TIME: _Timers(staged=True),
+        }
         self.logs = []
         self.print_logs = print_logs
 
@@ -311,16 +366,16 @@ class World:
     def register_timer(self, domain, at):
         key = self._key("timers.register")
         _check_i64("timers.register", "timestamp", at)
-        self._timers(domain, "timers.register").add((at, key))
+        self._timers(domain, "timers.register").add(at, key)
 
     def delete_timer(self, domain, at):
         key = self._key("timers.delete")
         _check_i64("timers.delete", "timestamp", at)
-        self._timers(domain, "timers.delete").remove((at, key))
+        self._timers(domain, "timers.delete").remove(at, key)
 
     def pop_due_timer(self, domain, upto):
-        """Removes and returns the first timer of `domain` (by timestamp, then key) due
-        at `upto`, as `(timestamp, key)`, or None."""
+        """Removes and returns the next timer of `domain` to fire at `upto` (see
+        `_Timers`), as `(timestamp, key)`, or None."""
         return self.timers[domain].pop_due(upto)
 
     def pending_timers(self):

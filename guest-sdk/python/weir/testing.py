@@ -1,11 +1,15 @@
 """An in-memory Weir host for unit-testing UDFs with plain CPython: no wasm, no
 componentize-py. The Python counterpart of the Rust SDK's `weir_sdk::testing::TestHost`.
 
-`TestHost` drives a `weir.ProcessFunction` subclass as the real host does: it calls
+`TestHost` drives a `weir.ProcessFunction` subclass under the host's rules: it calls
 `init`, scopes state and timers to the key of each element or timer, fires event-time
 timers when the watermark advances and processing-time timers when its clock does, and
-records what the UDF emits and logs. The UDF runs on the same SDK code as in a component;
-only the host's imports are replaced (see `weir._native`).
+records what the UDF emits and logs. Timers due at the same time fire in the order
+"Event time and timers" in docs/pipeline.md gives: by timestamp, then by the FNV-1a hash
+of the key's bytes (`key_hash`), then by the bytes. The UDF runs on the same SDK code as in
+a component; only the host's imports are replaced (see `weir._native`). What differs from
+the real host: the watermark and the processing-time clock move only when the test moves
+them, and each element and timer is its own call (the host batches them).
 
     import unittest
     from weir.testing import Emitted, TestHost
@@ -35,11 +39,11 @@ import json
 
 from . import _native
 from ._export import ProcessFunction
-from ._native import Emitted, HostTrap, LogLine, TimeDomain
+from ._native import Emitted, HostTrap, LogLine, TimeDomain, key_hash
 from .codec import to_json
 from .context import Context, Element, InitContext, Timer
 
-__all__ = ["TestHost", "Emitted", "LogLine", "HostTrap"]
+__all__ = ["TestHost", "Emitted", "LogLine", "HostTrap", "key_hash"]
 
 #: How many timers may fire in one advance before the TestHost calls it a loop.
 FIRING_LIMIT = 1_000_000
@@ -156,8 +160,8 @@ class TestHost:
         )
 
     def _fire_due(self, domain, upto):
-        """Fires due timers of `domain` one at a time, so that timers registered while
-        firing are picked up in order too. Returns how many fired."""
+        """Fires due timers of `domain` one at a time, in the engine's order, so that
+        timers registered while firing are picked up too. Returns how many fired."""
         world = self._world
         fired = 0
         while True:
@@ -180,9 +184,10 @@ class TestHost:
 
     def advance_watermark(self, watermark):
         """Advances the watermark to `watermark` if that is later than the current one,
-        then fires every event-time timer at or before it in (timestamp, key) order,
-        including timers registered while firing. Timers registered at or before an
-        unchanged watermark wait for its next advance, as in the host."""
+        then fires every event-time timer at or before it, including timers registered
+        while firing, always the first pending one in (timestamp, key hash, key) order.
+        Timers registered at or before an unchanged watermark wait for its next advance,
+        as in the host."""
         _native._check_i64("TestHost.advance_watermark", "watermark", watermark)
         if watermark <= self._world.watermark:
             return
@@ -191,9 +196,9 @@ class TestHost:
 
     def set_processing_time(self, now):
         """Moves the processing-time clock to `now` (it never goes back), then fires every
-        processing-time timer at or before the clock in (timestamp, key) order, including
-        overdue ones and ones registered while firing, as the host does when it looks at
-        its wall clock between elements."""
+        processing-time timer at or before the clock, overdue ones included, as the host
+        does when it looks at its wall clock between elements: the due ones in
+        (timestamp, key hash, key) order, then those registered meanwhile that are due."""
         _native._check_i64("TestHost.set_processing_time", "time", now)
         world = self._world
         world.processing_time = max(world.processing_time, now)
@@ -201,10 +206,16 @@ class TestHost:
 
     def finish(self):
         """Ends the input as the host does: the watermark goes to `weir.MAX_TIMESTAMP`,
-        firing every event-time timer, then processing-time timers fire in timestamp order
-        until none is left (the clock moving to each), even ones registered meanwhile."""
-        self.advance_watermark(_native.I64_MAX)
-        self._fire_due(TimeDomain.PROCESSING_TIME, _native.I64_MAX)
+        firing every event-time timer, then every processing-time timer fires (the clock
+        moving to each), then the event-time timers those registered, and so on until
+        none is left."""
+        end = _native.I64_MAX
+        self._world.watermark = end
+        self._fire_due(TimeDomain.EVENT_TIME, end)
+        while self._fire_due(TimeDomain.PROCESSING_TIME, end) + self._fire_due(
+            TimeDomain.EVENT_TIME, end
+        ):
+            pass
 
     # --- what came out -------------------------------------------------------------------
 
