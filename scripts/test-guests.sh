@@ -12,7 +12,7 @@ python_tests() { # PYTHONPATH entry holding the tests, and the test module
 }
 python_tests guest-sdk/python/tests test_testing
 python_tests udfs/python/change-only-counter test_app
-python_tests host/templates/python test_app
+python_tests host/weir/templates/python test_app
 
 echo "== javascript: SDK, udfs/js and the starter project"
 guest-sdk/js/test.sh || status=1

@@ -3,7 +3,7 @@
 #
 #   1. the SDK's own tests (guest-sdk/js/test/) and the JavaScript UDFs' (udfs/js/*/*.test.js):
 #        node --test guest-sdk/js/ udfs/js/
-#   2. the tests of the `weir new --lang js` starter (host/templates/js/app.test.js), in a
+#   2. the tests of the `weir new --lang js` starter (host/weir/templates/js/app.test.js), in a
 #      project put together in a temporary folder as `weir new` makes one: the template
 #      with its placeholders filled in, the SDK as weir/, the contract as wit/; then
 #        node --test
@@ -25,7 +25,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 project=$tmp/js-sessions
 mkdir -p "$project"
-cp -R "$repo/host/templates/js/." "$project/"
+cp -R "$repo/host/weir/templates/js/." "$project/"
 rm -rf "$project/node_modules" "$project"/*.wasm
 find "$project" -type f | while read -r file; do
   sed -e 's/{{name}}/js-sessions/g' -e 's/{{name_snake}}/js_sessions/g' "$file" >"$file.tmp" && mv "$file.tmp" "$file"

@@ -47,8 +47,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use weir_io::kafka::{client_config, consumer_config};
+use weir_io::sink::SinkTarget;
 use weir_io::source::kafka::Via;
-use weir_pipeline::{PipelineSpec, SinkTarget, SourceLocation, SourceSpec};
+use weir_io::source::SourceLocation;
+use weir_pipeline::{PipelineSpec, SourceSpec};
 use weir_run::{run_with, RunControl, RunOptions};
 
 /// A process that has no task this long after joining says so once.

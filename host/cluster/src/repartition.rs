@@ -98,7 +98,7 @@ impl Repartitioner {
 }
 
 fn repartition(plan: &Plan, stop: &AtomicBool) -> anyhow::Result<()> {
-    let weir_pipeline::SourceLocation::Kafka(kafka) = &plan.source.location else {
+    let weir_io::source::SourceLocation::Kafka(kafka) = &plan.source.location else {
         anyhow::bail!("source {:?} is not a Kafka source", plan.source.name);
     };
     let spec = KafkaSourceSpec {

@@ -20,7 +20,6 @@ use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use weir_core::identity::UdfIdentity;
 use weir_core::time::wall_clock_ms;
-use weir_engine::runtime::wasm::{Limits, LoadedComponent, WasmFunction};
 use weir_engine::runtime::{HostServices, InitInfo, ProcessFunction};
 use weir_pipeline::PipelineSpec;
 use weir_run::{RunControl, RunState, SwapRequest, SWAP_WAIT};
@@ -215,18 +214,8 @@ pub struct Prepared {
 /// scratch host, so that a component that cannot work is refused before the pipeline is
 /// touched.
 pub fn prepare(spec: &PipelineSpec, bytes: &[u8]) -> Result<Prepared, Refusal> {
-    let component = LoadedComponent::from_bytes(&spec.udf.name, bytes)
+    let (mut function, identity) = weir_run::udf_from_bytes(spec, bytes)
         .map_err(|e| Refusal::Rejected(format!("rejected: {e:#}")))?;
-    // The bytes were hashed once, to look them up in the compile cache.
-    let identity = UdfIdentity {
-        name: spec.udf.name.clone(),
-        sha256: component.sha256.clone(),
-    };
-    let limits = Limits {
-        memory_bytes: spec.udf.memory_limit_bytes,
-        call_timeout: spec.udf.call_timeout,
-    };
-    let mut function = WasmFunction::new(component, limits);
     let mut scratch = HostServices::new(wall_clock_ms());
     function
         .init(&mut scratch, &init_info(spec))

@@ -18,7 +18,9 @@ use weir_core::time::parse_duration_ms;
 use weir_io::sink::kafka::KafkaTarget;
 use weir_io::sink::postgres::PostgresTarget;
 use weir_io::sink::upsert::UpsertSpec;
+pub use weir_io::sink::SinkTarget;
 use weir_io::source::kafka::{KafkaSourceSpec, Startup};
+pub use weir_io::source::SourceLocation;
 
 /// The TOML file as written.
 #[derive(Debug, Deserialize)]
@@ -203,14 +205,6 @@ pub struct Overrides {
     pub no_checkpoints: bool,
 }
 
-/// Where a source reads from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceLocation {
-    File(PathBuf),
-    Stdin,
-    Kafka(KafkaSourceSpec),
-}
-
 #[derive(Debug, Clone)]
 pub struct SourceSpec {
     pub name: String,
@@ -244,16 +238,6 @@ pub struct DevSpec {
     /// Where `build` runs: the pipeline file's folder.
     pub dir: PathBuf,
     pub watch: Vec<PathBuf>,
-}
-
-/// Where an output's records go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SinkTarget {
-    File(PathBuf),
-    Stdout,
-    Discard,
-    Postgres(PostgresTarget),
-    Kafka(KafkaTarget),
 }
 
 #[derive(Debug, Clone)]

@@ -1,8 +1,9 @@
 //! The run's side of checkpoints: taking one from a running pipeline, and putting a
 //! restored one back into sources, sinks and the operator.
 
-use super::Runner;
-use std::collections::HashMap;
+use crate::runner::Runner;
+use std::time::{Duration, Instant};
+use weir_checkpoint::Checkpointer;
 use weir_checkpoint::{
     Chain, CheckpointFile, CounterMeta, DeadLetterMeta, DeclaredState, InputMeta, Meta, OutputMeta,
 };
@@ -12,8 +13,8 @@ use weir_core::time::wall_clock_ms;
 use weir_engine::operator::{KeyedOperator, OperatorCounters};
 use weir_engine::snapshot;
 use weir_io::sink::SinkState;
-use weir_io::source::{FileSource, KafkaSource, Source, StdinSource};
-use weir_pipeline::{PipelineSpec, SourceLocation, SourceSpec};
+use weir_io::source::{Source, SourceLocation};
+use weir_pipeline::{PipelineSpec, SourceSpec};
 
 /// The checkpoint a run starts from (nothing, for a first run).
 pub(super) struct Restored {
@@ -70,59 +71,21 @@ impl Restored {
         self.meta()?.inputs.iter().find(|i| i.name == name)
     }
 
-    /// Opens a source at its checkpointed position, or at its start.
+    /// Opens a source at its checkpointed positions, or at its start.
     pub fn open_source(&self, spec: &SourceSpec) -> anyhow::Result<Box<dyn Source>> {
-        Ok(match &spec.location {
-            SourceLocation::File(path) if is_stream(path) => {
-                Box::new(StdinSource::open_stream(path))
-            }
-            SourceLocation::File(path) => match self.input(&spec.name).map(|i| &i.position) {
-                Some(Position::File { offset, line }) => {
-                    Box::new(FileSource::open_at(path, *offset, *line)?)
-                }
-                _ => Box::new(FileSource::open(path)?),
-            },
-            SourceLocation::Stdin => {
-                if let Some(input) = self.input(&spec.name) {
-                    tracing::warn!(
-                        "source {:?} is stdin, which cannot be rewound: the state is restored, \
-                         but stdin is read from wherever it is now (the checkpoint had read {} lines)",
-                        spec.name,
-                        input.read
-                    );
-                }
-                Box::new(StdinSource::stdin())
-            }
-            SourceLocation::Kafka(kafka) => {
-                let prefix = format!("{}:", spec.name);
-                let mut resume = HashMap::new();
-                let inputs = self.meta().into_iter().flat_map(|m| &m.inputs);
-                for input in inputs.filter(|i| i.name.starts_with(&prefix)) {
-                    match &input.position {
-                        Position::Kafka {
-                            topic,
-                            partition,
-                            offset,
-                        } => {
-                            resume.insert((topic.clone(), *partition), *offset);
-                        }
-                        Position::Repartitioned {
-                            topic,
-                            partition,
-                            offset,
-                            via_topic,
-                            via_partition,
-                            via_offset,
-                        } => {
-                            resume.insert((topic.clone(), *partition), *offset);
-                            resume.insert((via_topic.clone(), *via_partition), *via_offset);
-                        }
-                        Position::File { .. } | Position::Stream { .. } => {}
-                    }
-                }
-                Box::new(KafkaSource::open(&spec.name, kafka, &resume)?)
-            }
-        })
+        let partitioned = matches!(spec.location, SourceLocation::Kafka(_));
+        let prefix = format!("{}:", spec.name);
+        let positions: Vec<_> = self
+            .meta()
+            .into_iter()
+            .flat_map(|m| &m.inputs)
+            .filter(|i| match partitioned {
+                true => i.name.starts_with(&prefix),
+                false => i.name == spec.name,
+            })
+            .map(|i| i.position.clone())
+            .collect();
+        weir_io::source::open(&spec.name, &spec.location, &positions)
     }
 
     /// The saved state of the sink of `output`.
@@ -200,18 +163,54 @@ impl Restored {
     }
 }
 
-/// A named pipe or device: read as a stream, not seeked like a file.
-fn is_stream(path: &std::path::Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
+/// The run's checkpoints: the store and its cadence, the positions the last one holds
+/// until it is durable, and what the report says of them.
+pub(crate) struct Checkpoints {
+    checkpointer: Option<Checkpointer>,
+    /// Positions of the last checkpoint written, per source, to commit once it is durable.
+    uncommitted: Option<Vec<Vec<Position>>>,
+    /// The epoch the run resumed from, if any.
+    pub resumed_from: Option<u64>,
+    /// Checkpoints this run took.
+    pub taken: u64,
+    /// The longest processing paused for one.
+    pub longest_pause: Duration,
+}
+
+impl Checkpoints {
+    /// Checkpoints into `checkpointer` (none: checkpoints are off), after resuming from
+    /// `resumed_from`.
+    pub fn new(checkpointer: Option<Checkpointer>, resumed_from: Option<u64>) -> Self {
+        Self {
+            checkpointer,
+            uncommitted: None,
+            resumed_from,
+            taken: 0,
+            longest_pause: Duration::ZERO,
+        }
+    }
+
+    /// Whether a checkpoint is due.
+    pub fn is_due(&self) -> bool {
+        self.checkpointer.as_ref().is_some_and(|c| c.is_due())
+    }
+
+    /// Removes every checkpoint: the run completed, and a new one starts from scratch.
+    pub fn clear(&mut self) -> anyhow::Result<()> {
+        match &mut self.checkpointer {
+            Some(checkpointer) => checkpointer.store.clear(),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Runner {
     /// Takes a checkpoint; call only with every read-ahead queue empty.
     pub(super) fn checkpoint(&mut self) -> anyhow::Result<()> {
-        if self.checkpointer.is_none() {
+        if self.checkpoints.checkpointer.is_none() {
             return Ok(());
         }
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         self.commit_durable()?;
         let sinks = self
             .operator
@@ -221,7 +220,11 @@ impl Runner {
             count: self.dead_letters.count(),
             length: self.dead_letters.checkpoint()?,
         };
-        let checkpointer = self.checkpointer.as_mut().expect("checked above");
+        let checkpointer = self
+            .checkpoints
+            .checkpointer
+            .as_mut()
+            .expect("checked above");
         let plan = checkpointer.plan();
         let host = self.operator.host_mut();
         let keyed = match plan.parent {
@@ -239,12 +242,12 @@ impl Runner {
                 kind: format!("{kind:?}"),
             })
             .collect();
-        let mut positions = Vec::with_capacity(self.sources.len());
-        let mut inputs = Vec::with_capacity(self.inputs.len());
-        for slot in &self.sources {
+        let mut positions = Vec::with_capacity(self.inputs.sources().len());
+        let mut inputs = Vec::with_capacity(self.inputs.inputs().len());
+        for slot in self.inputs.sources() {
             let source_positions = slot.source.positions();
             for (i, position) in slot.inputs.clone().zip(&source_positions) {
-                let input = &self.inputs[i];
+                let input = self.inputs.input(i);
                 inputs.push(InputMeta {
                     name: input.name.clone(),
                     position: position.clone(),
@@ -260,7 +263,7 @@ impl Runner {
             epoch: plan.epoch,
             parent: plan.parent,
             pipeline: self.pipeline.clone(),
-            udf: self.udf.clone(),
+            udf: self.udf.current.clone(),
             written_at: wall_clock_ms(),
             states,
             watermark: self.operator.watermark(),
@@ -283,12 +286,13 @@ impl Runner {
             },
         };
         let file = CheckpointFile { meta, sinks, keyed };
-        let checkpointer = self.checkpointer.as_mut().expect("checked above");
+        let checkpoints = &mut self.checkpoints;
+        let checkpointer = checkpoints.checkpointer.as_mut().expect("checked above");
         checkpointer.write(&file)?;
-        self.uncommitted = Some(positions);
+        checkpoints.uncommitted = Some(positions);
         let pause = started.elapsed();
-        self.checkpoints += 1;
-        self.longest_checkpoint_pause = self.longest_checkpoint_pause.max(pause);
+        checkpoints.taken += 1;
+        checkpoints.longest_pause = checkpoints.longest_pause.max(pause);
         tracing::debug!(
             "checkpoint {} taken ({}), processing paused {:.2} ms",
             plan.epoch,
@@ -308,12 +312,12 @@ impl Runner {
     }
 
     fn commit_durable(&mut self) -> anyhow::Result<()> {
-        let Some(checkpointer) = &mut self.checkpointer else {
+        let Some(checkpointer) = &mut self.checkpoints.checkpointer else {
             return Ok(());
         };
         if let Some(epoch) = checkpointer.store.wait()? {
-            if let Some(positions) = self.uncommitted.take() {
-                for (slot, positions) in self.sources.iter_mut().zip(&positions) {
+            if let Some(positions) = self.checkpoints.uncommitted.take() {
+                for (slot, positions) in self.inputs.sources_mut().iter_mut().zip(&positions) {
                     slot.source.commit(positions)?;
                 }
             }

@@ -2,7 +2,7 @@
 //!
 //! Each project is the same small UDF (user sessions with an event-time timer, keyed
 //! state, config and a side output), with a pipeline file and sample input, so that
-//! `weir dev pipeline.toml` runs it at once. The templates live in `host/templates/` and
+//! `weir dev pipeline.toml` runs it at once. The templates live in `host/weir/templates/` and
 //! are compiled into the binary, together with the pieces a Python or JavaScript project
 //! carries with it (the SDK and the `wit/` contract): a project made by this binary
 //! matches this binary's host.

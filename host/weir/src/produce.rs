@@ -39,14 +39,16 @@ pub fn produce(brokers: &str, topic: &str, input: &str, key: Option<&str>) -> an
             Polled::Idle | Polled::Progress { .. } => continue,
             Polled::Record => {}
         }
-        let text = std::str::from_utf8(&record.data)
-            .map_err(|e| anyhow::anyhow!("line {} of {input} is not UTF-8: {e}", record.line))?;
+        let text = std::str::from_utf8(&record.data).map_err(|e| {
+            anyhow::anyhow!(
+                "line {} of {input} is not UTF-8: {e}",
+                record.line.unwrap_or_default()
+            )
+        })?;
         let key = match &decoder {
-            Some(decoder) => Some(
-                decoder
-                    .key_of(text)
-                    .map_err(|e| anyhow::anyhow!("line {} of {input}: {e}", record.line))?,
-            ),
+            Some(decoder) => Some(decoder.key_of(text).map_err(|e| {
+                anyhow::anyhow!("line {} of {input}: {e}", record.line.unwrap_or_default())
+            })?),
             None => None,
         };
         sink.write(&OutputRecord {

@@ -631,3 +631,6 @@ impl KeyedOperator {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,9 +19,13 @@ pub use upsert::UpsertSink;
 pub use weir_core::output::{OutputRecord, Sink, SinkState};
 
 use anyhow::Context as _;
+use kafka::KafkaTarget;
+use postgres::PostgresTarget;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::path::PathBuf;
+use upsert::UpsertSpec;
 
 /// One JSON document per line: the value the UDF emitted.
 pub struct JsonLinesSink {
@@ -165,6 +169,57 @@ impl Sink for DiscardSink {
     fn flush(&mut self) -> anyhow::Result<()> {
         Ok(())
     }
+}
+
+/// Where an output's records go: its sink's section of the pipeline file, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkTarget {
+    /// A JSON-lines file.
+    File(PathBuf),
+    /// Standard output, as JSON lines.
+    Stdout,
+    /// Nowhere (benchmarks).
+    Discard,
+    /// A PostgreSQL table, upserted into.
+    Postgres(PostgresTarget),
+    /// A Kafka topic.
+    Kafka(KafkaTarget),
+}
+
+/// Opens the sink of output `output` of pipeline `pipeline`: `target`, kept as an upsert
+/// table if `upsert` says so, reopened where `resume` (the checkpoint a run restores)
+/// says it stood. Called once per output when a run starts.
+pub fn open(
+    target: &SinkTarget,
+    upsert: Option<&UpsertSpec>,
+    pipeline: &str,
+    output: &str,
+    resume: Option<&SinkState>,
+) -> anyhow::Result<Box<dyn Sink>> {
+    let length = resume.and_then(|r| r.length);
+    let out = match target {
+        SinkTarget::Postgres(target) => return Ok(Box::new(PostgresSink::connect(target)?)),
+        SinkTarget::Kafka(target) => {
+            return Ok(Box::new(KafkaSink::connect(target, pipeline, output)?))
+        }
+        SinkTarget::Discard => return Ok(Box::new(DiscardSink)),
+        SinkTarget::File(path) if upsert.is_some() => JsonLinesSink::create(path)?,
+        SinkTarget::File(path) => JsonLinesSink::open(path, length)?,
+        SinkTarget::Stdout => JsonLinesSink::stdout(),
+    };
+    let Some(upsert) = upsert else {
+        return Ok(Box::new(out));
+    };
+    let changelog = match &upsert.changelog {
+        Some(path) => Some(JsonLinesSink::open(path, length)?),
+        None => None,
+    };
+    let mut sink = UpsertSink::new(out, changelog, upsert.key_fields.clone())?;
+    if let Some(resume) = resume {
+        sink.restore_table(&resume.data)
+            .context("the checkpoint's upsert table")?;
+    }
+    Ok(Box::new(sink))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ impl<R: BufRead> LineReader<R> {
                 return Ok(false);
             }
             self.line += 1;
-            record.line = self.line;
+            record.line = Some(self.line);
             record.offset = self.offset;
             self.offset += read as u64;
             while matches!(record.data.last(), Some(b'\n' | b'\r')) {
@@ -176,7 +176,7 @@ impl Source for StdinSource {
         match self.lines.recv_timeout(wait) {
             Ok(Ok(next)) => {
                 *record = next;
-                self.line = record.line;
+                self.line = record.line.unwrap_or(self.line);
                 Ok(Polled::Record)
             }
             Ok(Err(e)) => Err(e).with_context(|| format!("cannot read {}", self.location)),
@@ -212,9 +212,9 @@ mod tests {
         assert_eq!(
             seen,
             vec![
-                ("{\"a\":1}".into(), 1, 0),
-                ("{\"a\":2}".into(), 4, 13),
-                ("{\"a\":3}".into(), 5, 21)
+                ("{\"a\":1}".into(), Some(1), 0),
+                ("{\"a\":2}".into(), Some(4), 13),
+                ("{\"a\":3}".into(), Some(5), 21)
             ]
         );
     }
@@ -235,7 +235,7 @@ mod tests {
         resumed.poll(&mut rec, Duration::ZERO).unwrap();
         assert_eq!(
             (rec.data.as_slice(), rec.line, rec.offset),
-            (&b"{\"a\":2}"[..], 2, 8)
+            (&b"{\"a\":2}"[..], Some(2), 8)
         );
         let err = FileSource::open_at(&path, 1_000, 9)
             .err()

@@ -459,7 +459,7 @@ impl Source for KafkaSource {
             record
                 .data
                 .extend_from_slice(message.payload().unwrap_or_default());
-            record.line = 0;
+            record.line = None;
             record.offset = offset as u64;
             record.partition = index;
             record.message_key = message.key().map(<[u8]>::to_vec);

@@ -16,6 +16,9 @@ pub mod kafka;
 pub use jsonl::{FileSource, StdinSource};
 pub use kafka::KafkaSource;
 
+use kafka::KafkaSourceSpec;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use weir_core::position::Position;
 
@@ -24,8 +27,8 @@ use weir_core::position::Position;
 pub struct SourceRecord {
     /// The record's bytes: one line (without its line break) or one message's payload.
     pub data: Vec<u8>,
-    /// 1-based line number in the source (0 for Kafka).
-    pub line: u64,
+    /// 1-based line number in a file or stdin (`None` for a Kafka message).
+    pub line: Option<u64>,
     /// Byte offset of the line's start, or the Kafka message's offset.
     pub offset: u64,
     /// Which of the source's partitions it came from (an index into `partitions()`).
@@ -91,4 +94,75 @@ pub trait Source: Send {
         let _ = positions;
         Ok(())
     }
+}
+
+/// Where a source reads from: its section of the pipeline file, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceLocation {
+    /// A JSON-lines file (or a named pipe, read as a stream).
+    File(PathBuf),
+    /// Standard input.
+    Stdin,
+    /// Kafka topics.
+    Kafka(KafkaSourceSpec),
+}
+
+/// Opens the source `name` reads from `location`, at `resume`: the positions its inputs
+/// had in the checkpoint a run restores (none for a fresh start). Called once per source
+/// when a run starts.
+pub fn open(
+    name: &str,
+    location: &SourceLocation,
+    resume: &[Position],
+) -> anyhow::Result<Box<dyn Source>> {
+    Ok(match location {
+        SourceLocation::File(path) if is_stream(path) => Box::new(StdinSource::open_stream(path)),
+        SourceLocation::File(path) => match resume.first() {
+            Some(Position::File { offset, line }) => {
+                Box::new(FileSource::open_at(path, *offset, *line)?)
+            }
+            _ => Box::new(FileSource::open(path)?),
+        },
+        SourceLocation::Stdin => {
+            if let Some(Position::Stream { line }) = resume.first() {
+                tracing::warn!(
+                    "source {name:?} is stdin, which cannot be rewound: the state is restored, \
+                     but stdin is read from wherever it is now (the checkpoint had read {line} lines)"
+                );
+            }
+            Box::new(StdinSource::stdin())
+        }
+        SourceLocation::Kafka(kafka) => {
+            let mut offsets = HashMap::new();
+            for position in resume {
+                match position {
+                    Position::Kafka {
+                        topic,
+                        partition,
+                        offset,
+                    } => {
+                        offsets.insert((topic.clone(), *partition), *offset);
+                    }
+                    Position::Repartitioned {
+                        topic,
+                        partition,
+                        offset,
+                        via_topic,
+                        via_partition,
+                        via_offset,
+                    } => {
+                        offsets.insert((topic.clone(), *partition), *offset);
+                        offsets.insert((via_topic.clone(), *via_partition), *via_offset);
+                    }
+                    Position::File { .. } | Position::Stream { .. } => {}
+                }
+            }
+            Box::new(KafkaSource::open(name, kafka, &offsets)?)
+        }
+    })
+}
+
+/// A named pipe or device: read as a stream, not seeked like a file.
+fn is_stream(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }

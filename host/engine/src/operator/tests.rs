@@ -1,0 +1,329 @@
+//! The operator driven by native process functions: no wasm, no files.
+
+use super::*;
+use crate::runtime::{BatchTaken, OutputId};
+use std::sync::{Arc, Mutex};
+use weir_core::key::tie_order;
+use weir_core::output::OutputRecord;
+use weir_core::state::{StateId, StateKind};
+
+/// What the test sink received: one line per record, `value@timestamp#sequence`.
+type Received = Arc<Mutex<Vec<String>>>;
+
+struct VecSink(Received);
+
+impl Sink for VecSink {
+    fn location(&self) -> &str {
+        "memory"
+    }
+
+    fn write(&mut self, record: &OutputRecord<'_>) -> anyhow::Result<()> {
+        let value = String::from_utf8_lossy(record.value);
+        let line = format!("{value}@{}#{}", record.timestamp, record.sequence);
+        self.0.lock().unwrap().push(line);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// Counts elements per key in a value state, registers an event-time timer `delay`
+/// after each element, and says what it saw: `e:<key>:<count>` and `t:<key>`. An
+/// element whose value is `fail` fails; one whose value is `undecodable` says its
+/// state cannot be read.
+struct Counter {
+    name: &'static str,
+    delay: i64,
+    /// Fails on every element (a broken new version).
+    always_fail: bool,
+    /// Says it takes batches, and fails every batch (the operator must replay).
+    failing_batches: bool,
+    count: StateId,
+    main: OutputId,
+    /// An extra output to declare in `init` (to test unrouted outputs).
+    extra_output: Option<&'static str>,
+}
+
+impl Counter {
+    fn new(name: &'static str, delay: i64) -> Self {
+        Self {
+            name,
+            delay,
+            always_fail: false,
+            failing_batches: false,
+            count: 0,
+            main: 0,
+            extra_output: None,
+        }
+    }
+
+    fn emit(&self, host: &mut HostServices, text: String) -> Result<(), CallError> {
+        host.emit(self.main, text.into_bytes(), None, None)
+            .map_err(|e| CallError::Trapped(e.to_string()))
+    }
+}
+
+impl ProcessFunction for Counter {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn init(&mut self, host: &mut HostServices, _info: &InitInfo) -> Result<(), CallError> {
+        self.count = host
+            .declare_state("count", StateKind::Value)
+            .map_err(CallError::Returned)?;
+        host.declaring = true;
+        self.main = host.declare_output("main").map_err(CallError::Returned)?;
+        if let Some(extra) = self.extra_output {
+            host.declare_output(extra).map_err(CallError::Returned)?;
+        }
+        host.declaring = false;
+        Ok(())
+    }
+
+    fn process_element(
+        &mut self,
+        host: &mut HostServices,
+        element: ElementRef<'_>,
+    ) -> Result<(), CallError> {
+        match element.value {
+            _ if self.always_fail => return Err(CallError::Returned("broken".into())),
+            b"fail" => return Err(CallError::Returned("asked to fail".into())),
+            b"undecodable" => return Err(CallError::StateDecode("not a count".into())),
+            _ => {}
+        }
+        let trap = |e: anyhow::Error| CallError::Trapped(e.to_string());
+        let count = match host.value_get(self.count).map_err(trap)? {
+            Some(bytes) => u64::from_le_bytes(bytes.try_into().expect("8 bytes")) + 1,
+            None => 1,
+        };
+        host.value_set(self.count, count.to_le_bytes().to_vec())
+            .map_err(trap)?;
+        host.register_timer(TimeDomain::EventTime, element.timestamp + self.delay)
+            .map_err(trap)?;
+        let key = String::from_utf8_lossy(element.key);
+        self.emit(host, format!("{}:e:{key}:{count}", self.name))
+    }
+
+    fn on_timer(
+        &mut self,
+        host: &mut HostServices,
+        timer: FiredTimer<'_>,
+    ) -> Result<(), CallError> {
+        let key = String::from_utf8_lossy(timer.key);
+        self.emit(host, format!("{}:t:{key}", self.name))
+    }
+
+    fn takes_batches(&self) -> bool {
+        self.failing_batches
+    }
+
+    fn process_batch(
+        &mut self,
+        _host: &mut HostServices,
+        _entries: &[BatchEntry<'_>],
+    ) -> Result<BatchTaken, CallError> {
+        Err(CallError::Trapped("this batch always fails".into()))
+    }
+}
+
+/// An operator over `function` with one source (no out-of-orderness) and one sink.
+fn operator(function: Counter) -> (KeyedOperator, Received) {
+    let mut operator = KeyedOperator::new(Box::new(function), &[0], 0);
+    let outputs = operator.init(&InitInfo::default()).expect("init");
+    assert_eq!(outputs, ["main"]);
+    let received = Received::default();
+    operator.bind_sinks(vec![Box::new(VecSink(Arc::clone(&received)))]);
+    (operator, received)
+}
+
+/// Elements of source 0: (key, value, timestamp).
+fn elements<'a>(records: &'a [(&'a str, &'a str, i64)]) -> Vec<(usize, ElementRef<'a>)> {
+    records
+        .iter()
+        .map(|(key, value, timestamp)| {
+            let element = ElementRef {
+                input: 0,
+                key: key.as_bytes(),
+                value: value.as_bytes(),
+                timestamp: *timestamp,
+            };
+            (0, element)
+        })
+        .collect()
+}
+
+fn taken(received: &Received) -> Vec<String> {
+    std::mem::take(&mut received.lock().unwrap())
+}
+
+#[test]
+fn timers_fire_once_the_watermark_passes_them_in_timestamp_order() {
+    let (mut op, received) = operator(Counter::new("v1", 10));
+    let records = [("a", "x", 1), ("b", "x", 5), ("a", "x", 20), ("c", "x", 21)];
+    op.process_elements(&elements(&records)).unwrap();
+    // The watermark follows the largest timestamp (no out-of-orderness): the element at
+    // 20 passes a's timer at 11 and b's at 15, which fire after it, before c's element.
+    assert_eq!(
+        taken(&received),
+        [
+            "v1:e:a:1@1#0",
+            "v1:e:b:1@5#1",
+            "v1:e:a:2@20#2",
+            "v1:t:a@11#3",
+            "v1:t:b@15#4",
+            "v1:e:c:1@21#5",
+        ]
+    );
+    assert_eq!(op.counters().event_timers, 2);
+    // The end of input fires the rest, in timestamp order.
+    op.end_source(0).unwrap();
+    op.finish().unwrap();
+    assert_eq!(taken(&received), ["v1:t:a@30#6", "v1:t:c@31#7"]);
+    assert_eq!(op.counters().elements, 4);
+    assert_eq!(op.counters().late, 0);
+}
+
+#[test]
+fn timers_due_at_the_same_time_fire_in_the_keys_tie_order() {
+    let (mut op, received) = operator(Counter::new("v1", 100));
+    let keys = ["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"];
+    let records: Vec<_> = keys.iter().map(|k| (*k, "x", 0)).collect();
+    op.process_elements(&elements(&records)).unwrap();
+    taken(&received);
+    op.end_source(0).unwrap();
+    let fired = taken(&received);
+    let mut expected: Vec<&str> = keys.to_vec();
+    expected.sort_by_key(|k| tie_order(k.as_bytes()));
+    let expected: Vec<String> = expected
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("v1:t:{k}@100#{}", i + keys.len()))
+        .collect();
+    assert_eq!(fired, expected);
+    let byte_order: Vec<String> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("v1:t:{k}@100#{}", i + keys.len()))
+        .collect();
+    assert_ne!(
+        fired, byte_order,
+        "these keys' tie order is not their byte order"
+    );
+}
+
+#[test]
+fn a_late_element_is_processed_and_counted() {
+    let (mut op, received) = operator(Counter::new("v1", 1000));
+    op.process_elements(&elements(&[("a", "x", 50), ("a", "x", 40)]))
+        .unwrap();
+    assert_eq!(taken(&received), ["v1:e:a:1@50#0", "v1:e:a:2@40#1"]);
+    assert_eq!(op.counters().late, 1);
+}
+
+#[test]
+fn a_failing_batch_is_run_again_one_call_at_a_time() {
+    let records = [("a", "x", 1), ("b", "x", 5), ("a", "x", 20), ("b", "x", 40)];
+    let (mut single, single_out) = operator(Counter::new("v1", 10));
+    single.process_elements(&elements(&records)).unwrap();
+    let mut batching = Counter::new("v1", 10);
+    batching.failing_batches = true;
+    let (mut batched, batched_out) = operator(batching);
+    batched.process_elements(&elements(&records)).unwrap();
+    let expected = taken(&single_out);
+    assert_eq!(
+        expected.len(),
+        7,
+        "4 elements and the timers at 11, 15 and 30"
+    );
+    assert_eq!(taken(&batched_out), expected);
+    assert_eq!(batched.counters().elements, 4);
+    assert_eq!(batched.counters().event_timers, 3);
+}
+
+#[test]
+fn a_failure_names_the_element_and_keeps_what_came_before() {
+    let (mut op, received) = operator(Counter::new("v1", 1000));
+    let records = [("a", "x", 1), ("b", "fail", 2), ("c", "x", 3)];
+    let (index, error) = op.process_elements(&elements(&records)).unwrap_err();
+    assert_eq!(index, 1);
+    assert!(matches!(
+        error,
+        OperatorError::Udf {
+            activity: Activity::Element,
+            error: CallError::Returned(_)
+        }
+    ));
+    assert_eq!(taken(&received), ["v1:e:a:1@1#0"]);
+    assert_eq!(op.counters().elements, 1);
+}
+
+#[test]
+fn a_state_that_cannot_be_read_is_reported_as_such() {
+    let (mut op, _received) = operator(Counter::new("v1", 1000));
+    let (index, error) = op
+        .process_elements(&elements(&[("a", "undecodable", 1)]))
+        .unwrap_err();
+    assert_eq!(index, 0);
+    let OperatorError::Udf {
+        activity: Activity::Element,
+        error: CallError::StateDecode(message),
+    } = error
+    else {
+        panic!("not a state-decode error: {error}");
+    };
+    assert_eq!(message, "not a count");
+}
+
+#[test]
+fn a_swapped_in_version_keeps_state_and_timers_and_is_rolled_back_within_probation() {
+    let (mut op, received) = operator(Counter::new("v1", 10));
+    op.process_elements(&elements(&[("a", "x", 1)])).unwrap();
+    let mut broken = Counter::new("v2", 10);
+    broken.always_fail = true;
+    op.swap_function(Box::new(broken), &InitInfo::default(), 3)
+        .unwrap();
+    assert!(op.in_probation());
+    assert_eq!(op.function_name(), "v2");
+    let (index, _) = op
+        .process_elements(&elements(&[("a", "x", 2)]))
+        .unwrap_err();
+    assert_eq!(index, 0);
+    let failed = op.rollback().expect("the old version was kept");
+    assert_eq!(failed.name(), "v2");
+    assert_eq!(op.function_name(), "v1");
+    // The old version goes on from the same state (a's count) and timers (a@11).
+    op.process_elements(&elements(&[("a", "x", 20)])).unwrap();
+    assert_eq!(
+        taken(&received),
+        ["v1:e:a:1@1#0", "v1:e:a:2@20#1", "v1:t:a@11#2"]
+    );
+}
+
+#[test]
+fn probation_ends_after_its_calls_and_the_new_version_stays() {
+    let (mut op, received) = operator(Counter::new("v1", 1000));
+    op.swap_function(Box::new(Counter::new("v2", 1000)), &InitInfo::default(), 2)
+        .unwrap();
+    op.process_elements(&elements(&[("a", "x", 1)])).unwrap();
+    assert!(op.in_probation(), "one call of two");
+    op.process_elements(&elements(&[("a", "x", 2)])).unwrap();
+    assert!(!op.in_probation());
+    assert!(op.rollback().is_none(), "the old version is gone");
+    assert_eq!(taken(&received), ["v2:e:a:1@1#0", "v2:e:a:2@2#1"]);
+}
+
+#[test]
+fn a_version_declaring_an_output_without_a_sink_is_refused_and_the_old_one_stays() {
+    let (mut op, _received) = operator(Counter::new("v1", 1000));
+    let mut wider = Counter::new("v2", 1000);
+    wider.extra_output = Some("alerts");
+    let error = op
+        .swap_function(Box::new(wider), &InitInfo::default(), 10)
+        .unwrap_err();
+    assert!(matches!(&error, OperatorError::Unrouted(outputs) if outputs == &["alerts"]));
+    assert_eq!(op.function_name(), "v1");
+    assert!(!op.in_probation());
+}

@@ -1,0 +1,265 @@
+//! What a run does when a UDF call fails, and how it says so.
+//!
+//! - A record or timer whose key's state the UDF cannot read (written by another
+//!   version, as another type) goes to the dead-letter output; the run goes on.
+//! - A new UDF version that fails within its probation is rolled back to the version it
+//!   replaced, which takes the failed call again.
+//! - Anything else ends the run, with a message naming the UDF and the record (source,
+//!   line or offset) or timer it failed on.
+
+use crate::runner::Runner;
+use crate::short_hash;
+use weir_core::identity::UdfIdentity;
+use weir_core::time::timers::TimeDomain;
+use weir_core::time::{display, Timestamp};
+use weir_engine::operator::{Activity, KeyedOperator, OperatorError};
+use weir_engine::runtime::{CallError, ElementRef};
+use weir_io::sink::DeadLetter;
+use weir_io::source::SourceRecord;
+
+/// The UDF version a run is on, the one a swap replaced (while it may still be rolled
+/// back to), and how many failures rolled a new version back.
+pub(crate) struct UdfVersions {
+    /// The version running.
+    pub current: UdfIdentity,
+    /// The version the last swap replaced, kept until its probation is over.
+    pub previous: Option<UdfIdentity>,
+    /// New versions rolled back so far.
+    pub errors: u64,
+}
+
+impl UdfVersions {
+    /// A run that starts with `current`.
+    pub fn new(current: UdfIdentity) -> Self {
+        Self {
+            current,
+            previous: None,
+            errors: 0,
+        }
+    }
+}
+
+/// Where a record came from, for messages.
+pub(crate) struct Origin {
+    /// Its input.
+    pub input: usize,
+    /// Its number in the input (1-based).
+    pub number: u64,
+    /// Its line in a file (none for a Kafka message).
+    pub line: Option<u64>,
+    /// Its byte offset in a file, or its Kafka offset.
+    pub offset: u64,
+}
+
+impl Runner {
+    /// Processes a run of elements; if a UDF version on probation fails, rolls back to
+    /// the previous version and goes on from the failed call with it.
+    pub(crate) fn process_with_rollback(
+        &mut self,
+        elements: &[(usize, ElementRef<'_>)],
+    ) -> Result<(), (usize, OperatorError)> {
+        let mut start = 0;
+        loop {
+            match self.operator.process_elements(&elements[start..]) {
+                Ok(()) => return Ok(()),
+                Err((index, error)) => {
+                    let index = start + index;
+                    let activity = match &error {
+                        OperatorError::Udf { activity, error }
+                            if self.operator.in_probation()
+                                && !matches!(error, CallError::StateDecode(_)) =>
+                        {
+                            activity.clone()
+                        }
+                        _ => return Err((index, error)),
+                    };
+                    self.roll_back(&error);
+                    start = match activity {
+                        Activity::Timer {
+                            domain,
+                            timestamp,
+                            key,
+                        } => {
+                            self.operator
+                                .retry_timer(domain, timestamp, &key)
+                                .map_err(|e| (index, e))?;
+                            index + 1
+                        }
+                        _ => index,
+                    };
+                    if start >= elements.len() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Completes an operator call that fires timers (`first` is its result): while a
+    /// timer fails in a way the run survives ([`Self::recover_timer`]), recovers and
+    /// fires what is still due with `next`.
+    pub(crate) fn fire_through(
+        &mut self,
+        first: Result<(), OperatorError>,
+        mut next: impl FnMut(&mut KeyedOperator) -> Result<(), OperatorError>,
+    ) -> anyhow::Result<()> {
+        let mut result = first;
+        while let Err(error) = result {
+            self.recover_timer(error)?;
+            result = next(&mut self.operator);
+        }
+        Ok(())
+    }
+
+    /// A timer's failure that need not end the run: a state the UDF cannot read sends the
+    /// timer to the dead letters; a new version failing within its probation is rolled
+    /// back, and the timer registered again for the old one. Anything else ends the run.
+    fn recover_timer(&mut self, error: OperatorError) -> anyhow::Result<()> {
+        let OperatorError::Udf {
+            activity:
+                Activity::Timer {
+                    domain,
+                    timestamp,
+                    key,
+                },
+            error: call,
+        } = &error
+        else {
+            return Err(self.describe(error, None));
+        };
+        let (domain, timestamp, key) = (*domain, *timestamp, key.clone());
+        if let CallError::StateDecode(message) = call {
+            let reason = self.state_reason(&key, message);
+            return self.timer_dead_letter(domain, timestamp, &key, &reason);
+        }
+        if !self.operator.in_probation() {
+            return Err(self.describe(error, None));
+        }
+        self.roll_back(&error);
+        self.operator.register_timer_again(domain, timestamp, &key);
+        Ok(())
+    }
+
+    /// Goes back to the UDF version before the last swap, and says why.
+    fn roll_back(&mut self, error: &OperatorError) {
+        let failed = self.udf.current.clone();
+        self.operator.rollback();
+        if let Some(previous) = self.udf.previous.take() {
+            self.udf.current = previous;
+        }
+        let message = format!(
+            "UDF version {} failed within its probation and was rolled back to {}: {error}",
+            short_hash(&failed.sha256),
+            short_hash(&self.udf.current.sha256)
+        );
+        tracing::warn!("{message}");
+        self.udf.errors += 1;
+        if let Some(control) = &self.control {
+            control.update(|s| {
+                s.udf_errors = self.udf.errors;
+                s.last_error = Some(message);
+                s.udf_sha256 = self.udf.current.sha256.clone();
+            });
+        }
+    }
+
+    /// Why a record or timer went to the dead letters because its key's state could not
+    /// be read.
+    pub(crate) fn state_reason(&self, key: &[u8], message: &str) -> String {
+        format!(
+            "UDF {:?} version {} cannot read the state of key {:?}: {message}",
+            self.udf.current.name,
+            short_hash(&self.udf.current.sha256),
+            String::from_utf8_lossy(key)
+        )
+    }
+
+    /// A timer that could not fire because its key's state could not be read.
+    fn timer_dead_letter(
+        &mut self,
+        domain: TimeDomain,
+        timestamp: Timestamp,
+        key: &[u8],
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        let raw = serde_json::json!({
+            "timer": timestamp,
+            "domain": domain.label(),
+            "key": String::from_utf8_lossy(key),
+        })
+        .to_string();
+        tracing::warn!("{reason}");
+        self.dead_letters.write(&DeadLetter {
+            source: "timer",
+            line: None,
+            partition: None,
+            offset: 0,
+            reason,
+            raw: &raw,
+        })
+    }
+
+    /// A record of `input` that goes to the dead letters, with `reason`.
+    pub(crate) fn dead_letter(
+        &mut self,
+        input: usize,
+        record: &SourceRecord,
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        let id = &self.inputs.input(input).id;
+        let raw = String::from_utf8_lossy(&record.data);
+        let letter = DeadLetter {
+            source: &id.source,
+            line: record.line,
+            partition: id.partition.as_deref(),
+            offset: record.offset,
+            reason,
+            raw: &raw,
+        };
+        self.dead_letters.write(&letter)
+    }
+
+    /// Turns an operator error into a message naming the UDF and where the run was.
+    pub(crate) fn describe(&self, error: OperatorError, origin: Option<Origin>) -> anyhow::Error {
+        let udf = self.operator.function_name();
+        let at = |o: &Origin| {
+            let input = self.inputs.input(o.input);
+            let source = self.inputs.source_of(o.input);
+            let place = match o.line {
+                Some(line) => format!("line {line} of {}", source.source.location()),
+                None => format!("offset {} of {}", o.offset, input.name),
+            };
+            format!("record {} of source {:?} ({place})", o.number, source.name)
+        };
+        match &error {
+            OperatorError::Udf {
+                activity: Activity::Element,
+                ..
+            } => {
+                let at = origin.as_ref().map(at).unwrap_or_default();
+                anyhow::anyhow!("UDF {udf:?} failed on {at}: {error}")
+            }
+            OperatorError::Udf {
+                activity:
+                    Activity::Timer {
+                        domain,
+                        timestamp,
+                        key,
+                    },
+                ..
+            } => {
+                let after = origin
+                    .as_ref()
+                    .map(|o| format!(" (after {})", at(o)))
+                    .unwrap_or_default();
+                anyhow::anyhow!(
+                    "UDF {udf:?} failed on its {} timer at {} for key {:?}{after}: {error}",
+                    domain.label(),
+                    display(*timestamp),
+                    String::from_utf8_lossy(key)
+                )
+            }
+            _ => anyhow::anyhow!("{error}"),
+        }
+    }
+}

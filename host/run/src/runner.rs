@@ -1,0 +1,452 @@
+//! The run loop: a [`Runner`] opens what the plan names, then reads, merges and
+//! processes until every input has ended or it is asked to stop.
+
+use crate::checkpointing::{Checkpoints, Restored};
+use crate::inputs::{Inputs, Pending, Read, SourceSettings, READ_AHEAD};
+use crate::recovery::{Origin, UdfVersions};
+use crate::report::{progress_bar, RunReport};
+use crate::steering::StatusPublisher;
+use crate::{RunControl, RunOptions};
+use anyhow::Context as _;
+use std::io::IsTerminal;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use weir_checkpoint::Checkpointer;
+use weir_core::identity::UdfIdentity;
+use weir_core::time::{display, wall_clock_ms};
+use weir_engine::operator::{Activity, KeyedOperator, OperatorError};
+use weir_engine::runtime::{CallError, ElementRef, InitInfo, ProcessFunction};
+use weir_io::sink::{DeadLetters, Sink};
+use weir_io::source::decode::RecordDecoder;
+use weir_io::source::SourceLocation;
+use weir_pipeline::PipelineSpec;
+
+/// One run of a pipeline, from opening its sources to its report.
+pub(crate) struct Runner {
+    pub(crate) pipeline: String,
+    /// The run was stopped before its input ended.
+    pub(crate) interrupted: bool,
+    pub(crate) inputs: Inputs,
+    pub(crate) operator: KeyedOperator,
+    /// The UDF's outputs, in id order (each routed to the sink at the same index).
+    pub(crate) outputs: Vec<String>,
+    pub(crate) dead_letters: DeadLetters,
+    pub(crate) checkpoints: Checkpoints,
+    /// The UDF version running, and the one a swap replaced.
+    pub(crate) udf: UdfVersions,
+    /// What the UDF's `init` is given (again, when a new version is swapped in).
+    pub(crate) init_info: InitInfo,
+    /// Set when run under a `RunControl` (`weir serve`, `weir dev`).
+    pub(crate) control: Option<Arc<RunControl>>,
+    pub(crate) status: StatusPublisher,
+}
+
+impl Runner {
+    /// Opens the checkpoint store, the sources (at their checkpointed positions), the
+    /// UDF (its `init`), the sinks and the dead-letter output, and restores the
+    /// checkpoint's state into the operator.
+    pub(crate) fn open(
+        spec: &PipelineSpec,
+        function: Box<dyn ProcessFunction>,
+        udf: UdfIdentity,
+        options: &RunOptions,
+    ) -> anyhow::Result<Self> {
+        let (checkpointer, chain) = if spec.checkpoint.enabled {
+            let (checkpointer, chain) = Checkpointer::open(&spec.checkpoint, options.fresh)?;
+            (Some(checkpointer), chain)
+        } else {
+            (None, None)
+        };
+        let restored = Restored::check(chain, spec, &udf)?;
+
+        let input_names = spec.input_names();
+        let mut inputs = Inputs::new();
+        let mut delays = Vec::new();
+        for s in &spec.sources {
+            let source = restored.open_source(s)?;
+            let decoder = RecordDecoder::new(&s.key, &s.timestamp, s.timestamp_format)
+                .map_err(|e| anyhow::anyhow!("source {:?}: {e}", s.name))?;
+            let input_index = input_names
+                .iter()
+                .position(|n| n == &s.input)
+                .expect("input named by a source") as u32;
+            let settings = SourceSettings {
+                name: &s.name,
+                partitioned: matches!(s.location, SourceLocation::Kafka(_)),
+                input_index,
+                decoder,
+                idle_timeout: s.idle_timeout,
+            };
+            let added = inputs.add(source, settings, |name| {
+                restored.input(name).map_or(0, |i| i.read)
+            });
+            delays.extend(added.map(|_| s.out_of_orderness_ms));
+        }
+        let mut operator = KeyedOperator::new(function, &delays, wall_clock_ms());
+        operator.set_max_batch(spec.udf.max_batch);
+        let info = InitInfo {
+            config: spec.udf.config.clone(),
+            inputs: input_names,
+        };
+        let outputs = operator.init(&info).map_err(|e| {
+            anyhow::anyhow!(
+                "UDF {:?} failed to initialise: {e}",
+                operator.function_name()
+            )
+        })?;
+
+        let unrouted: Vec<String> = outputs
+            .iter()
+            .filter(|o| !spec.sinks.iter().any(|s| &s.output == *o))
+            .cloned()
+            .collect();
+        if !unrouted.is_empty() {
+            anyhow::bail!(
+                "{}; add a [[sink]] with output = {:?} (or --output {}=PATH)",
+                OperatorError::Unrouted(unrouted.clone()),
+                unrouted[0],
+                unrouted[0]
+            );
+        }
+        for sink in &spec.sinks {
+            if !outputs.contains(&sink.output) {
+                tracing::warn!(
+                    "the pipeline routes output {:?}, which the UDF does not declare (it declares {:?})",
+                    sink.output,
+                    outputs
+                );
+            }
+        }
+        let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+        for output in &outputs {
+            let sink = spec
+                .sinks
+                .iter()
+                .find(|s| &s.output == output)
+                .expect("checked above");
+            sinks.push(weir_io::sink::open(
+                &sink.target,
+                sink.upsert.as_ref(),
+                &spec.name,
+                output,
+                restored.sink(output),
+            )?);
+        }
+        operator.bind_sinks(sinks);
+        let input_names: Vec<&str> = inputs.inputs().iter().map(|i| i.name.as_str()).collect();
+        restored
+            .restore_operator(&mut operator, &input_names, &outputs)
+            .context("cannot restore the checkpoint")?;
+        if checkpointer.is_some() {
+            operator.host_mut().keys.track_changes();
+        }
+        let mut dead_letter_resume = restored.dead_letters();
+        if spec.checkpoint.kafka.is_some() {
+            // A task of a consumer group may have moved here from another machine, whose
+            // dead-letter file this one is not: append to what is here instead.
+            let here = std::fs::metadata(&spec.dead_letter).map_or(0, |m| m.len());
+            dead_letter_resume =
+                dead_letter_resume.map(|(length, count)| (length.min(here), count));
+        }
+        let dead_letters = DeadLetters::open(&spec.dead_letter, dead_letter_resume)
+            .context("dead-letter output")?;
+        Ok(Self {
+            pipeline: spec.name.clone(),
+            interrupted: false,
+            inputs,
+            operator,
+            outputs,
+            dead_letters,
+            checkpoints: Checkpoints::new(checkpointer, restored.epoch()),
+            udf: UdfVersions::new(udf),
+            init_info: info,
+            control: options.control.clone(),
+            status: StatusPublisher::new(),
+        })
+    }
+
+    /// Reads, merges and processes until every input has ended (then fires what is
+    /// left and removes the checkpoints) or `options.stop` is set (then checkpoints
+    /// and stops without firing pending timers).
+    pub(crate) fn run(&mut self, options: &RunOptions) -> anyhow::Result<()> {
+        let progress = (options.progress && std::io::stderr().is_terminal()).then(progress_bar);
+        let mut chunk: Vec<(usize, Pending)> = Vec::with_capacity(READ_AHEAD);
+        let mut reported = 0;
+        let stopped = || {
+            options
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed))
+        };
+        loop {
+            self.steer(options);
+            self.apply_progress()?;
+            // A stop or a checkpoint waits for what was read ahead to be processed, so
+            // that the sources' positions are exactly what the state has seen.
+            let stopping = stopped();
+            let checkpoint_due = self.checkpoints.is_due();
+            let draining = stopping || checkpoint_due;
+            if draining && self.inputs.drained() {
+                self.checkpoint()?;
+                if stopping {
+                    // Like Flink's stop-with-savepoint: pending timers are not fired; they
+                    // are in the checkpoint, and fire when the run resumes.
+                    self.interrupted = true;
+                    self.finish_checkpoints()?;
+                    self.operator
+                        .close_sinks()
+                        .map_err(|e| self.describe(e, None))?;
+                    self.dead_letters.flush()?;
+                    if let Some(bar) = progress {
+                        bar.finish_and_clear();
+                    }
+                    return Ok(());
+                }
+            }
+            if !draining {
+                self.fill()?;
+                self.update_idleness()?;
+            }
+            self.end_drained_inputs()?;
+            if self.inputs.all_ended() {
+                break;
+            }
+            self.inputs.take_chunk(&mut chunk);
+            if chunk.is_empty() {
+                // Live input is idle: fire what is due and show what was written.
+                self.fire_processing_timers()?;
+                self.operator.flush().map_err(|e| self.describe(e, None))?;
+                self.dead_letters.flush()?;
+                continue;
+            }
+            self.process_chunk(&chunk)?;
+            for (_, pending) in chunk.drain(..) {
+                self.inputs.recycle(pending.record);
+            }
+            if self.operator.has_processing_timers() {
+                self.fire_processing_timers()?;
+            }
+            if let Some(bar) = &progress {
+                let processed = self.operator.counters().elements;
+                if processed - reported >= 65_536 {
+                    reported = processed;
+                    bar.set_position(processed);
+                    let rate = processed as f64 / bar.elapsed().as_secs_f64().max(1e-3);
+                    bar.set_message(format!(
+                        "{rate:.0} records/s, watermark {}",
+                        display(self.operator.watermark())
+                    ));
+                }
+            }
+        }
+        let finished = self.operator.finish();
+        self.fire_through(finished, KeyedOperator::finish)?;
+        self.dead_letters.flush()?;
+        // Everything read is in the sinks: sources with a position store of their own
+        // (Kafka groups) record the end, so a later `startup = "committed"` goes on from it.
+        for slot in self.inputs.sources_mut() {
+            let positions = slot.source.positions();
+            slot.source.commit(&positions)?;
+        }
+        // The run is complete: nothing to resume, and a new run starts from scratch.
+        self.checkpoints.clear()?;
+        if let Some(bar) = progress {
+            bar.finish_and_clear();
+        }
+        Ok(())
+    }
+
+    /// Hands a chunk of records to the operator. A record whose key's state the UDF
+    /// cannot read goes to the dead letters and the rest of the chunk goes on; any other
+    /// failure ends the run, with a message naming the record.
+    fn process_chunk(&mut self, chunk: &[(usize, Pending)]) -> anyhow::Result<()> {
+        let elements: Vec<(usize, ElementRef<'_>)> = chunk
+            .iter()
+            .map(|(input, p)| {
+                let element = ElementRef {
+                    input: self.inputs.input(*input).input_index,
+                    key: p.key(),
+                    value: &p.record.data,
+                    timestamp: p.timestamp,
+                };
+                (*input, element)
+            })
+            .collect();
+        let mut start = 0;
+        while start < elements.len() {
+            let Err((index, error)) = self.process_with_rollback(&elements[start..]) else {
+                return Ok(());
+            };
+            let at = start + index;
+            // A state the UDF cannot read (written by another version, as another type)
+            // sends the record to the dead letters, not the run to its end.
+            let OperatorError::Udf {
+                error: CallError::StateDecode(message),
+                activity,
+            } = &error
+            else {
+                return Err(self.fail_at(&chunk[at], error));
+            };
+            match activity {
+                Activity::Element => {
+                    let (input, pending) = &chunk[at];
+                    let reason = self.state_reason(pending.key(), message);
+                    self.dead_letter(*input, &pending.record, &reason)?;
+                }
+                Activity::Timer { .. } => {
+                    self.fire_through(Err(error), KeyedOperator::resume_event_timers)?
+                }
+                Activity::Init => return Err(self.fail_at(&chunk[at], error)),
+            }
+            start = at + 1;
+        }
+        Ok(())
+    }
+
+    /// The error that ends the run at `pending`, naming it.
+    fn fail_at(&self, (input, pending): &(usize, Pending), error: OperatorError) -> anyhow::Error {
+        let origin = Origin {
+            input: *input,
+            number: pending.number,
+            line: pending.record.line,
+            offset: pending.record.offset,
+        };
+        self.describe(error, Some(origin))
+    }
+
+    /// Reads ahead on every source whose inputs have room in their queues. Waits for
+    /// input only when nothing at all is ready, and then no longer than until the next
+    /// processing-time timer.
+    fn fill(&mut self) -> anyhow::Result<()> {
+        let mut any_ready = self.inputs.any_ready();
+        for index in 0..self.inputs.sources().len() {
+            while self.inputs.wants_more(index) {
+                let wait = if any_ready {
+                    Duration::ZERO
+                } else {
+                    self.idle_wait()
+                };
+                match self.inputs.read(index, wait)? {
+                    Read::Queued { input, resumed } => {
+                        self.resumed(input, resumed)?;
+                        any_ready = true;
+                    }
+                    Read::Undecodable {
+                        input,
+                        record,
+                        reason,
+                        resumed,
+                    } => {
+                        self.resumed(input, resumed)?;
+                        self.dead_letter(input, &record, &reason)?;
+                        self.inputs.recycle(record);
+                    }
+                    Read::Progress { input, resumed } => self.resumed(input, resumed)?,
+                    Read::Idle => break,
+                    Read::End => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An input that was idle delivers again: it holds the watermark back again.
+    fn resumed(&mut self, input: usize, resumed: bool) -> anyhow::Result<()> {
+        if resumed {
+            let fired = self.operator.set_idle(input, false);
+            self.fire_through(fired, KeyedOperator::resume_event_timers)?;
+        }
+        Ok(())
+    }
+
+    /// Applies the watermark markers of inputs whose records read before the marker have
+    /// all been processed.
+    fn apply_progress(&mut self) -> anyhow::Result<()> {
+        for (input, timestamp) in self.inputs.take_progress() {
+            let fired = self.operator.observe_progress(input, timestamp);
+            self.fire_through(fired, KeyedOperator::resume_event_timers)?;
+        }
+        Ok(())
+    }
+
+    /// Inputs quiet for their `idle_timeout` stop holding the watermark back until they
+    /// deliver again.
+    fn update_idleness(&mut self) -> anyhow::Result<()> {
+        for input in self.inputs.newly_idle() {
+            let fired = self.operator.set_idle(input, true);
+            self.fire_through(fired, KeyedOperator::resume_event_timers)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the inputs that are exhausted and have nothing queued; the watermark may
+    /// advance.
+    fn end_drained_inputs(&mut self) -> anyhow::Result<()> {
+        while let Some(input) = self.inputs.end_next_drained() {
+            if self.inputs.all_ended() {
+                // The last input ended: the final watermark fires every event-time
+                // timer now, and no checkpoint follows (a completed run removes
+                // them), so the keys those timers release need not be remembered.
+                self.operator.host_mut().keys.stop_tracking();
+            }
+            let fired = self.operator.end_source(input);
+            self.fire_through(fired, KeyedOperator::resume_event_timers)?;
+        }
+        Ok(())
+    }
+
+    /// Fires due processing-time timers.
+    pub(crate) fn fire_processing_timers(&mut self) -> anyhow::Result<()> {
+        let now = wall_clock_ms();
+        let fired = self.operator.fire_processing_timers(now);
+        self.fire_through(fired, |operator| operator.fire_processing_timers(now))
+    }
+
+    /// How long to wait for input when nothing is ready: until the next processing-time
+    /// timer, at most 100 ms.
+    fn idle_wait(&self) -> Duration {
+        // A steered run looks for swaps between waits: keep them short.
+        let cap = if self.control.is_some() { 10 } else { 100 };
+        match self.operator.next_processing_due() {
+            Some(due) => Duration::from_millis((due - wall_clock_ms()).clamp(0, cap) as u64),
+            None => Duration::from_millis(cap as u64),
+        }
+    }
+
+    /// What the run did so far.
+    pub(crate) fn report(&self) -> RunReport {
+        let counters = self.operator.counters();
+        RunReport {
+            pipeline: self.pipeline.clone(),
+            udf: self.operator.function_name().to_string(),
+            sources: self
+                .inputs
+                .sources()
+                .iter()
+                .map(|s| {
+                    let read = s.inputs.clone().map(|i| self.inputs.input(i).read).sum();
+                    (s.name.clone(), read)
+                })
+                .collect(),
+            outputs: self
+                .outputs
+                .iter()
+                .cloned()
+                .zip(counters.emitted.iter().copied())
+                .collect(),
+            processed: counters.elements,
+            dead_letters: self.dead_letters.count(),
+            dead_letter_path: self.dead_letters.location().to_string(),
+            late: counters.late,
+            event_timers: counters.event_timers,
+            processing_timers: counters.processing_timers,
+            elapsed: Duration::ZERO,
+            peak_rss_bytes: None,
+            interrupted: self.interrupted,
+            resumed_from: self.checkpoints.resumed_from,
+            checkpoints: self.checkpoints.taken,
+            longest_checkpoint_pause: self.checkpoints.longest_pause,
+        }
+    }
+}
