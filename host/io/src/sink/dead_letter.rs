@@ -12,6 +12,8 @@ use std::path::Path;
 /// One refused record.
 #[derive(Debug, Serialize)]
 pub struct DeadLetter<'a> {
+    /// The name of the source the record came from (`timer` for a timer the UDF could
+    /// not run).
     pub source: &'a str,
     /// The line number, for files and stdin.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -21,7 +23,10 @@ pub struct DeadLetter<'a> {
     pub partition: Option<&'a str>,
     /// The byte offset in a file, or the Kafka message's offset.
     pub offset: u64,
+    /// Why the record was refused, naming the field (or the UDF and key).
     pub reason: &'a str,
+    /// The refused record as text (the run replaces invalid UTF-8 with U+FFFD); for a
+    /// timer, its time, domain and key as a JSON object.
     pub raw: &'a str,
 }
 
@@ -32,6 +37,7 @@ pub struct DeadLetters {
 }
 
 impl DeadLetters {
+    /// Creates (or empties) the dead-letter file at `path`, with a count of zero.
     pub fn create(path: &Path) -> anyhow::Result<Self> {
         Self::open(path, None)
     }
@@ -51,25 +57,32 @@ impl DeadLetters {
         Ok(self.sink.checkpoint()?.length)
     }
 
+    /// Dead letters written to an already open JSON-lines sink, counted from zero.
     pub fn to_sink(sink: JsonLinesSink) -> Self {
         Self { sink, count: 0 }
     }
 
+    /// Writes one dead letter as a JSON line and counts it. Buffered: it reaches the
+    /// file on [`flush`](Self::flush) or [`checkpoint`](Self::checkpoint).
     pub fn write(&mut self, letter: &DeadLetter<'_>) -> anyhow::Result<()> {
         self.count += 1;
         let json = serde_json::to_vec(letter)?;
         self.sink.write_json(&json)
     }
 
+    /// Dead letters written, counting those of the checkpoint the run was restored
+    /// from.
     pub fn count(&self) -> u64 {
         self.count
     }
 
+    /// The output's path (or name), for the run's summary and messages.
     pub fn location(&self) -> &str {
         use super::Sink;
         self.sink.location()
     }
 
+    /// Hands the buffered dead letters to the file (without syncing it).
     pub fn flush(&mut self) -> anyhow::Result<()> {
         use super::Sink;
         self.sink.flush()

@@ -43,10 +43,15 @@ use std::time::{Duration, Instant};
 /// A Kafka topic that records are produced to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaTarget {
+    /// The bootstrap brokers, `host:port[,host:port...]` (librdkafka's
+    /// `bootstrap.servers`).
     pub brokers: String,
+    /// The topic every record of the output is produced to.
     pub topic: String,
     /// librdkafka producer properties, applied over the sink's defaults.
     pub properties: Vec<(String, String)>,
+    /// Write each checkpoint's records in one Kafka transaction (`transactional.id`
+    /// `weir-<pipeline>-<output>`), committed when the checkpoint is taken.
     pub transactional: bool,
 }
 
@@ -57,6 +62,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Records enqueued between two polls of delivery reports.
 const POLL_EVERY: u64 = 1_024;
 
+/// The sink of one output that produces to a Kafka topic (see the module docs): each
+/// record with its key, value, timestamp and `weir-id` header.
 pub struct KafkaSink {
     topic: String,
     producer: CheckedProducer,
@@ -170,6 +177,8 @@ impl CheckedProducer {
         })
     }
 
+    /// The name given to [`connect`](Self::connect), which this producer's errors start
+    /// with (a sink's is `kafka topic "t" on host:port`).
     pub fn location(&self) -> &str {
         &self.location
     }

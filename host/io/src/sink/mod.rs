@@ -79,10 +79,14 @@ impl JsonLinesSink {
         Ok(sink)
     }
 
+    /// Standard output, named `stdout` in messages; it has no length to checkpoint.
     pub fn stdout() -> Self {
         Self::new("stdout".into(), Box::new(std::io::stdout()))
     }
 
+    /// A sink writing to `out`, buffered, named `location` in messages. It has no file
+    /// to sync, so its checkpoints record no length and a restored run cannot cut it
+    /// back.
     pub fn new(location: String, out: Box<dyn Write + Send>) -> Self {
         Self {
             location,

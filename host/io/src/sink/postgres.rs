@@ -19,11 +19,16 @@ use std::time::Duration;
 /// A PostgreSQL table that records are upserted into.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PostgresTarget {
+    /// The connection string, e.g. `postgres://user@127.0.0.1:5432/db`.
     pub url: String,
+    /// The table upserted into (`schema.table` allowed).
     pub table: String,
+    /// The table's primary-key columns: the upsert key. Each is one of `columns`.
     pub primary_key: Vec<String>,
     /// Column name, record field, SQL type if declared.
     pub columns: Vec<(String, String, Option<String>)>,
+    /// Create the table from `columns` (which then all have a type) if it does not
+    /// exist, on every connection.
     pub create_table: bool,
 }
 
@@ -32,6 +37,8 @@ const BATCH: usize = 2_000;
 /// Attempts for one batch before the run fails.
 const ATTEMPTS: u32 = 12;
 
+/// The sink of one output that upserts its records into a PostgreSQL table, in
+/// batches (see the module docs).
 pub struct PostgresSink {
     location: String,
     target: PostgresTarget,
@@ -46,7 +53,9 @@ pub struct PostgresSink {
 }
 
 impl PostgresSink {
-    /// Connects (creating the table if asked) and prepares the upsert.
+    /// Connects (creating the table if asked) and prepares the upsert, retrying
+    /// transient failures. Assumes every primary-key column is one of the columns, as
+    /// the pipeline loader checks (it panics otherwise).
     pub fn connect(target: &PostgresTarget) -> anyhow::Result<Self> {
         let fields: Vec<&str> = target.columns.iter().map(|(_, f, _)| f.as_str()).collect();
         let fields = FieldPaths::new(&fields).map_err(|e| anyhow::anyhow!("{e}"))?;

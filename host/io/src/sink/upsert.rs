@@ -19,9 +19,12 @@ pub struct UpsertSpec {
     /// Fields (names or JSON pointers) of the value that form the key; `None`: the
     /// record's key as the UDF emitted it.
     pub key_fields: Option<Vec<String>>,
+    /// A JSON-lines file that also gets every record as it arrives; none if `None`.
     pub changelog: Option<std::path::PathBuf>,
 }
 
+/// The sink of an output with `mode = "upsert"`: the last record per key, written as a
+/// table when the run completes (see the module docs).
 pub struct UpsertSink {
     table: JsonLinesSink,
     changelog: Option<JsonLinesSink>,

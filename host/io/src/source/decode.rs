@@ -23,18 +23,34 @@ pub struct RecordDecoder {
 /// What a record carries besides its value: a Kafka message's key and timestamp.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MessageMeta<'a> {
+    /// The message's key bytes, taken as the record's key with `key = "@key"`; `None`
+    /// for a line of a file or stdin, or a Kafka message without a key.
     pub key: Option<&'a [u8]>,
+    /// The message's timestamp (milliseconds since 1970), taken as the event time with
+    /// `timestamp = "@timestamp"`; `None` where there is no message timestamp.
     pub timestamp: Option<Timestamp>,
 }
 
 /// A record's key and event time, borrowed from the line where possible.
 #[derive(Debug, PartialEq)]
 pub struct Decoded<'a> {
+    /// The key's bytes: a string field's text (unescaped, so owned only when the JSON
+    /// string has escapes), a number field's JSON text, or the message's key.
     pub key: Cow<'a, [u8]>,
+    /// The event time, in milliseconds since 1970, parsed per the source's
+    /// `timestamp_format` (or the message's timestamp).
     pub timestamp: Timestamp,
 }
 
 impl RecordDecoder {
+    /// A decoder taking the key from the field path `key` and the event time from the
+    /// field path `timestamp` (a bare field name or a JSON pointer such as `/user/id`),
+    /// the latter written as `timestamp_format`. [`MESSAGE_KEY`] and
+    /// [`MESSAGE_TIMESTAMP`] take the Kafka message's own key or timestamp instead.
+    ///
+    /// Fails, saying why, if a path is not a valid field path (empty, or a pointer with
+    /// an empty segment). The pipeline loader calls this once per source to check the
+    /// paths at start-up; a run builds one decoder per source.
     pub fn new<'a>(
         key: &'a str,
         timestamp: &'a str,

@@ -45,6 +45,8 @@ pub struct FileSource {
 }
 
 impl FileSource {
+    /// Opens the file at `path` to read from its first line. Fails, naming the path, if
+    /// it cannot be opened.
     pub fn open(path: &Path) -> anyhow::Result<Self> {
         Self::open_at(path, 0, 0)
     }
@@ -106,10 +108,14 @@ pub struct StdinSource {
 }
 
 impl StdinSource {
+    /// The process's standard input, named `stdin` in messages. Its reader thread
+    /// starts at once.
     pub fn stdin() -> Self {
         Self::from_reader("stdin", std::io::stdin())
     }
 
+    /// Any reader, named `location` in messages, read line by line on a thread of its
+    /// own started at once; the source ends when the reader reaches its end.
     pub fn from_reader(location: &str, reader: impl Read + Send + 'static) -> Self {
         Self::spawn(location, move || Ok(reader))
     }

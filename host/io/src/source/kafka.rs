@@ -36,12 +36,25 @@ use weir_core::position::Position;
 /// A Kafka source's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaSourceSpec {
+    /// The bootstrap brokers, `host:port[,host:port...]` (librdkafka's
+    /// `bootstrap.servers`).
     pub brokers: String,
+    /// The topics read, in the order listed; each of their partitions is an input.
     pub topics: Vec<String>,
+    /// The consumer group whose committed offsets [`Startup::Committed`] starts from and
+    /// to which offsets are committed after each checkpoint. The pipeline loader fills
+    /// in `weir-<pipeline>` when the file names none.
     pub group: String,
+    /// Where to start when no checkpoint gives the offsets.
     pub startup: Startup,
+    /// Read until every partition has been caught up with, then end (see the module
+    /// docs); otherwise the source never ends by itself.
     pub bounded: bool,
+    /// How long [`KafkaSource::open`] keeps trying to reach the brokers before it fails,
+    /// and how long each of its offset requests may wait.
     pub connect_timeout: Duration,
+    /// librdkafka consumer properties from the pipeline file, set after (so over) the
+    /// source's own settings.
     pub properties: Vec<(String, String)>,
     /// Only these partition numbers of each topic (a task of a pipeline run in a
     /// consumer group, see the cluster crate); all of them when `None`.
@@ -58,7 +71,9 @@ pub struct KafkaSourceSpec {
 /// One partition of a repartition topic, read in place of the source's topics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Via {
+    /// The repartition topic.
     pub topic: String,
+    /// The partition of it that this task reads: the task's partition number.
     pub partition: i32,
 }
 
@@ -79,6 +94,11 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The least time between the starts of two attempts.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
+/// A Kafka source: every partition of its topics (or those of
+/// [`KafkaSourceSpec::partitions`]), assigned by the source itself rather than by the
+/// group's rebalancing, each one an input of its own. A run opens it through
+/// [`super::open`], with the offsets of the checkpoint it restores; a group's
+/// repartitioner opens one directly.
 pub struct KafkaSource {
     location: String,
     consumer: BaseConsumer<Logs>,
