@@ -100,7 +100,7 @@ fn the_host_stays_healthy_after_traps_timeouts_and_memory_bombs() {
 
     let mut call = |host: &mut HostServices, value: &Value| {
         let bytes = serde_json::to_vec(value).unwrap();
-        let key = host.keys.intern(b"k");
+        let key = host.keys_mut().intern(b"k");
         host.enter(key, 1);
         host.value_set(state, b"kept".to_vec()).unwrap();
         let result = function.process_element(
@@ -124,20 +124,20 @@ fn the_host_stays_healthy_after_traps_timeouts_and_memory_bombs() {
             | ("error", Err(CallError::Returned(_))) => {}
             _ => panic!("{fail}: unexpected {result:?}"),
         }
-        host.emitted.clear();
+        host.clear_emitted();
         call(&mut host, &json!({"n": fail})).unwrap_or_else(|e| panic!("after {fail}: {e}"));
         assert_eq!(
-            host.emitted.len(),
+            host.emitted().len(),
             1,
             "after {fail} the function works again"
         );
-        let (_, record) = host.emitted.iter().next().unwrap();
+        let (_, record) = host.emitted().iter().next().unwrap();
         assert_eq!(
             record.value,
             serde_json::to_vec(&json!({"n": fail})).unwrap()
         );
-        host.emitted.clear();
-        let key = host.keys.find(b"k").unwrap();
+        host.clear_emitted();
+        let key = host.keys().find(b"k").unwrap();
         host.enter(key, 1);
         assert_eq!(
             host.value_get(state).unwrap(),

@@ -120,9 +120,9 @@ impl Restored {
                 .iter()
                 .map(|declared| {
                     let found = host
-                        .states
+                        .states()
                         .find(&declared.name)
-                        .filter(|(_, kind)| format!("{kind:?}") == declared.kind);
+                        .filter(|(_, kind)| kind.label() == declared.kind);
                     if found.is_none() {
                         tracing::warn!(
                             "the UDF no longer declares {} state {:?}: its checkpointed contents are dropped",
@@ -229,17 +229,17 @@ impl Runner {
         let host = self.operator.host_mut();
         let keyed = match plan.parent {
             None => {
-                let full = snapshot::encode_full(&host.keys);
-                host.keys.take_changes();
+                let full = snapshot::encode_full(host.keys());
+                host.keys_mut().take_changes();
                 full
             }
-            Some(_) => snapshot::encode_changes(&mut host.keys),
+            Some(_) => snapshot::encode_changes(host.keys_mut()),
         };
-        let states = (0..host.states.len() as u32)
-            .filter_map(|id| host.states.get(id))
+        let states = (0..host.states().len() as u32)
+            .filter_map(|id| host.states().get(id))
             .map(|(name, kind)| DeclaredState {
                 name: name.to_string(),
-                kind: format!("{kind:?}"),
+                kind: kind.label().to_string(),
             })
             .collect();
         let mut positions = Vec::with_capacity(self.inputs.sources().len());

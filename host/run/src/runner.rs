@@ -139,7 +139,7 @@ impl Runner {
             .restore_operator(&mut operator, &input_names, &outputs)
             .context("cannot restore the checkpoint")?;
         if checkpointer.is_some() {
-            operator.host_mut().keys.track_changes();
+            operator.host_mut().keys_mut().track_changes();
         }
         let mut dead_letter_resume = restored.dead_letters();
         if spec.checkpoint.kafka.is_some() {
@@ -388,7 +388,7 @@ impl Runner {
                 // The last input ended: the final watermark fires every event-time
                 // timer now, and no checkpoint follows (a completed run removes
                 // them), so the keys those timers release need not be remembered.
-                self.operator.host_mut().keys.stop_tracking();
+                self.operator.host_mut().keys_mut().stop_tracking();
             }
             let fired = self.operator.end_source(input);
             self.fire_through(fired, KeyedOperator::resume_event_timers)?;

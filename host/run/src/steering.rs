@@ -77,16 +77,16 @@ impl Runner {
         let host = self.operator.host();
         let watermark = self.operator.watermark();
         let set = watermark > MIN_WATERMARK && watermark < END_OF_TIME;
-        let keys = host.keys.len() as u64;
+        let keys = host.keys().len() as u64;
         let state_bytes = if self.status.state_bytes.0.elapsed() >= Duration::from_secs(1) {
-            let bytes = host.keys.state_bytes() as u64;
+            let bytes = host.keys().state_bytes() as u64;
             self.status.state_bytes = (Instant::now(), bytes);
             bytes
         } else {
             self.status.state_bytes.1
         };
-        let event_timers = host.timers.pending(TimeDomain::EventTime) as u64;
-        let processing_timers = host.timers.pending(TimeDomain::ProcessingTime) as u64;
+        let event_timers = host.timers().pending(TimeDomain::EventTime) as u64;
+        let processing_timers = host.timers().pending(TimeDomain::ProcessingTime) as u64;
         let now = wall_clock_ms();
         let rate = &mut self.status.rate;
         control.update(|s| {

@@ -12,9 +12,24 @@ pub type StateId = u32;
 /// The shape of a state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateKind {
+    /// One value per key (Flink's `ValueState`).
     Value,
+    /// A list per key (`ListState`).
     List,
+    /// A map of bytes to bytes per key (`MapState`).
     Map,
+}
+
+impl StateKind {
+    /// The kind's name as checkpoints record it (`Value`, `List`, `Map`): checkpoints
+    /// written by earlier versions name it so too.
+    pub fn label(self) -> &'static str {
+        match self {
+            StateKind::Value => "Value",
+            StateKind::List => "List",
+            StateKind::Map => "Map",
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone)]

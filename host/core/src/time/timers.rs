@@ -1,12 +1,20 @@
 //! The timer service: pending event-time and processing-time timers of every key.
 //!
-//! Timers are unique per (key, domain, timestamp), like Flink's. Timers due at the same
-//! time fire in an order fixed by their keys' bytes (a stable hash of them), not by key
-//! ids, so a run restored from a checkpoint fires them in the same order as the run that
-//! wrote it. Event-time timers sit in an ordered set and are popped one at a time while the watermark covers them, so a timer
-//! registered while timers fire still fires in the same watermark advance. Processing-time
-//! timers sit on a hierarchical [`TimingWheel`]; due ones are staged in timestamp order and
-//! popped one at a time too, so a timer deleted by an earlier firing never fires.
+//! Timers are unique per (key, domain, timestamp), like Flink's.
+//!
+//! **One order, both domains.** Timers due at the same time fire in the order of their
+//! keys' [`tie_order`](crate::key::tie_order) (the FNV-1a hash of the key's bytes), not
+//! of key ids, so a run restored from a checkpoint (which interns keys in another order)
+//! fires them in the same order as the run that wrote it. Two keys whose 64-bit hashes
+//! collide fall back to key-id order. The test hosts of every SDK implement the same
+//! order (`docs/pipeline.md`, "Timers").
+//!
+//! Event-time timers sit in an ordered set and are popped one at a time while the
+//! watermark covers them, so a timer registered while timers fire still fires in the
+//! same watermark advance. Processing-time timers sit on a hierarchical
+//! [`TimingWheel`]; the ones due when the clock is read are staged in that order and
+//! popped one at a time, so a timer deleted by an earlier firing never fires, and one
+//! registered while they fire waits for the next reading of the clock.
 
 use super::wheel::TimingWheel;
 use super::Timestamp;
@@ -35,9 +43,11 @@ pub type EventTimer = (Timestamp, u64, KeyId);
 
 pub struct TimerService {
     event: BTreeSet<EventTimer>,
-    processing: TimingWheel<KeyId>,
+    /// Processing-time timers by (the key's tie order, key id), so that the wheel hands
+    /// out the timers of one timestamp in the same order as event time does.
+    processing: TimingWheel<(u64, KeyId)>,
     /// Processing-time timers taken off the wheel as due, not fired yet, in order.
-    staged: VecDeque<(Timestamp, KeyId)>,
+    staged: VecDeque<(Timestamp, u64, KeyId)>,
 }
 
 impl TimerService {
@@ -56,7 +66,7 @@ impl TimerService {
         match domain {
             TimeDomain::EventTime => self.event.insert((at, tie, key)),
             TimeDomain::ProcessingTime => {
-                !self.staged.contains(&(at, key)) && self.processing.insert(at, key)
+                !self.staged.contains(&(at, tie, key)) && self.processing.insert(at, (tie, key))
             }
         }
     }
@@ -66,11 +76,11 @@ impl TimerService {
         match domain {
             TimeDomain::EventTime => self.event.remove(&(at, tie, key)),
             TimeDomain::ProcessingTime => {
-                if let Some(pos) = self.staged.iter().position(|&t| t == (at, key)) {
+                if let Some(pos) = self.staged.iter().position(|&t| t == (at, tie, key)) {
                     self.staged.remove(pos);
                     true
                 } else {
-                    self.processing.remove(at, &key)
+                    self.processing.remove(at, &(tie, key))
                 }
             }
         }
@@ -106,9 +116,10 @@ impl TimerService {
         if self.staged.is_empty() {
             let mut due = Vec::new();
             self.processing.advance(now, &mut due);
-            self.staged.extend(due);
+            self.staged
+                .extend(due.into_iter().map(|(at, (tie, key))| (at, tie, key)));
         }
-        self.staged.pop_front()
+        self.staged.pop_front().map(|(at, _, key)| (at, key))
     }
 
     /// Pops the earliest processing-time timer whatever its time (end of input).
@@ -116,15 +127,16 @@ impl TimerService {
         if self.staged.is_empty() {
             let mut all = Vec::new();
             self.processing.drain_all(&mut all);
-            self.staged.extend(all);
+            self.staged
+                .extend(all.into_iter().map(|(at, (tie, key))| (at, tie, key)));
         }
-        self.staged.pop_front()
+        self.staged.pop_front().map(|(at, _, key)| (at, key))
     }
 
     /// When the next processing-time timer is due, to sleep until then while idle.
     pub fn next_processing_due(&self) -> Option<Timestamp> {
         match (self.staged.front(), self.processing.next_due()) {
-            (Some(&(at, _)), _) => Some(at),
+            (Some(&(at, _, _)), _) => Some(at),
             (None, next) => next,
         }
     }
@@ -171,6 +183,20 @@ mod tests {
         timers.register(EventTime, 2, 100, 50);
         assert_eq!(timers.pop_event_due(50), Some((50, 2)));
         assert_eq!(timers.pop_event_due(50), Some((50, 1)));
+    }
+
+    #[test]
+    fn same_time_processing_timers_fire_in_key_hash_order_too() {
+        let mut timers = TimerService::new(0);
+        timers.register(ProcessingTime, 1, 900, 50);
+        timers.register(ProcessingTime, 2, 100, 50);
+        timers.register(ProcessingTime, 3, 500, 50);
+        timers.register(ProcessingTime, 4, 1, 60);
+        assert_eq!(timers.pop_processing_due(100), Some((50, 2)));
+        assert_eq!(timers.pop_processing_due(100), Some((50, 3)));
+        assert_eq!(timers.pop_processing_due(100), Some((50, 1)));
+        assert_eq!(timers.pop_processing_due(100), Some((60, 4)));
+        assert!(!timers.delete(ProcessingTime, 1, 900, 70));
     }
 
     #[test]

@@ -142,7 +142,9 @@ impl KeyedOperator {
         probation_calls: u64,
     ) -> Result<(), OperatorError> {
         let outputs = self.host.outputs.len();
+        self.host.declaring = true;
         let result = function.init(&mut self.host, info);
+        self.host.declaring = false;
         let added: Vec<String> = self.host.outputs.drain(outputs..).collect();
         result.map_err(|error| OperatorError::Udf {
             activity: Activity::Init,
@@ -221,12 +223,13 @@ impl KeyedOperator {
 
     /// Initialises the UDF; returns the outputs it declared, in id order.
     pub fn init(&mut self, info: &InitInfo) -> Result<Vec<String>, OperatorError> {
-        self.function
-            .init(&mut self.host, info)
-            .map_err(|error| OperatorError::Udf {
-                activity: Activity::Init,
-                error,
-            })?;
+        self.host.declaring = true;
+        let result = self.function.init(&mut self.host, info);
+        self.host.declaring = false;
+        result.map_err(|error| OperatorError::Udf {
+            activity: Activity::Init,
+            error,
+        })?;
         Ok(self.host.outputs.clone())
     }
 

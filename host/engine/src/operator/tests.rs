@@ -74,12 +74,10 @@ impl ProcessFunction for Counter {
         self.count = host
             .declare_state("count", StateKind::Value)
             .map_err(CallError::Returned)?;
-        host.declaring = true;
         self.main = host.declare_output("main").map_err(CallError::Returned)?;
         if let Some(extra) = self.extra_output {
             host.declare_output(extra).map_err(CallError::Returned)?;
         }
-        host.declaring = false;
         Ok(())
     }
 

@@ -99,16 +99,21 @@ impl Emitted {
 /// pointer swap per call.
 pub struct HostServices(Box<Services>);
 
+/// What a UDF call reaches: the keyed state table, the declared states, the timer
+/// service, the declared outputs and what the current call emitted, the key the call is
+/// scoped to and the watermark. The contract's imports are its methods; the engine's own
+/// crates reach the parts directly, everything above through the accessors.
 pub struct Services {
-    pub keys: KeyTable,
-    pub states: StateRegistry,
-    pub timers: TimerService,
-    pub outputs: Vec<String>,
-    /// Outputs can be declared only while the UDF initialises.
-    pub declaring: bool,
-    pub emitted: Emitted,
-    pub scope: Option<Scope>,
-    pub watermark: Timestamp,
+    pub(crate) keys: KeyTable,
+    pub(crate) states: StateRegistry,
+    pub(crate) timers: TimerService,
+    pub(crate) outputs: Vec<String>,
+    /// Outputs can be declared only while the UDF initialises (the operator and the wasm
+    /// runtime set it around `init`).
+    pub(crate) declaring: bool,
+    pub(crate) emitted: Emitted,
+    pub(crate) scope: Option<Scope>,
+    pub(crate) watermark: Timestamp,
 }
 
 impl Default for HostServices {
@@ -147,6 +152,48 @@ impl HostServices {
 }
 
 impl Services {
+    // ---- the parts, for the crates above (checkpoints, status) ----------------------
+
+    /// The keyed state table.
+    pub fn keys(&self) -> &KeyTable {
+        &self.keys
+    }
+
+    /// The keyed state table, to save or restore it (checkpoints).
+    pub fn keys_mut(&mut self) -> &mut KeyTable {
+        &mut self.keys
+    }
+
+    /// The states the UDF declared.
+    pub fn states(&self) -> &StateRegistry {
+        &self.states
+    }
+
+    /// The pending timers of every key.
+    pub fn timers(&self) -> &TimerService {
+        &self.timers
+    }
+
+    /// The outputs the UDF declared, in id order.
+    pub fn outputs(&self) -> &[String] {
+        &self.outputs
+    }
+
+    /// What the current (or last) call emitted, not yet handed to the sinks.
+    pub fn emitted(&self) -> &Emitted {
+        &self.emitted
+    }
+
+    /// Drops what the last call emitted (the operator does after a failed call).
+    pub fn clear_emitted(&mut self) {
+        self.emitted.clear();
+    }
+
+    /// Lets the UDF declare outputs (only while it initialises).
+    pub fn allow_declarations(&mut self, allowed: bool) {
+        self.declaring = allowed;
+    }
+
     // ---- scope, set by the operator ------------------------------------------------
 
     /// Scopes the following calls to `key`.

@@ -589,9 +589,7 @@ impl ProcessFunction for NativeChangeOnlyCounter {
         self.clicks = host
             .declare_state("clicks", StateKind::Value)
             .map_err(CallError::Returned)?;
-        host.declaring = true;
         self.main = host.declare_output("main").map_err(CallError::Returned)?;
-        host.declaring = false;
         Ok(())
     }
 
