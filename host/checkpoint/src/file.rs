@@ -18,6 +18,8 @@ const MAGIC: &[u8; 8] = b"WEIRCKP1";
 /// A checkpoint as written: what it describes, and its keyed-state section.
 #[derive(Debug)]
 pub struct CheckpointFile {
+    /// The JSON section: epoch and parent, pipeline and UDF, positions, watermarks and
+    /// counters.
     pub meta: Meta,
     /// One per output, in output order.
     pub sinks: Vec<SinkState>,
@@ -26,6 +28,8 @@ pub struct CheckpointFile {
 }
 
 impl CheckpointFile {
+    /// The file's bytes: header, the three sections with their lengths, and the CRC-32
+    /// of everything before it (see the module docs).
     pub fn encode(&self) -> anyhow::Result<Vec<u8>> {
         let meta = serde_json::to_vec_pretty(&self.meta)?;
         let mut sinks = Writer::default();
@@ -52,6 +56,9 @@ impl CheckpointFile {
         Ok(out)
     }
 
+    /// Reads a file's bytes back. Fails, saying why, if they do not start with the
+    /// header, fail the checksum, are cut short or do not parse; nothing is returned
+    /// from a file that is not whole.
     pub fn decode(data: &[u8]) -> anyhow::Result<Self> {
         anyhow::ensure!(
             data.len() >= MAGIC.len() + 4 && &data[..MAGIC.len()] == MAGIC,

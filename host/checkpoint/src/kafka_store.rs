@@ -43,14 +43,20 @@ pub const CHUNK_BYTES: usize = 512 << 10;
 /// How long opening waits for the partition to be read, and a write for its acks.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Where a task's checkpoints go.
+/// Where a task's checkpoints go (or another log kept in their chunked format: a
+/// group's UDF versions).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaCheckpoints {
+    /// The bootstrap brokers, `host:port[,host:port...]`.
     pub brokers: String,
+    /// The topic: `<group>.<pipeline>.checkpoints` for a task's checkpoints.
     pub topic: String,
+    /// The partition of it: for a task's checkpoints, the task's partition number.
     pub partition: i32,
 }
 
+/// A [`Backend`] on one partition of a Kafka topic (see the module docs): checkpoints
+/// are written as chunked messages and held in memory once read.
 pub struct KafkaBackend {
     target: KafkaCheckpoints,
     producer: BaseProducer,
@@ -257,6 +263,7 @@ fn read_all(
 pub enum Entry {
     /// Every chunk of one write of this key.
     Complete(u64, Vec<u8>),
+    /// A deletion of this key: what was written under it before no longer counts.
     Deleted(u64),
 }
 
@@ -281,6 +288,8 @@ pub struct ChunkReader {
 }
 
 impl ChunkReader {
+    /// A reader of `target`'s partition from its first message. Nothing is read until
+    /// [`read`](Self::read) or [`read_until_claim`](Self::read_until_claim).
     pub fn open(target: &KafkaCheckpoints) -> anyhow::Result<Self> {
         let consumer: BaseConsumer<Quiet> =
             consumer_config(&target.brokers, "weir-checkpoint-reader")

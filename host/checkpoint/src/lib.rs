@@ -34,8 +34,13 @@ use weir_core::time::Timestamp;
 /// Checkpointing of a run (see the [crate docs](crate)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointSpec {
+    /// Whether checkpoints are taken and restored at all (`[checkpoint] enabled`,
+    /// `--no-checkpoints`): off, a restarted run starts from scratch.
     pub enabled: bool,
+    /// The state directory the checkpoint files go to (unless `kafka` is set); a run
+    /// locks it while it uses it.
     pub dir: PathBuf,
+    /// The time between two checkpoints of a running pipeline.
     pub interval: Duration,
     /// Set for a task of a pipeline run in a consumer group: its checkpoints go to a
     /// Kafka partition instead of `dir`, so they can follow the task to another process.
@@ -61,10 +66,15 @@ const MAX_CHAIN: usize = 32;
 /// JSON, so `weir` users can read a checkpoint's positions and watermarks.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Meta {
+    /// The checkpoint's number: one more than the checkpoint before it (a run's first
+    /// is 1). Files and Kafka messages are keyed by it.
     pub epoch: u64,
     /// The checkpoint this one's keyed state adds to (`None`: a full checkpoint).
     pub parent: Option<u64>,
+    /// The name of the pipeline that wrote it: a run refuses a checkpoint of another.
     pub pipeline: String,
+    /// The UDF that wrote it: one of another name is refused, another build of the same
+    /// one restored with a warning.
     pub udf: UdfIdentity,
     /// Wall-clock time of the checkpoint, in ms since the epoch.
     pub written_at: Timestamp,
@@ -73,53 +83,80 @@ pub struct Meta {
     pub states: Vec<DeclaredState>,
     /// The pipeline's watermark.
     pub watermark: Timestamp,
+    /// Every input of every source: where it reads on, and its watermark.
     pub inputs: Vec<InputMeta>,
+    /// The UDF's outputs, in the order of the file's sink states
+    /// ([`CheckpointFile::sinks`]).
     pub outputs: Vec<OutputMeta>,
+    /// Where the dead-letter output stood.
     pub dead_letters: DeadLetterMeta,
+    /// The operator's counters, which a restored run counts on from.
     pub counters: CounterMeta,
 }
 
+/// One state the UDF had declared: restoring matches it to the running UDF's state of
+/// the same name and kind, and drops its contents, with a warning, if there is none.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DeclaredState {
+    /// The name the UDF declared it by.
     pub name: String,
+    /// Its kind's label: `Value`, `List` or `Map`.
     pub kind: String,
 }
 
 /// One input (a file, stdin, or one Kafka partition): where to read on, and its watermark.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct InputMeta {
+    /// The input's name: its source's name, or `<source>:<topic>[<partition>]` for a
+    /// partition of a Kafka source.
     pub name: String,
+    /// Where the input reads on: the position after the last record the checkpoint
+    /// covers.
     pub position: Position,
     /// The input's own watermark (before the minimum over inputs).
     pub watermark: Timestamp,
+    /// The input had ended (its source had no more records, all of them processed).
     pub ended: bool,
     /// Records read so far (for the summary).
     pub read: u64,
 }
 
+/// One output of the UDF.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct OutputMeta {
+    /// The output's name (`main`, or a side output's).
     pub name: String,
     /// Records emitted to this output so far: the next record's sequence number.
     pub emitted: u64,
 }
 
+/// Where the dead-letter output stood.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DeadLetterMeta {
+    /// Dead letters written so far.
     pub count: u64,
+    /// The file's length, which a restored run cuts it back to; `None` when it is not a
+    /// regular file (a pipe, a device), which cannot be cut back.
     pub length: Option<u64>,
 }
 
+/// The operator's counters, for the run's summary.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CounterMeta {
+    /// Records the UDF processed.
     pub elements: u64,
+    /// Of those, the records whose timestamp was at or behind the watermark.
     pub late: u64,
+    /// Event-time timers fired.
     pub event_timers: u64,
+    /// Processing-time timers fired.
     pub processing_timers: u64,
 }
 
 /// When to checkpoint, and whether the next one is full or an increment.
 pub struct Checkpointer {
+    /// Where the checkpoints are kept: the run waits on it for the write in progress,
+    /// and clears it when it completes.
     pub store: CheckpointStore,
     interval: Duration,
     next_due: Instant,
@@ -137,7 +174,9 @@ pub struct Checkpointer {
 /// What the next checkpoint will be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Planned {
+    /// Its epoch: one more than the last one written or restored.
     pub epoch: u64,
+    /// The checkpoint it adds to, if it is an increment (`None`: a full checkpoint).
     pub parent: Option<u64>,
 }
 
@@ -185,6 +224,9 @@ impl Checkpointer {
         Ok((this, chain))
     }
 
+    /// Whether the interval has passed since the last checkpoint written (or since
+    /// opening). The run asks between records, and checkpoints once its read-ahead is
+    /// processed.
     pub fn is_due(&self) -> bool {
         Instant::now() >= self.next_due
     }

@@ -17,12 +17,16 @@ use std::thread::JoinHandle;
 /// A checkpoint that can be restored: its full base first, then its increments.
 #[derive(Debug)]
 pub struct Chain {
+    /// The checkpoints, oldest first: a full one, then each increment on it, up to the
+    /// one restored. Never empty.
     pub files: Vec<CheckpointFile>,
     /// Bytes of each file, in the same order.
     pub sizes: Vec<u64>,
 }
 
 impl Chain {
+    /// The checkpoint the chain restores: its last file, whose meta holds the positions,
+    /// watermarks and counters to resume at.
     pub fn newest(&self) -> &CheckpointFile {
         self.files.last().expect("a chain has a base")
     }
@@ -36,12 +40,19 @@ pub trait Backend: Send + Sync {
     fn describe(&self) -> String;
     /// Epochs held, oldest first.
     fn epochs(&self) -> anyhow::Result<Vec<u64>>;
+    /// The bytes of checkpoint `epoch`, one of [`epochs`](Backend::epochs). Decoding
+    /// (and the checksum) is the caller's.
     fn read(&self, epoch: u64) -> anyhow::Result<Vec<u8>>;
     /// Writes checkpoint `epoch` durably, all of it or nothing. Runs on a background thread.
     fn write(&self, epoch: u64, data: &[u8]) -> anyhow::Result<()>;
+    /// Removes checkpoint `epoch`, so that [`epochs`](Backend::epochs) no longer lists
+    /// it; one that is not there is no error. Runs on the background thread when a write
+    /// prunes older chains, else on the caller's.
     fn delete(&self, epoch: u64) -> anyhow::Result<()>;
 }
 
+/// A run's checkpoints over a [`Backend`]: finds the chain to restore, writes one
+/// checkpoint at a time on a background thread, and prunes the chains no longer needed.
 pub struct CheckpointStore {
     backend: Arc<dyn Backend>,
     writing: Option<JoinHandle<anyhow::Result<u64>>>,
@@ -166,6 +177,8 @@ pub struct DirBackend {
 }
 
 impl DirBackend {
+    /// Creates the directory if needed and locks it (a `lock` file in it) for as long
+    /// as the backend lives. Fails if another run holds the lock.
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
