@@ -26,13 +26,22 @@ pub use weir_io::source::SourceLocation;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineFile {
+    /// The pipeline's name (default: the file's stem, or for `pipeline.toml` its
+    /// folder's name).
     pub name: Option<String>,
+    /// `[[source]]`: the inputs, at least one.
     #[serde(default, rename = "source")]
     pub sources: Vec<SourceEntry>,
+    /// `[udf]`: the component that processes the records.
     pub udf: UdfEntry,
+    /// `[[sink]]`: where each output of the UDF goes, at most one per output.
     #[serde(default, rename = "sink")]
     pub sinks: Vec<SinkEntry>,
+    /// `[dead_letter]`: where refused records go (default: next to the pipeline file,
+    /// `<stem>.dead-letter.jsonl`).
     pub dead_letter: Option<DeadLetterEntry>,
+    /// `[checkpoint]`: checkpoints (default: on, every 10 s, in
+    /// `.weir-state/<pipeline name>` next to the file).
     pub checkpoint: Option<CheckpointEntry>,
 }
 
@@ -48,18 +57,28 @@ pub struct CheckpointEntry {
     pub interval: Option<String>,
 }
 
+/// One `[[source]]`: where records are read from, and how their key and event time are
+/// found.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceEntry {
+    /// Unique among the sources; `--input NAME=...`, dead letters and messages use it.
     pub name: String,
+    /// `type`: a file, stdin, or Kafka topics.
     #[serde(rename = "type")]
     pub kind: SourceKind,
+    /// File sources only (and required there): the file, relative to the pipeline file.
     pub path: Option<String>,
     /// The UDF input this source feeds; defaults to the source's name.
     pub input: Option<String>,
+    /// The field path (a name or JSON pointer) of the record's key, or `@key`.
     pub key: String,
+    /// The field path of the record's event time, or `@timestamp`.
     pub timestamp: String,
+    /// How the event time is written.
     pub timestamp_format: TimestampFormat,
+    /// A duration: how far the source's watermark trails the largest timestamp it has
+    /// seen (default 0).
     pub out_of_orderness: Option<String>,
     /// A partition (or stdin) with no record for this long stops holding the watermark back.
     pub idle_timeout: Option<String>,
@@ -67,6 +86,7 @@ pub struct SourceEntry {
     pub brokers: Option<String>,
     /// Kafka: the topic, or `topics` for several.
     pub topic: Option<String>,
+    /// Kafka: several topics (added after `topic`, if both are given).
     pub topics: Option<Vec<String>>,
     /// Kafka: the consumer group offsets are committed to (default `weir-<pipeline>`).
     pub group: Option<String>,
@@ -83,29 +103,40 @@ pub struct SourceEntry {
     pub repartition: Option<bool>,
 }
 
+/// A source's `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SourceKind {
+    /// `file`: a JSON-lines file (or a named pipe, read as a stream).
     File,
+    /// `stdin`: standard input, as JSON lines.
     Stdin,
+    /// `kafka`: JSON messages of Kafka topics.
     Kafka,
 }
 
+/// `[udf]`: the component that processes the records, and its limits.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UdfEntry {
+    /// The component file (`.wasm`), relative to the pipeline file.
     pub path: String,
+    /// The UDF's name in messages (default: `path`'s stem, `_` turned into `-`).
     pub name: Option<String>,
+    /// A size: the most linear memory an instance may have (default 64 MiB).
     pub memory_limit: Option<String>,
+    /// A duration: the deadline of each call into the UDF (default 1 s; more than zero).
     pub call_timeout: Option<String>,
     /// Most elements and timers per batched call; 0 calls once per element and timer.
     pub max_batch: Option<usize>,
+    /// `[udf.config]`: key/value configuration handed to the UDF's `init`, as text.
     #[serde(default)]
     pub config: BTreeMap<String, toml::Value>,
     /// How `weir dev` rebuilds the component (for UDFs that are not Rust crates).
     pub dev: Option<DevEntry>,
 }
 
+/// `[udf.dev]`: how `weir dev` rebuilds a UDF that is not a Rust crate.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DevEntry {
@@ -115,12 +146,16 @@ pub struct DevEntry {
     pub watch: Vec<String>,
 }
 
+/// One `[[sink]]`: where one output of the UDF goes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkEntry {
+    /// The UDF output it takes: `main`, or a side output's name.
     pub output: String,
+    /// `type`: a file, stdout, nowhere, a PostgreSQL table or a Kafka topic.
     #[serde(rename = "type")]
     pub kind: SinkKind,
+    /// File sinks only (and required there): the file, relative to the pipeline file.
     pub path: Option<String>,
     /// `append` (default): every record; `upsert`: the final table, one row per key.
     pub mode: Option<SinkMode>,
@@ -152,6 +187,7 @@ pub struct SinkEntry {
 #[derive(Debug, Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct ColumnEntry {
+    /// The column's name in the table.
     pub name: String,
     /// The record field (name or JSON pointer); defaults to the column's name.
     pub field: Option<String>,
@@ -160,27 +196,39 @@ pub struct ColumnEntry {
     pub sql_type: Option<String>,
 }
 
+/// A sink's `mode`: what it writes of the records it is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum SinkMode {
+    /// `append` (the default): every record, as it arrives.
     #[default]
     Append,
+    /// `upsert`: the last record per key, written as a table when the run completes.
     Upsert,
 }
 
+/// A sink's `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SinkKind {
+    /// `file`: a JSON-lines file.
     File,
+    /// `stdout`: standard output, as JSON lines.
     Stdout,
+    /// `discard`: the records are dropped (for benchmarks).
     Discard,
+    /// `postgres`: upserts into a PostgreSQL table.
     Postgres,
+    /// `kafka`: every record produced to a Kafka topic.
     Kafka,
 }
 
+/// `[dead_letter]`: where refused records go (lines that cannot be decoded, records
+/// whose state the UDF cannot read).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeadLetterEntry {
+    /// The JSON-lines file, relative to the pipeline file.
     pub path: String,
 }
 
@@ -205,25 +253,42 @@ pub struct Overrides {
     pub no_checkpoints: bool,
 }
 
+/// A source, resolved: where it reads, and how its records' key and event time are
+/// found.
 #[derive(Debug, Clone)]
 pub struct SourceSpec {
+    /// Its name in the pipeline file, unique among the sources.
     pub name: String,
+    /// The UDF input it feeds (the source's name unless the file says otherwise).
     pub input: String,
+    /// Where it reads: a file (path resolved), stdin, or Kafka topics (group filled in).
     pub location: SourceLocation,
+    /// The key's field path, or `@key`; checked when the file was loaded.
     pub key: String,
+    /// The event time's field path, or `@timestamp`; checked when the file was loaded.
     pub timestamp: String,
+    /// How the event time is written.
     pub timestamp_format: TimestampFormat,
+    /// How far the source's watermark trails the largest timestamp it has seen, in ms.
     pub out_of_orderness_ms: i64,
+    /// How long an input may go without a record before it stops holding the watermark
+    /// back; `None`: never (the default for files and stdin, and `idle_timeout = "0"`).
     pub idle_timeout: Option<Duration>,
 }
 
+/// The UDF, resolved: its component and its limits.
 #[derive(Debug, Clone)]
 pub struct UdfSpec {
+    /// Its name in messages: `[udf] name`, else the component file's stem with `_`
+    /// turned into `-`; after `--udf`, the stem of the file it names.
     pub name: String,
+    /// The component file.
     pub path: PathBuf,
     /// Key/value config, pipeline file first, overrides applied.
     pub config: Vec<(String, String)>,
+    /// The most linear memory an instance may have, in bytes.
     pub memory_limit_bytes: usize,
+    /// The deadline of each call into the UDF; never zero.
     pub call_timeout: Duration,
     /// Most entries per batched call (0: one call per element and timer).
     pub max_batch: usize,
@@ -234,15 +299,21 @@ pub struct UdfSpec {
 /// How `weir dev` rebuilds a UDF that is not found as a Rust crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DevSpec {
+    /// The shell command that rebuilds the component.
     pub build: String,
     /// Where `build` runs: the pipeline file's folder.
     pub dir: PathBuf,
+    /// The files or folders whose changes trigger a rebuild, resolved against the
+    /// pipeline file's folder; at least one.
     pub watch: Vec<PathBuf>,
 }
 
+/// The sink of one output, resolved.
 #[derive(Debug, Clone)]
 pub struct SinkSpec {
+    /// The UDF output it takes; no two sinks take the same.
     pub output: String,
+    /// Where the records go (for an upsert sink: where its table is written).
     pub target: SinkTarget,
     /// `Some` for an upsert sink.
     pub upsert: Option<UpsertSpec>,
@@ -251,11 +322,18 @@ pub struct SinkSpec {
 /// A resolved pipeline, ready to run.
 #[derive(Debug, Clone)]
 pub struct PipelineSpec {
+    /// The pipeline's name: in messages, the summary, checkpoints and Kafka record ids.
     pub name: String,
+    /// The sources, in file order (at least one, names unique): ties between records
+    /// of the same timestamp go to the source listed first.
     pub sources: Vec<SourceSpec>,
+    /// The UDF.
     pub udf: UdfSpec,
+    /// The sinks, in file order, then those `--output` adds.
     pub sinks: Vec<SinkSpec>,
+    /// The dead-letter file.
     pub dead_letter: PathBuf,
+    /// Whether, where and how often the run checkpoints.
     pub checkpoint: CheckpointSpec,
 }
 
