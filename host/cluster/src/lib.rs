@@ -31,7 +31,6 @@
 //!   member can change for the whole group; [`steering`] also gives `weir serve` the
 //!   process's tasks as one pipeline.
 
-pub mod deploy;
 pub mod repartition;
 pub mod status;
 pub mod steering;

@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weir_checkpoint::kafka_store::{ChunkReader, Entry, KafkaBackend, KafkaCheckpoints};
 use weir_checkpoint::store::Backend as _;
-use weir_control::Versions;
+use weir_control::{prepare, swap_into, Deployed, Prepared, Refusal, Versions};
 use weir_core::identity::sha256_hex;
 use weir_pipeline::PipelineSpec;
-use weir_run::{LiveStatus, RateTracker, RunControl, RunState};
+use weir_run::{LiveStatus, RateTracker, RunControl, RunState, SWAP_WAIT};
 
 /// How often a member looks for versions deployed elsewhere in the group.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
@@ -177,12 +177,63 @@ impl Steering {
         let steering = Arc::clone(self);
         let _ = std::thread::Builder::new()
             .name("weir-follow-udf".into())
-            .spawn(
-                move || match crate::deploy::swap_tasks(&steering, bytes, number) {
-                    Ok(_) => tracing::info!("UDF version {number} runs in every task here"),
-                    Err(e) => tracing::error!("UDF version {number}: {e}"),
-                },
-            );
+            .spawn(move || match steering.swap_tasks(bytes, number) {
+                Ok(_) => tracing::info!("UDF version {number} runs in every task here"),
+                Err(e) => tracing::error!("UDF version {number}: {e}"),
+            });
+    }
+
+    /// Deploys component `bytes` as version `number` to the group pipeline: into every
+    /// task running here, then to the group's version log, which the other members
+    /// follow.
+    pub fn deploy(&self, bytes: Arc<Vec<u8>>, number: u32) -> Result<Deployed, Refusal> {
+        let deployed = self.swap_tasks(Arc::clone(&bytes), number)?;
+        self.publish_version(number, &bytes).map_err(|e| {
+            Refusal::NotPublished(format!(
+                "version {number} runs here, but could not be sent to the group: {e:#}"
+            ))
+        })?;
+        Ok(deployed)
+    }
+
+    /// Puts component `bytes` into every task of a group pipeline running here, and makes
+    /// it the version the tasks this process gets later start with.
+    pub fn swap_tasks(&self, bytes: Arc<Vec<u8>>, number: u32) -> Result<Deployed, Refusal> {
+        let (spec, probation_calls) = (&self.spec, self.probation_calls);
+        let started = std::time::Instant::now();
+        // A component that cannot work is refused before any task is touched.
+        let Prepared { identity, .. } = prepare(spec, &bytes)?;
+        let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
+        self.set_udf(Arc::clone(&bytes), identity.sha256.clone());
+        let mut pause_ms: f64 = 0.0;
+        for (partition, control) in self.task_controls() {
+            // A task still restoring was started with the version before: wait until it runs.
+            let deadline = std::time::Instant::now() + SWAP_WAIT;
+            while control.status().state == RunState::Starting
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if control.status().state != RunState::Running {
+                continue; // stopping: it moves, and starts elsewhere or here with the new version
+            }
+            let deployed = swap_into(
+                spec,
+                &control,
+                true,
+                Arc::clone(&bytes),
+                number,
+                probation_calls,
+            )
+            .map_err(|r| r.context(&format!("task {partition}")))?;
+            pause_ms = pause_ms.max(deployed.swap_pause_ms);
+        }
+        Ok(Deployed {
+            version: number,
+            sha256: identity.sha256,
+            prepare_ms,
+            swap_pause_ms: pause_ms,
+        })
     }
 
     /// Makes the versions in `entries` known here; returns the last one (number, bytes,

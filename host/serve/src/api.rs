@@ -124,9 +124,7 @@ async fn swap_in(
             )
         };
         let deployed = match steering {
-            Some(steering) if running => {
-                weir_cluster::deploy::swap_in_group(&steering, Arc::clone(&bytes), number)?
-            }
+            Some(steering) if running => steering.deploy(Arc::clone(&bytes), number)?,
             _ => weir_control::swap_into(
                 &spec,
                 &control,
