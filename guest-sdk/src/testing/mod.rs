@@ -1,9 +1,13 @@
 //! An in-memory Weir host for unit-testing UDFs natively with `cargo test`, no wasm.
 //!
-//! [`TestHost`] drives a [`ProcessFunction`] exactly as the real host does: it calls
-//! `init`, scopes state and timers to the key of each element or timer, fires event-time
-//! timers when the watermark advances and processing-time timers when its clock does,
-//! and records what the UDF emits and logs.
+//! [`TestHost`] drives a [`ProcessFunction`] with the engine's rules: it calls `init`,
+//! scopes state and timers to the key of each element or timer, fires event-time timers
+//! when the watermark advances and processing-time timers when its clock does, and
+//! records what the UDF emits and logs. Timers fire through the engine's own timer
+//! service (`weir-core`), so timers due at the same time fire in the engine's order
+//! (`docs/pipeline.md`, "Timers"). What differs: you move the watermark and the clock
+//! yourself, and every element and timer is its own call (the engine may batch them,
+//! with the same effects).
 //!
 //! ```ignore
 //! let mut host = TestHost::<MyUdf>::builder().config("window", "5m").build()?;
@@ -277,8 +281,8 @@ impl<T: ProcessFunction> TestHost<T> {
     }
 
     /// Advances the watermark to `watermark` if that is later than the current one, then
-    /// fires every event-time timer at or before it in (timestamp, key) order, including
-    /// timers registered while firing. Timers registered at or before an unchanged
+    /// fires every event-time timer at or before it in the engine's order (timestamp,
+    /// then the keys' tie order), including timers registered while firing. Timers registered at or before an unchanged
     /// watermark wait for its next advance, as in the host.
     pub fn advance_watermark(&mut self, watermark: i64) -> Result<()> {
         {
@@ -292,9 +296,10 @@ impl<T: ProcessFunction> TestHost<T> {
     }
 
     /// Moves the processing-time clock to `now` (it never goes back), then fires every
-    /// processing-time timer at or before the clock in (timestamp, key) order, including
-    /// overdue ones and ones registered while firing: the host checks its wall clock
-    /// between elements in the same way.
+    /// processing-time timer at or before the clock in the engine's order, including
+    /// overdue ones: the host checks its wall clock between elements in the same way.
+    /// The timers due when the clock is read fire as one group; one registered while
+    /// they fire comes after them.
     pub fn set_processing_time(&mut self, now: i64) -> Result<()> {
         let now = {
             let mut world = self.world.borrow_mut();
@@ -305,12 +310,18 @@ impl<T: ProcessFunction> TestHost<T> {
     }
 
     /// Ends the input as the host does: the watermark goes to `i64::MAX`, firing every
-    /// event-time timer, then processing-time timers fire in timestamp order until none
-    /// is left (the clock moving to each), even ones registered meanwhile.
+    /// event-time timer; then every processing-time timer fires in timestamp order (the
+    /// clock moving to each), then any event-time timer those registered, and so on
+    /// until none is left.
     pub fn finish(&mut self) -> Result<()> {
         self.advance_watermark(i64::MAX)?;
-        self.fire_due(TimeDomain::ProcessingTime, i64::MAX)
-            .map(drop)
+        loop {
+            let fired = self.fire_due(TimeDomain::ProcessingTime, i64::MAX)?
+                + self.fire_due(TimeDomain::EventTime, i64::MAX)?;
+            if fired == 0 {
+                return Ok(());
+            }
+        }
     }
 
     /// Everything emitted to output `name` so far. Panics if the UDF did not declare it.

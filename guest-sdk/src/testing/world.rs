@@ -1,11 +1,13 @@
 //! The in-memory host: keyed state, timers, clocks, outputs and logs, with the host's
 //! rules (key scoping, timer uniqueness, init-only output declaration).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use super::{Emitted, LogLine};
 use crate::backend::StateKind;
 use crate::{LogLevel, TimeDomain};
+use weir_core::key::{tie_order, KeyId};
+use weir_core::time::timers::{TimeDomain as HostDomain, TimerService};
 
 /// What the host is doing, which decides which calls are legal.
 pub(crate) enum Phase {
@@ -35,9 +37,14 @@ pub(crate) struct World {
     emitted: Vec<Vec<Emitted>>,
     /// Records of the running call, by output id.
     pending: Vec<(u32, Emitted)>,
-    /// Ordered as they fire: by timestamp, then key.
-    event_timers: BTreeSet<(i64, Vec<u8>)>,
-    processing_timers: BTreeSet<(i64, Vec<u8>)>,
+    /// The engine's own timer service, so timers fire in exactly the engine's order
+    /// (`docs/pipeline.md`, "Timers"): by timestamp, then the keys' tie order.
+    timers: TimerService,
+    /// Key ids for the timer service, and each id's key.
+    key_ids: HashMap<Vec<u8>, KeyId>,
+    key_bytes: Vec<Vec<u8>>,
+    /// The pending timers by key id, for `pending_timers`.
+    pending_timers: BTreeMap<(HostDomain, i64, KeyId), ()>,
     pub(crate) logs: Vec<LogLine>,
 }
 
@@ -52,8 +59,10 @@ impl World {
             outputs: Vec::new(),
             emitted: Vec::new(),
             pending: Vec::new(),
-            event_timers: BTreeSet::new(),
-            processing_timers: BTreeSet::new(),
+            timers: TimerService::new(processing_time),
+            key_ids: HashMap::new(),
+            key_bytes: Vec::new(),
+            pending_timers: BTreeMap::new(),
             logs: Vec::new(),
         }
     }
@@ -217,47 +226,73 @@ impl World {
         self.data.remove(&key);
     }
 
-    fn timers_mut(&mut self, domain: TimeDomain) -> &mut BTreeSet<(i64, Vec<u8>)> {
-        match domain {
-            TimeDomain::EventTime => &mut self.event_timers,
-            TimeDomain::ProcessingTime => &mut self.processing_timers,
+    /// The id the timer service knows `key` by (ids are never reused here).
+    fn key_id(&mut self, key: &[u8]) -> KeyId {
+        if let Some(&id) = self.key_ids.get(key) {
+            return id;
         }
+        let id = KeyId::try_from(self.key_bytes.len()).expect("fewer than 2^32 keys");
+        self.key_bytes.push(key.to_vec());
+        self.key_ids.insert(key.to_vec(), id);
+        id
     }
 
     pub(crate) fn register_timer(&mut self, domain: TimeDomain, at: i64) {
         let key = self.key("timers.register").to_vec();
-        self.timers_mut(domain).insert((at, key));
+        let (id, domain) = (self.key_id(&key), host_domain(domain));
+        if self.timers.register(domain, id, tie_order(&key), at) {
+            self.pending_timers.insert((domain, at, id), ());
+        }
     }
 
     pub(crate) fn delete_timer(&mut self, domain: TimeDomain, at: i64) {
         let key = self.key("timers.delete").to_vec();
-        self.timers_mut(domain).remove(&(at, key));
+        let (id, domain) = (self.key_id(&key), host_domain(domain));
+        if self.timers.delete(domain, id, tie_order(&key), at) {
+            self.pending_timers.remove(&(domain, at, id));
+        }
     }
 
-    /// Removes and returns the first timer of `domain` (by timestamp, then key) that is
-    /// due at `upto`.
+    /// Removes and returns the next timer of `domain` due at `upto`, in the engine's
+    /// order. Processing-time timers due when the clock is read are taken as one group,
+    /// as the engine does: one registered while they fire, even an earlier one, comes
+    /// after them.
     pub(crate) fn pop_due_timer(
         &mut self,
         domain: TimeDomain,
         upto: i64,
     ) -> Option<(i64, Vec<u8>)> {
-        let timers = self.timers_mut(domain);
-        match timers.first() {
-            Some((ts, _)) if *ts <= upto => timers.pop_first(),
-            _ => None,
-        }
+        let domain = host_domain(domain);
+        let (at, id) = match domain {
+            HostDomain::EventTime => self.timers.pop_event_due(upto)?,
+            HostDomain::ProcessingTime if upto == i64::MAX => self.timers.pop_any_processing()?,
+            HostDomain::ProcessingTime => self.timers.pop_processing_due(upto)?,
+        };
+        self.pending_timers.remove(&(domain, at, id));
+        Some((at, self.key_bytes[id as usize].clone()))
     }
 
+    /// Every pending timer: event-time ones first, each domain in firing order.
     pub(crate) fn pending_timers(&self) -> Vec<(Vec<u8>, TimeDomain, i64)> {
-        let event = self
-            .event_timers
-            .iter()
-            .map(|(ts, k)| (k.clone(), TimeDomain::EventTime, *ts));
-        let processing = self
-            .processing_timers
-            .iter()
-            .map(|(ts, k)| (k.clone(), TimeDomain::ProcessingTime, *ts));
-        event.chain(processing).collect()
+        let mut timers: Vec<_> = self
+            .pending_timers
+            .keys()
+            .map(|&(domain, at, id)| {
+                let key = &self.key_bytes[id as usize];
+                (domain, at, tie_order(key), key.clone())
+            })
+            .collect();
+        timers.sort();
+        timers
+            .into_iter()
+            .map(|(domain, at, _, key)| {
+                let domain = match domain {
+                    HostDomain::EventTime => TimeDomain::EventTime,
+                    HostDomain::ProcessingTime => TimeDomain::ProcessingTime,
+                };
+                (key, domain, at)
+            })
+            .collect()
     }
 
     pub(crate) fn has_state(&self, key: &[u8]) -> bool {
@@ -387,5 +422,13 @@ impl World {
             key,
             message: message.to_owned(),
         });
+    }
+}
+
+/// The engine's name for a time domain.
+fn host_domain(domain: TimeDomain) -> HostDomain {
+    match domain {
+        TimeDomain::EventTime => HostDomain::EventTime,
+        TimeDomain::ProcessingTime => HostDomain::ProcessingTime,
     }
 }

@@ -67,19 +67,20 @@ fn rides_fall_into_epoch_aligned_windows() {
     assert_eq!(
         h.outputs("main"),
         vec![
-            // Same timer time: the test host fires keys in byte order, "132" < "79".
-            row(
-                "2025-11-01 10:00:00",
-                132,
-                2,
-                "11.00",
-                "2025-11-01 10:59:59.999"
-            ),
+            // Same timer time: keys take turns in their tie order (the FNV-1a hash of
+            // the key bytes), as in the engine: "79" before "132".
             row(
                 "2025-11-01 10:00:00",
                 79,
                 1,
                 "3.00",
+                "2025-11-01 10:59:59.999"
+            ),
+            row(
+                "2025-11-01 10:00:00",
+                132,
+                2,
+                "11.00",
                 "2025-11-01 10:59:59.999"
             ),
             row(
@@ -181,8 +182,8 @@ fn a_late_ride_within_the_lateness_corrects_the_published_row_at_once() {
     assert_eq!(
         event_timers(&h),
         vec![
-            ("132".into(), ts("2025-11-01 11:59:59.999")),
             ("79".into(), ts("2025-11-01 11:59:59.999")),
+            ("132".into(), ts("2025-11-01 11:59:59.999")),
         ]
     );
     h.advance_watermark(ts("2025-11-01 11:59:59.998")).unwrap();
@@ -356,13 +357,14 @@ fn revenue_is_summed_exactly_in_cents_rounded_per_ride() {
             )
         })
         .collect();
+    // One window: its six timers fire in the keys' tie order.
     let expected = [
-        (1, "0.30"),
-        (2, "2.02"),
-        (3, "2.68"),
-        (4, "-2.47"),
         (5, "0.00"),
+        (4, "-2.47"),
         (6, "12.00"),
+        (1, "0.30"),
+        (3, "2.68"),
+        (2, "2.02"),
     ];
     assert_eq!(
         revenue,
