@@ -1,6 +1,6 @@
 //! One pipeline running inside `weir serve`: its thread, its control, its UDF versions.
 
-use crate::Refused;
+use crate::refused::Refused;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use weir_cluster::steering::Steering;
