@@ -35,6 +35,8 @@ pub mod repartition;
 pub mod status;
 pub mod steering;
 
+pub use status::offsets_group;
+
 use anyhow::Context as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -456,11 +458,6 @@ impl Plan {
             .filter(|s| matches!(&s.location, SourceLocation::Kafka(k) if k.repartition))
             .map(|s| (s, repartition::topic(&self.group, &self.spec.name, &s.name)))
     }
-}
-
-/// Where the tasks of group `group` commit their source offsets.
-pub fn offsets_group(group: &str) -> String {
-    format!("{group}.offsets")
 }
 
 /// The partition count shared by every source topic.

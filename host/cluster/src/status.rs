@@ -32,6 +32,12 @@ pub fn topic(group: &str) -> String {
     format!("{group}.status")
 }
 
+/// Where the tasks of group `group` commit their source offsets (the lag is read from
+/// there).
+pub fn offsets_group(group: &str) -> String {
+    format!("{group}.offsets")
+}
+
 /// One process's line.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 struct Line {
@@ -128,7 +134,7 @@ impl Reporter {
 /// The report, as printed.
 pub fn group_status(group: &str, brokers: &str) -> anyhow::Result<String> {
     let consumer: BaseConsumer<Quiet> = client_config(brokers)
-        .set("group.id", super::offsets_group(group))
+        .set("group.id", offsets_group(group))
         .set("enable.partition.eof", "true")
         .create_with_context(Quiet("reading the group status"))?;
     let lines = read_lines(&consumer, &topic(group))
@@ -202,7 +208,7 @@ pub fn group_status(group: &str, brokers: &str) -> anyhow::Result<String> {
         }
     }
     let committed = consumer.committed_offsets(list, TIMEOUT)?;
-    let offsets = super::offsets_group(group);
+    let offsets = offsets_group(group);
     for p in partitions {
         let owner = owners.get(&p).map_or("no process", String::as_str);
         for (i, topic) in topics.iter().enumerate() {
