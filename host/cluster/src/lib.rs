@@ -31,6 +31,8 @@
 //!   member can change for the whole group; [`steering`] also gives `weir serve` the
 //!   process's tasks as one pipeline.
 
+#![warn(missing_docs)]
+
 pub mod repartition;
 pub mod status;
 pub mod steering;

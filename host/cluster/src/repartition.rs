@@ -69,12 +69,19 @@ pub struct Plan {
     pub partition: i32,
     /// ... and re-keyed into this topic, which has `partitions` partitions.
     pub topic: String,
+    /// The repartition topic's partition count: one per task. Watermark markers go to
+    /// every one.
     pub partitions: i32,
     /// Where the source offsets are committed.
     pub offsets_group: String,
 }
 
 impl Repartitioner {
+    /// Starts re-keying `plan`'s partition on a thread of its own, from the offsets last
+    /// committed to `plan.offsets_group` (the source's `startup` where there are none),
+    /// until [`stop`](Self::stop) or an error. Called when the task of that partition
+    /// starts; fails only if the thread cannot be spawned (connection errors end the
+    /// thread, see [`is_finished`](Self::is_finished)).
     pub fn start(plan: Plan) -> anyhow::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
@@ -84,6 +91,8 @@ impl Repartitioner {
         Ok(Self { stop, thread })
     }
 
+    /// Whether its thread has ended. Before [`stop`](Self::stop), that means it failed:
+    /// `stop` returns the error, and the member stops the task.
     pub fn is_finished(&self) -> bool {
         self.thread.is_finished()
     }

@@ -69,6 +69,10 @@ pub struct Reporter {
 }
 
 impl Reporter {
+    /// A reporter writing this process's lines to `topic` on `brokers`, each naming the
+    /// pipeline, the topic whose partitions are the tasks (`task_topic`) and the
+    /// repartition topics the tasks read. The process is named `<hostname>/pid<pid>`.
+    /// Nothing is sent before [`report`](Self::report).
     pub fn new(
         brokers: &str,
         topic: &str,

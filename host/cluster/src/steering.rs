@@ -25,11 +25,17 @@ use weir_run::{LiveStatus, RateTracker, RunControl, RunState, SWAP_WAIT};
 /// How often a member looks for versions deployed elsewhere in the group.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
+/// A pipeline run in a group, as `weir serve` steers it: the tasks running here behind
+/// one control, and the UDF version they start with (see the module docs). Shared by the
+/// member's loop, which adds and removes tasks, publishes their status and follows the
+/// version log, and the admin API, which deploys.
 pub struct Steering {
     /// What `weir serve` reads and sets: the summed status, and the stop flag.
     pub control: Arc<RunControl>,
     /// The pipeline as this server runs it, and the probation of a swap.
     pub spec: PipelineSpec,
+    /// Calls a version swapped into a task must pass before the one it replaced is let
+    /// go (a failure within them rolls the task back).
     pub probation_calls: u64,
     /// The UDF versions known here, shared with the admin API.
     pub versions: Versions,
@@ -90,11 +96,15 @@ impl Steering {
         tasks.iter().map(|(&p, c)| (p, Arc::clone(c))).collect()
     }
 
+    /// Counts the task of `partition`, steered through `control`, as running here: its
+    /// status joins the sum and a swap goes into it. Called as the task starts.
     pub(super) fn add_task(&self, partition: i32, control: Arc<RunControl>) {
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         tasks.insert(partition, control);
     }
 
+    /// Forgets the task of `partition`: it is being stopped (its partition was revoked,
+    /// the member leaves, or the task failed).
     pub(super) fn remove_task(&self, partition: i32) {
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         tasks.remove(&partition);
