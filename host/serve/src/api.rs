@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 type Shared = State<Arc<Server>>;
 
+/// Every route of the admin API and the status page, on `server`'s shared state. Request
+/// bodies may be up to 64 MiB (a UDF component).
 pub fn router(server: Arc<Server>) -> Router {
     Router::new()
         .route("/", get(|| async { Html(crate::page::PAGE) }))

@@ -28,6 +28,8 @@ use std::sync::{Arc, Mutex};
 /// How `weir serve` is set up.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// The address the admin API and status page listen on; the address bound is
+    /// printed at start.
     pub listen: SocketAddr,
     /// Holds the token and the pipelines' state directories.
     pub data_dir: PathBuf,

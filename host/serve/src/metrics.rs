@@ -12,6 +12,9 @@ fn label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The `/metrics` answer: every figure of each of `pipelines` in Prometheus' text
+/// format, labelled with the pipeline's name (and the source, output or timer domain
+/// where a figure is per one).
 pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {

@@ -2,6 +2,7 @@
 //! shows each pipeline's state, UDF version, throughput over the last minutes as a small
 //! chart, watermark lag and errors. No build step, no outside assets.
 
+/// The page: one self-contained HTML document, its script and styles inline.
 pub const PAGE: &str = r##"<!doctype html>
 <html lang="en">
 <head>

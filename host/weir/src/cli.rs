@@ -252,6 +252,8 @@ fn key_value(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Sets up logging (`$WEIR_LOG`, default `info`, on stderr), parses the command line and
+/// runs the subcommand; returns the process's exit code.
 pub fn main() -> ExitCode {
     let filter =
         tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| "info".into());

@@ -8,7 +8,9 @@ use std::time::Duration;
 /// Where the server is and how to talk to it.
 #[derive(Debug, Clone)]
 pub struct Client {
+    /// The admin API's base URL, without a trailing `/`.
     pub server: String,
+    /// The bearer token sent with mutating calls; without one, the server refuses them.
     pub token: Option<String>,
 }
 
@@ -93,6 +95,8 @@ impl Client {
         )
     }
 
+    /// Every pipeline the server runs, or with `pipeline` that one (`GET`, no token
+    /// needed).
     pub fn status(&self, pipeline: Option<&str>) -> anyhow::Result<serde_json::Value> {
         match pipeline {
             Some(name) => self.call("GET", &format!("/api/pipelines/{name}"), None),
@@ -100,6 +104,7 @@ impl Client {
         }
     }
 
+    /// Swaps the pipeline's previous UDF version back in.
     pub fn rollback(&self, pipeline: &str) -> anyhow::Result<serde_json::Value> {
         self.call(
             "POST",
@@ -108,6 +113,7 @@ impl Client {
         )
     }
 
+    /// Stops the pipeline gracefully; the answer comes once it has stopped.
     pub fn stop(&self, pipeline: &str) -> anyhow::Result<serde_json::Value> {
         self.call(
             "POST",

@@ -29,7 +29,10 @@ pub enum Lang {
 /// What to make, and where.
 #[derive(Debug, Clone)]
 pub struct NewProject {
+    /// The UDF's name: lower-case letters, digits and `-`, starting with a letter
+    /// (checked by [`create`]).
     pub name: String,
+    /// The language of the template.
     pub lang: Lang,
     /// The project folder (default: `./NAME`).
     pub dir: Option<PathBuf>,
