@@ -9,35 +9,47 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// Appends one byte.
     pub fn u8(&mut self, v: u8) {
         self.buf.push(v);
     }
 
+    /// Appends `v` as 4 little-endian bytes.
     pub fn u32(&mut self, v: u32) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
+    /// Appends `v` as 8 little-endian bytes.
     pub fn u64(&mut self, v: u64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
+    /// Appends `v` as 8 little-endian bytes (two's complement).
     pub fn i64(&mut self, v: i64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
+    /// Appends a byte string: its length as a `u32`, then the bytes.
+    ///
+    /// # Panics
+    ///
+    /// If `v` is 4 GiB or longer, which a `u32` length cannot frame.
     pub fn bytes(&mut self, v: &[u8]) {
         self.u32(u32::try_from(v.len()).expect("a state value over 4 GiB"));
         self.buf.extend_from_slice(v);
     }
 
+    /// Bytes written so far.
     pub fn len(&self) -> usize {
         self.buf.len()
     }
 
+    /// Whether nothing has been written yet.
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
 
+    /// The bytes written, in order.
     pub fn into_inner(self) -> Vec<u8> {
         self.buf
     }
@@ -50,11 +62,13 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader at the start of `data`.
     pub fn new(data: &'a [u8]) -> Self {
         Self { data }
     }
 
-    /// The next `n` bytes, unframed.
+    /// The next `n` bytes, unframed (no length prefix), borrowed from the input; an
+    /// error if fewer are left.
     pub fn raw(&mut self, n: usize) -> anyhow::Result<&'a [u8]> {
         self.take(n)
     }
@@ -70,27 +84,34 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
+    /// The next byte; an error if none is left.
     pub fn u8(&mut self) -> anyhow::Result<u8> {
         Ok(self.take(1)?[0])
     }
 
+    /// The next 4 bytes as a little-endian `u32`; an error if fewer are left.
     pub fn u32(&mut self) -> anyhow::Result<u32> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into()?))
     }
 
+    /// The next 8 bytes as a little-endian `u64`; an error if fewer are left.
     pub fn u64(&mut self) -> anyhow::Result<u64> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into()?))
     }
 
+    /// The next 8 bytes as a little-endian `i64`; an error if fewer are left.
     pub fn i64(&mut self) -> anyhow::Result<i64> {
         Ok(i64::from_le_bytes(self.take(8)?.try_into()?))
     }
 
+    /// The next byte string as [`Writer::bytes`] framed it (a `u32` length, then that
+    /// many bytes), borrowed from the input; an error if it is cut short.
     pub fn bytes(&mut self) -> anyhow::Result<&'a [u8]> {
         let n = self.u32()? as usize;
         self.take(n)
     }
 
+    /// Whether everything has been read.
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }

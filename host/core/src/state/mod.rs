@@ -32,8 +32,11 @@ pub type ByteMap = BTreeMap<Vec<u8>, Vec<u8>>;
 /// The contents of one state of one key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Slot {
+    /// A value state's one value, as the guest encoded it.
     Value(Vec<u8>),
+    /// A list state's items, in the order they were added.
     List(Vec<Vec<u8>>),
+    /// A map state's entries, in byte order of their keys.
     Map(ByteMap),
 }
 
@@ -62,6 +65,7 @@ pub struct KeyEntry {
 }
 
 impl KeyEntry {
+    /// The key's bytes, as the record's key was extracted.
     pub fn key(&self) -> &[u8] {
         &self.key
     }
@@ -73,6 +77,7 @@ impl KeyEntry {
         tie_order(&self.key)
     }
 
+    /// The key's contents of `state`, or `None` if it holds none (never set, or cleared).
     pub fn slot(&self, state: StateId) -> Option<&Slot> {
         self.slots
             .iter()
@@ -80,6 +85,7 @@ impl KeyEntry {
             .map(|(_, slot)| slot)
     }
 
+    /// The key's contents of `state`, to change in place, or `None` if it holds none.
     pub fn slot_mut(&mut self, state: StateId) -> Option<&mut Slot> {
         self.slots
             .iter_mut()
@@ -99,26 +105,33 @@ impl KeyEntry {
         &mut self.slots[pos].1
     }
 
+    /// Sets the key's contents of `state` to `slot`, replacing any it held.
     pub fn set_slot(&mut self, state: StateId, slot: Slot) {
         *self.slot_or_insert(state, || Slot::Value(Vec::new())) = slot;
     }
 
+    /// Drops the key's contents of `state`; nothing happens if it held none.
     pub fn clear(&mut self, state: StateId) {
         self.slots.retain(|(id, _)| *id != state);
     }
 
+    /// Drops the key's contents of every state. Its timers stay.
     pub fn clear_all(&mut self) {
         self.slots.clear();
     }
 
+    /// Every state the key holds, with its contents, in the order the key first used
+    /// them.
     pub fn slots(&self) -> impl Iterator<Item = (StateId, &Slot)> {
         self.slots.iter().map(|(id, slot)| (*id, slot))
     }
 
+    /// Whether the key holds any state at all.
     pub fn has_state(&self) -> bool {
         !self.slots.is_empty()
     }
 
+    /// How many timers of the key (both domains) are pending.
     pub fn pending_timers(&self) -> usize {
         self.timers.len()
     }
@@ -146,6 +159,7 @@ pub struct KeyTable {
 }
 
 impl KeyTable {
+    /// An empty table that does not track changes yet.
     pub fn new() -> Self {
         Self::default()
     }
@@ -186,6 +200,11 @@ impl KeyTable {
             .copied()
     }
 
+    /// The entry of `id`, to read (a read is not a change).
+    ///
+    /// # Panics
+    ///
+    /// If `id` was never handed out by [`intern`](Self::intern).
     pub fn entry(&self, id: KeyId) -> &KeyEntry {
         &self.entries[id as usize]
     }
@@ -196,10 +215,20 @@ impl KeyTable {
         &mut self.entries[id as usize]
     }
 
+    /// Records on key `id` that a timer of `domain` at `at` is now pending, so the key
+    /// is kept (and checkpointed with it). The timer service itself is separate: the
+    /// engine calls this when it has registered a timer there that was not pending yet.
     pub fn timer_added(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
         self.entry_mut(id).timers.push((domain, at));
     }
 
+    /// Records on key `id` that its timer of `domain` at `at` is no longer pending (it
+    /// fired or was deleted). The key is not released here: call
+    /// [`release_if_unused`](Self::release_if_unused) for that.
+    ///
+    /// # Panics
+    ///
+    /// If the key had no such timer recorded by [`timer_added`](Self::timer_added).
     pub fn timer_removed(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
         let timers = &mut self.entry_mut(id).timers;
         let pos = timers
@@ -268,6 +297,7 @@ impl KeyTable {
         self.live
     }
 
+    /// Whether no key is live.
     pub fn is_empty(&self) -> bool {
         self.live == 0
     }

@@ -32,6 +32,8 @@ impl StateKind {
     }
 }
 
+/// The states a UDF has declared, by name and by id. Ids are handed out in declaration
+/// order from 0 and never reused.
 #[derive(Debug, Default, Clone)]
 pub struct StateRegistry {
     by_name: HashMap<String, StateId>,
@@ -73,10 +75,12 @@ impl StateRegistry {
         Some((id, self.declared[id as usize].1))
     }
 
+    /// How many states are declared.
     pub fn len(&self) -> usize {
         self.declared.len()
     }
 
+    /// Whether no state is declared.
     pub fn is_empty(&self) -> bool {
         self.declared.is_empty()
     }

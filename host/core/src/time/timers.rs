@@ -24,11 +24,16 @@ use std::collections::{BTreeSet, VecDeque};
 /// Which clock a timer follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TimeDomain {
+    /// The records' own time: fires when the watermark reaches the timer's time.
     EventTime,
+    /// The wall clock (milliseconds since the Unix epoch): fires when the host reads
+    /// the clock at or past the timer's time.
     ProcessingTime,
 }
 
 impl TimeDomain {
+    /// The domain's name in messages and status figures: `event-time` or
+    /// `processing-time`.
     pub fn label(self) -> &'static str {
         match self {
             TimeDomain::EventTime => "event-time",
@@ -41,6 +46,8 @@ impl TimeDomain {
 /// ([`crate::key::tie_order`]), then its id (only if two keys' hashes collide).
 pub type EventTimer = (Timestamp, u64, KeyId);
 
+/// The pending timers of every key, both domains, in firing order (see the module docs
+/// for the order and for how timers registered or deleted while timers fire behave).
 pub struct TimerService {
     event: BTreeSet<EventTimer>,
     /// Processing-time timers by (the key's tie order, key id), so that the wheel hands
@@ -141,6 +148,8 @@ impl TimerService {
         }
     }
 
+    /// How many timers of `domain` are pending (for processing time, those staged as
+    /// due but not popped yet included).
     pub fn pending(&self, domain: TimeDomain) -> usize {
         match domain {
             TimeDomain::EventTime => self.event.len(),

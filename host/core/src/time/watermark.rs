@@ -21,6 +21,8 @@ pub struct BoundedOutOfOrderness {
 }
 
 impl BoundedOutOfOrderness {
+    /// A generator that trails the largest timestamp seen by `out_of_orderness_ms`
+    /// milliseconds, starting at [`MIN_WATERMARK`] (nothing seen yet).
     pub fn new(out_of_orderness_ms: Timestamp) -> Self {
         Self {
             out_of_orderness: out_of_orderness_ms,
@@ -43,10 +45,13 @@ impl BoundedOutOfOrderness {
         }
     }
 
+    /// Marks the source ended: from now on [`current`](Self::current) is
+    /// [`END_OF_TIME`].
     pub fn end(&mut self) {
         self.ended = true;
     }
 
+    /// Whether [`end`](Self::end) was called.
     pub fn is_ended(&self) -> bool {
         self.ended
     }
@@ -69,6 +74,8 @@ pub struct PipelineWatermark {
 }
 
 impl PipelineWatermark {
+    /// The watermark over `sources`, one generator per source in the order the
+    /// pipeline indexes them (the `source` argument of the other methods).
     pub fn new(sources: Vec<BoundedOutOfOrderness>) -> Self {
         let mut this = Self {
             sources,
@@ -78,6 +85,8 @@ impl PipelineWatermark {
         this
     }
 
+    /// The pipeline's watermark now. It never moves back, except by
+    /// [`restore`](Self::restore).
     pub fn current(&self) -> Timestamp {
         self.current
     }
@@ -100,6 +109,11 @@ impl PipelineWatermark {
         self.recompute()
     }
 
+    /// The generator of source `source`.
+    ///
+    /// # Panics
+    ///
+    /// If there is no source `source`.
     pub fn source(&self, source: usize) -> &BoundedOutOfOrderness {
         &self.sources[source]
     }
@@ -114,6 +128,7 @@ impl PipelineWatermark {
         self.current = current;
     }
 
+    /// Whether every source has ended (true also when there are none).
     pub fn all_ended(&self) -> bool {
         self.sources.iter().all(BoundedOutOfOrderness::is_ended)
     }
