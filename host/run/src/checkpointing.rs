@@ -1,7 +1,7 @@
 //! The run's side of checkpoints: taking one from a running pipeline, and putting a
 //! restored one back into sources, sinks and the operator.
 
-use crate::runner::Runner;
+use crate::inputs::Inputs;
 use std::time::{Duration, Instant};
 use weir_checkpoint::Checkpointer;
 use weir_checkpoint::{
@@ -12,7 +12,7 @@ use weir_core::position::Position;
 use weir_core::time::wall_clock_ms;
 use weir_engine::operator::{KeyedOperator, OperatorCounters};
 use weir_engine::snapshot;
-use weir_io::sink::SinkState;
+use weir_io::sink::{DeadLetters, SinkState};
 use weir_io::source::{Source, SourceLocation};
 use weir_pipeline::{PipelineSpec, SourceSpec};
 
@@ -204,29 +204,51 @@ impl Checkpoints {
     }
 }
 
-impl Runner {
-    /// Takes a checkpoint; call only with every read-ahead queue empty.
-    pub(super) fn checkpoint(&mut self) -> anyhow::Result<()> {
-        if self.checkpoints.checkpointer.is_none() {
+/// What a checkpoint is cut from: the run's parts, borrowed while it is taken.
+pub(crate) struct Cut<'a> {
+    /// The pipeline's name.
+    pub pipeline: &'a str,
+    /// The UDF version running.
+    pub udf: &'a UdfIdentity,
+    /// The UDF's outputs, in id order.
+    pub outputs: &'a [String],
+    /// The operator: its sinks, keyed state, timers, watermarks and counters.
+    pub operator: &'a mut KeyedOperator,
+    /// The inputs: their sources' positions.
+    pub inputs: &'a mut Inputs,
+    /// The dead-letter output.
+    pub dead_letters: &'a mut DeadLetters,
+}
+
+impl Checkpoints {
+    /// Takes a checkpoint of `cut` (if checkpoints are on). Called by the run between two
+    /// runs of records, with every read-ahead queue empty, so that the sources' positions
+    /// are exactly what the state has seen: the sinks make their output durable first,
+    /// then the keyed section is built, then the file goes to the background writer.
+    pub fn take(&mut self, cut: Cut<'_>) -> anyhow::Result<()> {
+        let Cut {
+            pipeline,
+            udf,
+            outputs,
+            operator,
+            inputs,
+            dead_letters,
+        } = cut;
+        if self.checkpointer.is_none() {
             return Ok(());
         }
         let started = Instant::now();
-        self.commit_durable()?;
-        let sinks = self
-            .operator
+        self.commit_durable(inputs)?;
+        let sinks = operator
             .checkpoint_sinks()
-            .map_err(|e| self.describe(e, None))?;
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let dead_letters = DeadLetterMeta {
-            count: self.dead_letters.count(),
-            length: self.dead_letters.checkpoint()?,
+            count: dead_letters.count(),
+            length: dead_letters.checkpoint()?,
         };
-        let checkpointer = self
-            .checkpoints
-            .checkpointer
-            .as_mut()
-            .expect("checked above");
+        let checkpointer = self.checkpointer.as_mut().expect("checked above");
         let plan = checkpointer.plan();
-        let host = self.operator.host_mut();
+        let host = operator.host_mut();
         let keyed = match plan.parent {
             None => {
                 let full = snapshot::encode_full(host.keys());
@@ -242,34 +264,33 @@ impl Runner {
                 kind: kind.label().to_string(),
             })
             .collect();
-        let mut positions = Vec::with_capacity(self.inputs.sources().len());
-        let mut inputs = Vec::with_capacity(self.inputs.inputs().len());
-        for slot in self.inputs.sources() {
+        let mut positions = Vec::with_capacity(inputs.sources().len());
+        let mut input_metas = Vec::with_capacity(inputs.inputs().len());
+        for slot in inputs.sources() {
             let source_positions = slot.source.positions();
             for (i, position) in slot.inputs.clone().zip(&source_positions) {
-                let input = self.inputs.input(i);
-                inputs.push(InputMeta {
+                let input = inputs.input(i);
+                input_metas.push(InputMeta {
                     name: input.name.clone(),
                     position: position.clone(),
-                    watermark: self.operator.source_watermark(i),
+                    watermark: operator.source_watermark(i),
                     ended: input.ended,
                     read: input.read,
                 });
             }
             positions.push(source_positions);
         }
-        let counters = self.operator.counters();
+        let counters = operator.counters();
         let meta = Meta {
             epoch: plan.epoch,
             parent: plan.parent,
-            pipeline: self.pipeline.clone(),
-            udf: self.udf.current.clone(),
+            pipeline: pipeline.to_string(),
+            udf: udf.clone(),
             written_at: wall_clock_ms(),
             states,
-            watermark: self.operator.watermark(),
-            inputs,
-            outputs: self
-                .outputs
+            watermark: operator.watermark(),
+            inputs: input_metas,
+            outputs: outputs
                 .iter()
                 .zip(&counters.emitted)
                 .map(|(name, &emitted)| OutputMeta {
@@ -286,13 +307,12 @@ impl Runner {
             },
         };
         let file = CheckpointFile { meta, sinks, keyed };
-        let checkpoints = &mut self.checkpoints;
-        let checkpointer = checkpoints.checkpointer.as_mut().expect("checked above");
+        let checkpointer = self.checkpointer.as_mut().expect("checked above");
         checkpointer.write(&file)?;
-        checkpoints.uncommitted = Some(positions);
+        self.uncommitted = Some(positions);
         let pause = started.elapsed();
-        checkpoints.taken += 1;
-        checkpoints.longest_pause = checkpoints.longest_pause.max(pause);
+        self.taken += 1;
+        self.longest_pause = self.longest_pause.max(pause);
         tracing::debug!(
             "checkpoint {} taken ({}), processing paused {:.2} ms",
             plan.epoch,
@@ -306,18 +326,15 @@ impl Runner {
         Ok(())
     }
 
-    /// Waits for the checkpoint being written, then lets the sources commit its positions.
-    pub(super) fn finish_checkpoints(&mut self) -> anyhow::Result<()> {
-        self.commit_durable()
-    }
-
-    fn commit_durable(&mut self) -> anyhow::Result<()> {
-        let Some(checkpointer) = &mut self.checkpoints.checkpointer else {
+    /// Waits for the checkpoint being written, then lets the sources of `inputs` commit
+    /// its positions. Called before the next checkpoint and when the run stops.
+    pub fn commit_durable(&mut self, inputs: &mut Inputs) -> anyhow::Result<()> {
+        let Some(checkpointer) = &mut self.checkpointer else {
             return Ok(());
         };
         if let Some(epoch) = checkpointer.store.wait()? {
-            if let Some(positions) = self.checkpoints.uncommitted.take() {
-                for (slot, positions) in self.inputs.sources_mut().iter_mut().zip(&positions) {
+            if let Some(positions) = self.uncommitted.take() {
+                for (slot, positions) in inputs.sources_mut().iter_mut().zip(&positions) {
                     slot.source.commit(positions)?;
                 }
             }

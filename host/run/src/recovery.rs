@@ -7,37 +7,15 @@
 //! - Anything else ends the run, with a message naming the UDF and the record (source,
 //!   line or offset) or timer it failed on.
 
+use crate::inputs::Pending;
 use crate::runner::Runner;
 use crate::short_hash;
-use weir_core::identity::UdfIdentity;
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::{display, Timestamp};
 use weir_engine::operator::{Activity, KeyedOperator, OperatorError};
 use weir_engine::runtime::{CallError, ElementRef};
 use weir_io::sink::DeadLetter;
 use weir_io::source::SourceRecord;
-
-/// The UDF version a run is on, the one a swap replaced (while it may still be rolled
-/// back to), and how many failures rolled a new version back.
-pub(crate) struct UdfVersions {
-    /// The version running.
-    pub current: UdfIdentity,
-    /// The version the last swap replaced, kept until its probation is over.
-    pub previous: Option<UdfIdentity>,
-    /// New versions rolled back so far.
-    pub errors: u64,
-}
-
-impl UdfVersions {
-    /// A run that starts with `current`.
-    pub fn new(current: UdfIdentity) -> Self {
-        Self {
-            current,
-            previous: None,
-            errors: 0,
-        }
-    }
-}
 
 /// Where a record came from, for messages.
 pub(crate) struct Origin {
@@ -52,6 +30,21 @@ pub(crate) struct Origin {
 }
 
 impl Runner {
+    /// The error that ends the run at `pending`, naming it.
+    pub(crate) fn fail_at(
+        &self,
+        (input, pending): &(usize, Pending),
+        error: OperatorError,
+    ) -> anyhow::Error {
+        let origin = Origin {
+            input: *input,
+            number: pending.number,
+            line: pending.record.line,
+            offset: pending.record.offset,
+        };
+        self.describe(error, Some(origin))
+    }
+
     /// Processes a run of elements; if a UDF version on probation fails, rolls back to
     /// the previous version and goes on from the failed call with it.
     pub(crate) fn process_with_rollback(

@@ -1,12 +1,11 @@
 //! The run loop: a [`Runner`] opens what the plan names, then reads, merges and
 //! processes until every input has ended or it is asked to stop.
 
-use crate::checkpointing::{Checkpoints, Restored};
+use crate::checkpointing::{Checkpoints, Cut, Restored};
 use crate::inputs::{Inputs, Pending, Read, SourceSettings, READ_AHEAD};
-use crate::recovery::{Origin, UdfVersions};
 use crate::report::{progress_bar, RunReport};
-use crate::steering::StatusPublisher;
-use crate::{RunControl, RunOptions};
+use crate::steering::{apply_swap, StatusPublisher, UdfVersions};
+use crate::{RunControl, RunOptions, RunState};
 use anyhow::Context as _;
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
@@ -188,12 +187,19 @@ impl Runner {
             let checkpoint_due = self.checkpoints.is_due();
             let draining = stopping || checkpoint_due;
             if draining && self.inputs.drained() {
-                self.checkpoint()?;
+                self.checkpoints.take(Cut {
+                    pipeline: &self.pipeline,
+                    udf: &self.udf.current,
+                    outputs: &self.outputs,
+                    operator: &mut self.operator,
+                    inputs: &mut self.inputs,
+                    dead_letters: &mut self.dead_letters,
+                })?;
                 if stopping {
                     // Like Flink's stop-with-savepoint: pending timers are not fired; they
                     // are in the checkpoint, and fire when the run resumes.
                     self.interrupted = true;
-                    self.finish_checkpoints()?;
+                    self.checkpoints.commit_durable(&mut self.inputs)?;
                     self.operator
                         .close_sinks()
                         .map_err(|e| self.describe(e, None))?;
@@ -304,17 +310,6 @@ impl Runner {
         Ok(())
     }
 
-    /// The error that ends the run at `pending`, naming it.
-    fn fail_at(&self, (input, pending): &(usize, Pending), error: OperatorError) -> anyhow::Error {
-        let origin = Origin {
-            input: *input,
-            number: pending.number,
-            line: pending.record.line,
-            offset: pending.record.offset,
-        };
-        self.describe(error, Some(origin))
-    }
-
     /// Reads ahead on every source whose inputs have room in their queues. Waits for
     /// input only when nothing at all is ready, and then no longer than until the next
     /// processing-time timer.
@@ -412,6 +407,40 @@ impl Runner {
             Some(due) => Duration::from_millis((due - wall_clock_ms()).clamp(0, cap) as u64),
             None => Duration::from_millis(cap as u64),
         }
+    }
+
+    /// Between two runs of records: applies a pending UDF swap, and publishes the status
+    /// a few times a second (only when the run is steered).
+    fn steer(&mut self, options: &RunOptions) {
+        let Some(control) = &options.control else {
+            return;
+        };
+        if let Some(request) = control.take_swap() {
+            let done = request.done.clone();
+            let reply = apply_swap(&mut self.operator, &self.init_info, &mut self.udf, request);
+            if reply.is_ok() {
+                // The status shows the new version, and the records processed before
+                // it, before the swap is reported done.
+                self.publish_status(control, RunState::Running);
+            }
+            let _ = done.send(reply);
+        }
+        if self.status.due() {
+            self.publish_status(control, RunState::Running);
+        }
+    }
+
+    /// Writes the live figures into `control`, the run being in `state`.
+    pub(crate) fn publish_status(&mut self, control: &RunControl, state: RunState) {
+        let report = self.report();
+        self.status.publish(
+            control,
+            state,
+            report,
+            &self.operator,
+            &self.udf,
+            self.checkpoints.taken,
+        );
     }
 
     /// What the run did so far.

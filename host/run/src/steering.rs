@@ -2,14 +2,39 @@
 //! runs of records it applies a UDF version queued in its [`RunControl`] and publishes
 //! its [`LiveStatus`](crate::LiveStatus) a few times a second.
 
-use crate::runner::Runner;
-use crate::{short_hash, RateTracker, RunControl, RunOptions, RunState, SwapDone};
+use crate::report::RunReport;
+use crate::{short_hash, RateTracker, RunControl, RunState, SwapDone, SwapRequest};
 use std::time::{Duration, Instant};
+use weir_core::identity::UdfIdentity;
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::{wall_clock_ms, END_OF_TIME, MIN_WATERMARK};
+use weir_engine::operator::KeyedOperator;
+use weir_engine::runtime::InitInfo;
 
 /// How often a steered run publishes its status.
 const STATUS_EVERY: Duration = Duration::from_millis(200);
+
+/// The UDF version a run is on, the one a swap replaced (while it may still be rolled
+/// back to), and how many failures rolled a new version back.
+pub(crate) struct UdfVersions {
+    /// The version running.
+    pub current: UdfIdentity,
+    /// The version the last swap replaced, kept until its probation is over.
+    pub previous: Option<UdfIdentity>,
+    /// New versions rolled back so far.
+    pub errors: u64,
+}
+
+impl UdfVersions {
+    /// A run that starts with `current`.
+    pub fn new(current: UdfIdentity) -> Self {
+        Self {
+            current,
+            previous: None,
+            errors: 0,
+        }
+    }
+}
 
 /// When the status was last published, and what is costly to measure for it.
 pub(crate) struct StatusPublisher {
@@ -30,69 +55,73 @@ impl StatusPublisher {
     }
 }
 
-impl Runner {
-    /// Between two runs of records: applies a pending UDF swap, and publishes the status
-    /// a few times a second.
-    pub(crate) fn steer(&mut self, options: &RunOptions) {
-        let Some(control) = &options.control else {
-            return;
-        };
-        if let Some(request) = control.take_swap() {
-            let started = Instant::now();
-            let result = self.operator.swap_function(
-                request.function,
-                &self.init_info,
-                request.probation_calls,
-            );
-            let reply = match result {
-                Ok(()) => {
-                    let pause = started.elapsed();
-                    tracing::info!(
-                        "UDF {:?} version {} swapped in ({:.2} ms)",
-                        request.identity.name,
-                        short_hash(&request.identity.sha256),
-                        pause.as_secs_f64() * 1e3
-                    );
-                    let previous = std::mem::replace(&mut self.udf.current, request.identity);
-                    self.udf.previous = Some(previous);
-                    // The status shows the new version, and the records processed before
-                    // it, before the swap is reported done.
-                    self.status.last = Instant::now();
-                    self.publish_status(control, RunState::Running);
-                    Ok(SwapDone { pause })
-                }
-                Err(e) => Err(format!("the new version was not swapped in: {e}")),
-            };
-            let _ = request.done.send(reply);
+/// Applies a queued swap to `operator`: the new version's `init` against the live host,
+/// then the swap; `udf` follows. Called by the run between two runs of records, where no
+/// key is in a call and no batch is open. Returns what the requester is told.
+pub(crate) fn apply_swap(
+    operator: &mut KeyedOperator,
+    init_info: &InitInfo,
+    udf: &mut UdfVersions,
+    request: SwapRequest,
+) -> Result<SwapDone, String> {
+    let started = Instant::now();
+    operator
+        .swap_function(request.function, init_info, request.probation_calls)
+        .map_err(|e| format!("the new version was not swapped in: {e}"))?;
+    let pause = started.elapsed();
+    tracing::info!(
+        "UDF {:?} version {} swapped in ({:.2} ms)",
+        request.identity.name,
+        short_hash(&request.identity.sha256),
+        pause.as_secs_f64() * 1e3
+    );
+    let previous = std::mem::replace(&mut udf.current, request.identity);
+    udf.previous = Some(previous);
+    Ok(SwapDone { pause })
+}
+
+impl StatusPublisher {
+    /// Whether a status is due (a few times a second); if so, counts it as published.
+    pub fn due(&mut self) -> bool {
+        let due = self.last.elapsed() >= STATUS_EVERY;
+        if due {
+            self.last = Instant::now();
         }
-        if self.status.last.elapsed() >= STATUS_EVERY {
-            self.status.last = Instant::now();
-            self.publish_status(control, RunState::Running);
-        }
+        due
     }
 
-    /// Writes the live figures into `control`, the run being in `state`.
-    pub(crate) fn publish_status(&mut self, control: &RunControl, state: RunState) {
-        let report = self.report();
-        let host = self.operator.host();
-        let watermark = self.operator.watermark();
+    /// Writes the live figures into `control`, the run being in `state`: `report` so far,
+    /// and what `operator`, `udf` and `checkpoints_taken` say. Called by the run when a
+    /// status is [due](Self::due), after a swap, and once when the run ends.
+    pub fn publish(
+        &mut self,
+        control: &RunControl,
+        state: RunState,
+        report: RunReport,
+        operator: &KeyedOperator,
+        udf: &UdfVersions,
+        checkpoints_taken: u64,
+    ) {
+        self.last = Instant::now();
+        let host = operator.host();
+        let watermark = operator.watermark();
         let set = watermark > MIN_WATERMARK && watermark < END_OF_TIME;
         let keys = host.keys().len() as u64;
-        let state_bytes = if self.status.state_bytes.0.elapsed() >= Duration::from_secs(1) {
+        let state_bytes = if self.state_bytes.0.elapsed() >= Duration::from_secs(1) {
             let bytes = host.keys().state_bytes() as u64;
-            self.status.state_bytes = (Instant::now(), bytes);
+            self.state_bytes = (Instant::now(), bytes);
             bytes
         } else {
-            self.status.state_bytes.1
+            self.state_bytes.1
         };
         let event_timers = host.timers().pending(TimeDomain::EventTime) as u64;
         let processing_timers = host.timers().pending(TimeDomain::ProcessingTime) as u64;
         let now = wall_clock_ms();
-        let rate = &mut self.status.rate;
+        let rate = &mut self.rate;
         control.update(|s| {
             s.state = state;
-            s.udf = self.udf.current.name.clone();
-            s.udf_sha256 = self.udf.current.sha256.clone();
+            s.udf = udf.current.name.clone();
+            s.udf_sha256 = udf.current.sha256.clone();
             s.sources = report.sources;
             s.outputs = report.outputs;
             s.processed = report.processed;
@@ -104,8 +133,8 @@ impl Runner {
             s.state_bytes = state_bytes;
             s.event_timers = event_timers;
             s.processing_timers = processing_timers;
-            s.udf_errors = self.udf.errors;
-            s.checkpoints = self.checkpoints.taken;
+            s.udf_errors = udf.errors;
+            s.checkpoints = checkpoints_taken;
             rate.observe(s, now);
         });
     }
