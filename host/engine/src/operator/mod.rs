@@ -31,27 +31,40 @@ use weir_core::time::{Timestamp, END_OF_TIME};
 /// What the operator was doing when a UDF call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Activity {
+    /// The UDF's `init`: at the start of a run, or of a new version being swapped in.
     Init,
+    /// An element's call (or a batch's, replayed one element at a time to find the
+    /// element it failed on); which element, the error's index says.
     Element,
+    /// A timer's call.
     Timer {
+        /// The clock the timer followed.
         domain: TimeDomain,
+        /// The time it was registered for.
         timestamp: Timestamp,
+        /// The bytes of its key.
         key: Vec<u8>,
     },
 }
 
+/// Why an operator call failed. Its `Display` is the message a run ends with (the run
+/// adds the UDF's name and the record or timer).
 #[derive(Debug)]
 pub enum OperatorError {
     /// A UDF call failed.
     Udf {
+        /// What the operator was calling the UDF for.
         activity: Activity,
+        /// How the call failed.
         error: CallError,
     },
-    /// The UDF declared outputs that have no sink.
+    /// The UDF declared outputs that have no sink: their names, in declaration order.
     Unrouted(Vec<String>),
     /// A sink failed.
     Sink {
+        /// The name of the output the sink is routed from.
         output: String,
+        /// What the sink reported.
         error: anyhow::Error,
     },
 }
@@ -77,10 +90,16 @@ impl std::error::Error for OperatorError {}
 /// Counters of one run.
 #[derive(Debug, Clone, Default)]
 pub struct OperatorCounters {
+    /// Elements processed (late ones included).
     pub elements: u64,
+    /// Elements whose timestamp was at or below the watermark when they were processed.
     pub late: u64,
+    /// Event-time timers fired.
     pub event_timers: u64,
+    /// Processing-time timers fired.
     pub processing_timers: u64,
+    /// Records written, per output id; the next record of output `i` gets sequence
+    /// number `emitted[i]`.
     pub emitted: Vec<u64>,
 }
 
@@ -93,6 +112,31 @@ struct Probation {
 /// The default number of entries in one batched call (`[udf] max_batch`).
 pub const DEFAULT_MAX_BATCH: usize = 512;
 
+/// The keyed operator of one run: one process function, the [`HostServices`] it calls
+/// into (keyed state, timers, outputs), the pipeline watermark over the run's inputs and
+/// the sinks its outputs are routed to.
+///
+/// The run (`weir-run`'s runner) drives it from its one thread, in this order: [`new`],
+/// [`set_max_batch`], [`init`], [`bind_sinks`], then, when it resumes from a checkpoint,
+/// the keyed state and timers through [`host_mut`] and [`restore`]. Then, until the
+/// inputs end or the run is stopped, it hands over runs of records
+/// ([`process_elements`]), tells of inputs going idle, active, forward or ended, fires
+/// processing-time timers, and between two runs of records takes checkpoints and swaps
+/// in new UDF versions. It ends with [`finish`] once every input has ended, or with
+/// [`close_sinks`] when stopped.
+///
+/// The `source` argument of the methods is an input's index in the run (every partition
+/// of every source is an input), as ordered in [`new`]'s `out_of_orderness_ms`.
+///
+/// [`new`]: Self::new
+/// [`set_max_batch`]: Self::set_max_batch
+/// [`init`]: Self::init
+/// [`bind_sinks`]: Self::bind_sinks
+/// [`host_mut`]: Self::host_mut
+/// [`restore`]: Self::restore
+/// [`process_elements`]: Self::process_elements
+/// [`finish`]: Self::finish
+/// [`close_sinks`]: Self::close_sinks
 pub struct KeyedOperator {
     probation: Option<Probation>,
     /// The watermark a batch stopped inside of, whose due timers have not all fired.
@@ -108,8 +152,11 @@ pub struct KeyedOperator {
 }
 
 impl KeyedOperator {
-    /// An operator over `function` whose sources hold back the watermark by their
-    /// out-of-orderness (one entry per source).
+    /// An operator over `function` whose inputs hold back the watermark by their
+    /// out-of-orderness (one entry per input, in the run's input order), its
+    /// processing-time timers counted from `now`. The run creates it once, when it
+    /// opens, before anything else; the function is not initialised yet, no sink is
+    /// bound, and batches hold at most [`DEFAULT_MAX_BATCH`] entries.
     pub fn new(
         function: Box<dyn ProcessFunction>,
         out_of_orderness_ms: &[i64],
@@ -134,7 +181,12 @@ impl KeyedOperator {
     /// Replaces the function with a new version, between two calls. The new version's
     /// `init` runs against the live host (its states are matched by name); if it fails,
     /// or declares an output the pipeline has no sink for, nothing changes. The old
-    /// version is kept for `probation_calls` calls, for [`rollback`](Self::rollback).
+    /// version is kept for `probation_calls` calls, for [`rollback`](Self::rollback)
+    /// (0: not kept at all).
+    ///
+    /// The run calls this when its `RunControl` has a swap queued (`weir serve`, `weir
+    /// dev`, a group's member), between two runs of records: no key is in a call, and
+    /// no batch is open.
     pub fn swap_function(
         &mut self,
         mut function: Box<dyn ProcessFunction>,
@@ -163,13 +215,18 @@ impl KeyedOperator {
         Ok(())
     }
 
-    /// Whether a swapped-in version is still on probation.
+    /// Whether a swapped-in version is still on probation. The run asks when a UDF call
+    /// has failed: on probation it rolls back, otherwise the failure ends the run
+    /// (except a state that cannot be decoded, which goes to the dead letters either way).
     pub fn in_probation(&self) -> bool {
         self.probation.is_some()
     }
 
     /// Goes back to the version a swap replaced, if it is still kept; the failed version
-    /// is returned (to be dropped).
+    /// is returned (to be dropped). State and timers are left as the failed version left
+    /// them. The run calls this when a version on probation fails, then takes the failed
+    /// call again with the old version (see [`retry_timer`](Self::retry_timer) and
+    /// [`register_timer_again`](Self::register_timer_again) for a failed timer).
     pub fn rollback(&mut self) -> Option<Box<dyn ProcessFunction>> {
         let probation = self.probation.take()?;
         Some(std::mem::replace(&mut self.function, probation.previous))
@@ -185,19 +242,30 @@ impl KeyedOperator {
         }
     }
 
-    /// Fires what is due at the current watermark (after a timer's failure was handled).
+    /// Fires the event-time timers due at the current watermark. The run calls this
+    /// after it has dealt with a timer's failure (sent the timer to the dead letters, or
+    /// rolled back and registered it again), so that the rest of the advance fires.
     pub fn resume_event_timers(&mut self) -> Result<(), OperatorError> {
         self.fire_event_timers(self.watermark.current())
     }
 
-    /// Registers again a timer whose firing failed, so that a rolled-back version fires it.
+    /// Registers again a timer whose firing failed, so that a rolled-back version fires
+    /// it (a failed timer is no longer pending). The run calls this after a
+    /// [`rollback`](Self::rollback) for a timer that failed while watermarks or
+    /// processing-time timers were firing, then goes on firing with
+    /// [`resume_event_timers`](Self::resume_event_timers) or
+    /// [`fire_processing_timers`](Self::fire_processing_timers).
     pub fn register_timer_again(&mut self, domain: TimeDomain, at: Timestamp, key: &[u8]) {
         let id = self.host.keys.intern(key);
         self.host.timer_for(id, domain, at, true);
     }
 
     /// Registers again a timer whose firing failed (so that a rolled-back version fires
-    /// it), then fires what is due at the current watermark.
+    /// it), then, for an event-time timer, fires what is due at the current watermark; a
+    /// processing-time timer fires at the next reading of the clock. The run calls this
+    /// after a [`rollback`](Self::rollback) for a timer that failed within
+    /// [`process_elements`](Self::process_elements), then hands over the elements after
+    /// the one the failure was reported on.
     pub fn retry_timer(
         &mut self,
         domain: TimeDomain,
@@ -212,16 +280,23 @@ impl KeyedOperator {
     }
 
     /// Caps the entries of a batched call: large enough that the cost of a call is spread
-    /// thin, small enough that the batch stays in cache. 0 turns batching off.
+    /// thin, small enough that the batch stays in cache. 0 turns batching off. The run
+    /// calls this once, when it opens, with `[udf] max_batch`. The operator halves the
+    /// cap itself whenever a batch runs past the call timeout.
     pub fn set_max_batch(&mut self, entries: usize) {
         self.batch_limit = entries;
     }
 
+    /// The running UDF version's name, for messages and the run report.
     pub fn function_name(&self) -> &str {
         self.function.name()
     }
 
-    /// Initialises the UDF; returns the outputs it declared, in id order.
+    /// Initialises the UDF (its `init`, with outputs declarable and no key in scope);
+    /// returns the outputs it declared, in id order. The run calls this once, when it
+    /// opens, after [`new`](Self::new) and before [`bind_sinks`](Self::bind_sinks) and
+    /// any restore (the checkpoint's states are matched to the ones `init` declares);
+    /// it fails the run if an output has no sink.
     pub fn init(&mut self, info: &InitInfo) -> Result<Vec<String>, OperatorError> {
         self.host.declaring = true;
         let result = self.function.init(&mut self.host, info);
@@ -233,26 +308,39 @@ impl KeyedOperator {
         Ok(self.host.outputs.clone())
     }
 
-    /// Routes each declared output to its sink (`sinks[i]` takes output id `i`).
+    /// Routes each declared output to its sink (`sinks[i]` takes output id `i`), and
+    /// zeroes the counts of records emitted. The run calls this once, when it opens,
+    /// right after [`init`](Self::init), with one sink per output `init` returned; it
+    /// must be called before any element or timer, since emitted records go to
+    /// `sinks[output]`.
     pub fn bind_sinks(&mut self, sinks: Vec<Box<dyn Sink>>) {
         self.counters.emitted = vec![0; sinks.len()];
         self.sinks = sinks;
     }
 
+    /// The pipeline's watermark now. The run reads it for checkpoints, the live status
+    /// and the progress line.
     pub fn watermark(&self) -> Timestamp {
         self.watermark.current()
     }
 
+    /// The counters of the run so far (restored ones included). The run reads them for
+    /// checkpoints, the live status and the run report.
     pub fn counters(&self) -> &OperatorCounters {
         &self.counters
     }
 
+    /// The host services, to read: the run's live status counts keys, state bytes and
+    /// pending timers from them.
     pub fn host(&self) -> &HostServices {
         &self.host
     }
 
-    /// Processes one element of source `source`, then advances the watermark and fires
-    /// the timers that became due.
+    /// Processes one element of source `source` in one call, then advances the
+    /// watermark and fires the timers that became due. A failed call's emitted records
+    /// are dropped, and the element is not counted as processed. The run does not call
+    /// this itself: [`process_elements`](Self::process_elements) does, for every element
+    /// a function that takes no batches gets, and to replay a failed batch.
     pub fn process_element(
         &mut self,
         source: usize,
@@ -278,7 +366,16 @@ impl KeyedOperator {
     }
 
     /// Processes a run of elements (source index, element) in order: in batches when the
-    /// function takes them, else one call each. A failure says which element it was on.
+    /// function takes them, else one call each; the timers that fall due between them
+    /// fire in between, and those due at the last one's watermark before it returns.
+    ///
+    /// The run calls this for every run of records its merge hands out (at most a
+    /// read-ahead's worth, in timestamp order across the inputs). A failure gives the
+    /// index in `elements` it was reported on, either the element whose call failed or
+    /// the one after whose watermark advance a timer failed; what came before it is
+    /// processed and its output written. The run then sends that element (or timer) to
+    /// the dead letters, or rolls back, and calls this again with the elements after it
+    /// (or, after a rolled-back element, from it).
     pub fn process_elements(
         &mut self,
         elements: &[(usize, ElementRef<'_>)],
@@ -443,7 +540,9 @@ impl KeyedOperator {
         }
     }
 
-    /// Marks a source as ended; the watermark may advance (to the end of time once all end).
+    /// Marks a source as ended; the watermark may advance (to the end of time once all
+    /// end), and the event-time timers it makes due fire. The run calls this when the
+    /// input's source is exhausted and every record it read has been processed.
     pub fn end_source(&mut self, source: usize) -> Result<(), OperatorError> {
         if let Some(watermark) = self.watermark.end(source) {
             self.fire_event_timers(watermark)?;
@@ -452,7 +551,9 @@ impl KeyedOperator {
     }
 
     /// Source `source` has seen event time up to `timestamp` without a record here (a
-    /// repartition topic's watermark marker); the watermark may advance.
+    /// repartition topic's watermark marker); the watermark may advance, and the timers
+    /// it makes due fire. The run calls this once every record the input read before
+    /// the marker has been processed.
     pub fn observe_progress(&mut self, source: usize, timestamp: i64) -> Result<(), OperatorError> {
         if let Some(watermark) = self.watermark.observe(source, timestamp) {
             self.fire_event_timers(watermark)?;
@@ -460,7 +561,10 @@ impl KeyedOperator {
         Ok(())
     }
 
-    /// Marks a source idle or active again; the watermark may advance.
+    /// Marks a source idle or active again; the watermark may advance, and the timers it
+    /// makes due fire. The run calls this with `true` when the input has had no record
+    /// for its `idle_timeout` and has nothing queued, and with `false` when it delivers
+    /// again.
     pub fn set_idle(&mut self, source: usize, idle: bool) -> Result<(), OperatorError> {
         if let Some(watermark) = self.watermark.set_idle(source, idle) {
             self.fire_event_timers(watermark)?;
@@ -468,12 +572,15 @@ impl KeyedOperator {
         Ok(())
     }
 
-    /// The watermark of one source's own timestamps (for checkpoints).
+    /// The watermark of one source's own timestamps, ended or not. The run reads it
+    /// for every input when it takes a checkpoint.
     pub fn source_watermark(&self, source: usize) -> Timestamp {
         self.watermark.source(source).seen()
     }
 
-    /// Makes every sink's output so far durable; returns where each stands, by output id.
+    /// Makes every sink's output so far durable; returns where each stands, by output
+    /// id. The run calls this when it takes a checkpoint, between two runs of records
+    /// (every read-ahead queue empty), before it encodes the keyed state.
     pub fn checkpoint_sinks(&mut self) -> Result<Vec<SinkState>, OperatorError> {
         let mut states = Vec::with_capacity(self.sinks.len());
         for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
@@ -485,13 +592,20 @@ impl KeyedOperator {
         Ok(states)
     }
 
-    /// The host services, to save or restore keyed state and timers.
+    /// The host services, to save or restore keyed state and timers. The run uses them
+    /// when it opens (to restore a checkpoint's keyed state and timers, and to start
+    /// tracking changes for incremental checkpoints), when it takes a checkpoint, and
+    /// when the last input ends (to stop tracking).
     pub fn host_mut(&mut self) -> &mut HostServices {
         &mut self.host
     }
 
     /// Puts back checkpointed watermarks (per source, `None` where the checkpoint has
-    /// none) and counters.
+    /// none; and the pipeline's) and counters. The emitted counts are taken only if they
+    /// have one entry per bound output; otherwise they stay as they are. The run calls
+    /// this once, when it resumes from a checkpoint: after [`init`](Self::init) and
+    /// [`bind_sinks`](Self::bind_sinks), once the keyed state is restored, before any
+    /// element.
     pub fn restore(
         &mut self,
         sources: &[Option<Timestamp>],
@@ -511,7 +625,10 @@ impl KeyedOperator {
         };
     }
 
-    /// Fires processing-time timers due at `now`.
+    /// Fires processing-time timers due at `now`, in timestamp and key order. The run
+    /// calls this with the wall clock after every run of records when such timers are
+    /// pending, and whenever no record is ready; after recovering from a timer's failure
+    /// it calls it again with the same `now`.
     pub fn fire_processing_timers(&mut self, now: Timestamp) -> Result<(), OperatorError> {
         while let Some((at, key)) = self.host.timers.pop_processing_due(now) {
             self.fire(TimeDomain::ProcessingTime, at, key)?;
@@ -520,7 +637,13 @@ impl KeyedOperator {
     }
 
     /// At end of input: fires every remaining processing-time timer in timestamp order
-    /// (and any event-time timer those register), so no aggregate waiting on one is lost.
+    /// (and any event-time timer those register), so no aggregate waiting on one is lost;
+    /// then completes every sink ([`close_sinks`](Self::close_sinks)).
+    ///
+    /// The run calls this once every input has ended (the watermark is at the end of
+    /// time, so every event-time timer has fired); after a timer's failure it recovers
+    /// from, it calls this again. Not called when the run is stopped: pending timers
+    /// then stay in the checkpoint.
     pub fn finish(&mut self) -> Result<(), OperatorError> {
         debug_assert_eq!(self.watermark.current(), END_OF_TIME);
         // A processing-time timer may register an event-time timer, which is due at once
@@ -543,7 +666,8 @@ impl KeyedOperator {
     }
 
     /// Completes every sink (an upsert sink writes its table). After [`finish`], or on
-    /// its own when the run is stopped before its input ends.
+    /// its own when the run is stopped before its input ends: the run calls it then,
+    /// after its last checkpoint, without firing pending timers.
     ///
     /// [`finish`]: Self::finish
     pub fn close_sinks(&mut self) -> Result<(), OperatorError> {
@@ -557,6 +681,8 @@ impl KeyedOperator {
     }
 
     /// Writes out what the sinks hold, so live outputs appear while the input is idle.
+    /// The run calls this whenever no record is ready, after firing processing-time
+    /// timers.
     pub fn flush(&mut self) -> Result<(), OperatorError> {
         for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
             sink.flush().map_err(|error| OperatorError::Sink {
@@ -567,11 +693,14 @@ impl KeyedOperator {
         Ok(())
     }
 
-    /// When the next processing-time timer is due, if any.
+    /// When the next processing-time timer is due, if any. The run asks when it waits
+    /// for input, so as to wait no longer than that.
     pub fn next_processing_due(&self) -> Option<Timestamp> {
         self.host.timers.next_processing_due()
     }
 
+    /// Whether any processing-time timer is pending. The run asks after every run of
+    /// records, to read the clock and fire them only if so.
     pub fn has_processing_timers(&self) -> bool {
         self.host.timers.pending(TimeDomain::ProcessingTime) > 0
     }

@@ -18,24 +18,37 @@ use weir_core::time::Timestamp;
 /// What a UDF learns at start-up.
 #[derive(Debug, Clone, Default)]
 pub struct InitInfo {
+    /// Key/value configuration from the pipeline file (`[udf.config]`), with the
+    /// command line's `--config KEY=VALUE` overrides applied. Values are text.
     pub config: Vec<(String, String)>,
+    /// The names of the inputs connected to the function, in pipeline-file order:
+    /// [`ElementRef::input`] indexes this.
     pub inputs: Vec<String>,
 }
 
 /// One input element, borrowed from the source's buffer.
 #[derive(Debug, Clone, Copy)]
 pub struct ElementRef<'a> {
+    /// Which input the element came from: an index into [`InitInfo::inputs`].
     pub input: u32,
+    /// The key the host extracted from the record (UTF-8 text for JSON string and
+    /// number keys).
     pub key: &'a [u8],
+    /// The record itself: one line's bytes (a JSON document) or a Kafka message's
+    /// payload.
     pub value: &'a [u8],
+    /// The record's event time.
     pub timestamp: Timestamp,
 }
 
 /// A timer that fired.
 #[derive(Debug, Clone, Copy)]
 pub struct FiredTimer<'a> {
+    /// The clock the timer followed.
     pub domain: TimeDomain,
+    /// The time the timer was registered for (not the time it actually fired).
     pub timestamp: Timestamp,
+    /// The bytes of the key the timer was registered for; the call is scoped to it.
     pub key: &'a [u8],
 }
 
@@ -52,7 +65,12 @@ pub enum CallError {
     /// The call ran past its deadline.
     Timeout(std::time::Duration),
     /// The UDF tried to grow its memory past its limit.
-    OutOfMemory { limit_bytes: usize, detail: String },
+    OutOfMemory {
+        /// The instance's memory limit ([`Limits::memory_bytes`](wasm::Limits::memory_bytes)).
+        limit_bytes: usize,
+        /// The runtime's own description of the failed growth.
+        detail: String,
+    },
 }
 
 impl fmt::Display for CallError {
@@ -85,18 +103,30 @@ impl std::error::Error for CallError {}
 /// One entry of a batch: an element, or a timer that fires.
 #[derive(Debug, Clone, Copy)]
 pub enum BatchEntry<'a> {
+    /// An element, as [`ProcessFunction::process_element`] would get it.
     Element {
+        /// The element itself.
         element: ElementRef<'a>,
+        /// The id of the element's key in the host's key table (interned when the batch
+        /// was built).
         key: weir_core::state::KeyId,
         /// The watermark while the element is processed.
         watermark: Timestamp,
         /// The watermark once it has been processed.
         watermark_after: Timestamp,
     },
+    /// A timer that falls due, as [`ProcessFunction::on_timer`] would get it. The
+    /// operator puts only event-time timers in a batch; processing-time timers are
+    /// fired one call at a time.
     Timer {
+        /// The clock the timer follows.
         domain: TimeDomain,
+        /// The time the timer was registered for.
         timestamp: Timestamp,
+        /// The id of the timer's key in the host's key table.
         key: weir_core::state::KeyId,
+        /// The watermark whose advance made the timer due: the watermark while it
+        /// fires.
         watermark: Timestamp,
     },
 }

@@ -24,6 +24,8 @@ pub type ContractError = anyhow::Error;
 /// The key (and time) a call is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scope {
+    /// The key of the element or timer being processed: every state and timer call
+    /// acts on it.
     pub key: KeyId,
     /// The element's or timer's timestamp: the default timestamp of emitted records.
     pub timestamp: Timestamp,
@@ -46,6 +48,8 @@ struct EmittedSpan {
 }
 
 impl Emitted {
+    /// Adds a record for `output` with its optional key, its value and its timestamp,
+    /// copying the bytes into the shared buffer.
     pub fn push(
         &mut self,
         output: OutputId,
@@ -81,14 +85,17 @@ impl Emitted {
         })
     }
 
+    /// How many records are waiting.
     pub fn len(&self) -> usize {
         self.records.len()
     }
 
+    /// Whether no record is waiting.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
 
+    /// Drops every waiting record, keeping the buffer's capacity.
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.records.clear();
@@ -220,7 +227,14 @@ impl Services {
     }
 
     // ---- state ---------------------------------------------------------------------
+    //
+    // Every call below but `declare_state` acts on the key of the current scope: outside
+    // a scope it is a `ContractError`, and so is using a state never declared or as
+    // another kind than it was declared with.
 
+    /// The `state.declare` import: declares the state `name` of `kind`, or returns its
+    /// id if it is declared so already; an error for an empty name or a name declared
+    /// with another kind. Needs no scope.
     pub fn declare_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, String> {
         self.states.declare(name, kind)
     }
@@ -238,6 +252,8 @@ impl Services {
         }
     }
 
+    /// The `state.value-get` import: the current key's value of value state `state`,
+    /// if it has one.
     pub fn value_get(&mut self, state: StateId) -> Result<Option<&[u8]>, ContractError> {
         self.check(state, StateKind::Value)?;
         Ok(match self.entry()?.slot(state) {
@@ -246,12 +262,16 @@ impl Services {
         })
     }
 
+    /// The `state.value-set` import: replaces the current key's value of value state
+    /// `state`.
     pub fn value_set(&mut self, state: StateId, value: Vec<u8>) -> Result<(), ContractError> {
         self.check(state, StateKind::Value)?;
         self.entry()?.set_slot(state, Slot::Value(value));
         Ok(())
     }
 
+    /// The `state.list-get` import: the current key's items of list state `state`,
+    /// oldest first (none if it has none).
     pub fn list_get(&mut self, state: StateId) -> Result<&[Vec<u8>], ContractError> {
         self.check(state, StateKind::List)?;
         Ok(match self.entry()?.slot(state) {
@@ -260,6 +280,8 @@ impl Services {
         })
     }
 
+    /// The `state.list-append` import: appends `item` to the current key's list state
+    /// `state`.
     pub fn list_append(&mut self, state: StateId, item: Vec<u8>) -> Result<(), ContractError> {
         self.check(state, StateKind::List)?;
         if let Slot::List(items) = self
@@ -271,6 +293,8 @@ impl Services {
         Ok(())
     }
 
+    /// The `state.list-set` import: replaces the current key's items of list state
+    /// `state`; an empty `items` clears the state.
     pub fn list_set(&mut self, state: StateId, items: Vec<Vec<u8>>) -> Result<(), ContractError> {
         self.check(state, StateKind::List)?;
         let entry = self.entry()?;
@@ -282,6 +306,8 @@ impl Services {
         Ok(())
     }
 
+    /// The `state.map-get` import: the value under `key` in the current key's map
+    /// state `state`, if any.
     pub fn map_get(&mut self, state: StateId, key: &[u8]) -> Result<Option<&[u8]>, ContractError> {
         self.check(state, StateKind::Map)?;
         Ok(match self.entry()?.slot(state) {
@@ -290,6 +316,8 @@ impl Services {
         })
     }
 
+    /// The `state.map-put` import: inserts or replaces the value under `key` in the
+    /// current key's map state `state`.
     pub fn map_put(
         &mut self,
         state: StateId,
@@ -306,6 +334,8 @@ impl Services {
         Ok(())
     }
 
+    /// The `state.map-remove` import: removes `key` from the current key's map state
+    /// `state` (a missing key is a no-op); a map left empty is cleared.
     pub fn map_remove(&mut self, state: StateId, key: &[u8]) -> Result<(), ContractError> {
         self.check(state, StateKind::Map)?;
         let entry = self.entry()?;
@@ -318,6 +348,8 @@ impl Services {
         Ok(())
     }
 
+    /// The `state.map-entries` import: the current key's map state `state`, in byte
+    /// order of its keys, or `None` if it holds no entry.
     pub fn map_entries(&mut self, state: StateId) -> Result<Option<&ByteMap>, ContractError> {
         self.check(state, StateKind::Map)?;
         Ok(match self.entry()?.slot(state) {
@@ -326,6 +358,8 @@ impl Services {
         })
     }
 
+    /// The `state.clear` import: clears the current key's state `state`, whatever its
+    /// kind; an error only if `state` was never declared.
     pub fn clear(&mut self, state: StateId) -> Result<(), ContractError> {
         anyhow::ensure!(
             self.states.get(state).is_some(),
@@ -335,6 +369,8 @@ impl Services {
         Ok(())
     }
 
+    /// The `state.clear-all` import: clears every state of the current key; its timers
+    /// stay.
     pub fn clear_all(&mut self) -> Result<(), ContractError> {
         self.entry()?.clear_all();
         Ok(())
@@ -342,6 +378,9 @@ impl Services {
 
     // ---- timers --------------------------------------------------------------------
 
+    /// The `timers.register` import: registers a timer of the current key in `domain`
+    /// at `at`; registering one that is pending already is a no-op. An error outside a
+    /// scope.
     pub fn register_timer(
         &mut self,
         domain: TimeDomain,
@@ -352,6 +391,8 @@ impl Services {
         Ok(())
     }
 
+    /// The `timers.delete` import: deletes the current key's timer in `domain` at `at`;
+    /// deleting one that is not pending is a no-op. An error outside a scope.
     pub fn delete_timer(&mut self, domain: TimeDomain, at: Timestamp) -> Result<(), ContractError> {
         let key = self.scope()?.key;
         self.timer_for(key, domain, at, false);
@@ -370,16 +411,23 @@ impl Services {
         }
     }
 
+    /// The `timers.current-watermark` import: the pipeline's watermark as the operator
+    /// last set it ([`MIN_WATERMARK`] before the first advance). Needs no scope.
     pub fn current_watermark(&self) -> Timestamp {
         self.watermark
     }
 
+    /// The `timers.current-processing-time` import: the wall clock, in milliseconds
+    /// since the Unix epoch, read at each call. Needs no scope.
     pub fn current_processing_time(&self) -> Timestamp {
         wall_clock_ms()
     }
 
     // ---- outputs -------------------------------------------------------------------
 
+    /// The `output.declare` import: the id of output `name`. A name declared already
+    /// returns its id at any time; a new one is accepted only while the UDF initialises
+    /// (see [`allow_declarations`](Self::allow_declarations)) and must not be empty.
     pub fn declare_output(&mut self, name: &str) -> Result<OutputId, String> {
         if let Some(pos) = self.outputs.iter().position(|o| o == name) {
             return Ok(pos as OutputId);
@@ -394,6 +442,10 @@ impl Services {
         Ok((self.outputs.len() - 1) as OutputId)
     }
 
+    /// The `output.emit` import: queues a record for `output` (see
+    /// [`emitted`](Self::emitted)), with `key` if given and `timestamp`, or by default
+    /// the timestamp of the element or timer being processed. An error outside a scope
+    /// or for an output never declared.
     pub fn emit(
         &mut self,
         output: OutputId,

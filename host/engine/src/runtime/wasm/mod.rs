@@ -25,7 +25,10 @@ use wasmtime::Store;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use weir_core::time::timers::TimeDomain;
 
-/// Bindings generated from `wit/weir.wit`.
+/// Bindings generated from `wit/weir.wit`. Items the WIT documents carry its doc
+/// comments; the rest is generated glue (constructors, `add_to_linker`, undocumented WIT
+/// items), which the `missing_docs` lint is not asked to check.
+#[allow(missing_docs)]
 pub mod bindings {
     wasmtime::component::bindgen!({
         path: "../../wit",
@@ -73,6 +76,8 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A compiled UDF component, ready to instantiate.
 pub struct LoadedComponent {
+    /// The name it was loaded under (a run passes the pipeline's `[udf] name`): what
+    /// messages, log lines and the guest's stderr are labelled with.
     pub name: String,
     /// The SHA-256 of the component's bytes, in hex: its identity in checkpoints.
     pub sha256: String,
@@ -165,6 +170,9 @@ pub struct WasmFunction {
 }
 
 impl WasmFunction {
+    /// A function over `component`, sandboxed by `limits`. Nothing is instantiated
+    /// yet: [`init`](ProcessFunction::init) creates the first instance, and any call
+    /// after a trap creates a fresh one (initialised again with the same [`InitInfo`]).
     pub fn new(component: LoadedComponent, limits: Limits) -> Self {
         let scratch = types::Element {
             input: 0,

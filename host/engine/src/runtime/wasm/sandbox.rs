@@ -232,6 +232,7 @@ struct StderrBuffer {
 impl GuestStderr {
     const KEEP: usize = 8 << 10;
 
+    /// An empty stderr for the UDF `udf`, whose name labels the lines logged.
     pub fn new(udf: &str) -> Self {
         Self {
             udf: udf.into(),
