@@ -20,7 +20,11 @@ pub const SWAP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A new UDF version for a running pipeline, compiled and checked already.
 pub struct SwapRequest {
+    /// The new version, not initialised: its `init` runs against the live host when
+    /// the run swaps it in.
     pub function: Box<dyn ProcessFunction>,
+    /// The new version's name and SHA-256: what the status and later checkpoints name
+    /// once it is swapped in.
     pub identity: UdfIdentity,
     /// Calls the new version must pass before the old one is dropped; a failure before
     /// then rolls back to the old version (0: no probation).
@@ -32,6 +36,8 @@ pub struct SwapRequest {
 /// A swap that happened: how long processing waited for it.
 #[derive(Debug, Clone, Copy)]
 pub struct SwapDone {
+    /// How long the run stopped processing for the swap (the new version's `init` and
+    /// the swap itself).
     pub pause: std::time::Duration,
 }
 
@@ -51,6 +57,8 @@ impl std::fmt::Debug for RunControl {
 }
 
 impl RunControl {
+    /// A control with no stop asked for, no swap queued and a status that says
+    /// [`RunState::Starting`], to share between the run and whoever steers it.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
@@ -66,6 +74,9 @@ impl RunControl {
         }
     }
 
+    /// Takes the queued swap, if any, leaving none. The run calls this between two runs
+    /// of records to apply it; a requester that gave up waiting calls it to withdraw its
+    /// request, so that it is not applied later.
     pub fn take_swap(&self) -> Option<SwapRequest> {
         self.swap.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
@@ -136,29 +147,44 @@ impl std::fmt::Display for RunState {
 pub struct LiveStatus {
     /// Where the run is in its life.
     pub state: RunState,
+    /// The running UDF's name.
     pub udf: String,
+    /// The SHA-256 (hex) of the running UDF version: after a swap the new one's, after
+    /// a rollback the old one's again.
     pub udf_sha256: String,
     /// Per source: name, records read.
     pub sources: Vec<(String, u64)>,
     /// Per output: name, records emitted.
     pub outputs: Vec<(String, u64)>,
+    /// Elements processed so far (a resumed run counts those before its checkpoint).
     pub processed: u64,
+    /// Records and timers sent to the dead-letter output.
     pub dead_letters: u64,
+    /// Elements that arrived at or below the watermark.
     pub late: u64,
+    /// The pipeline's watermark; `None` before it first advances and once every input
+    /// has ended.
     pub watermark: Option<Timestamp>,
     /// Wall clock minus watermark, in ms (while the watermark is set).
     pub watermark_lag_ms: Option<i64>,
+    /// Live keys: those holding state or pending timers.
     pub keys: u64,
+    /// Bytes of keyed state over all keys (recounted at most once a second).
     pub state_bytes: u64,
+    /// Pending event-time timers.
     pub event_timers: u64,
+    /// Pending processing-time timers.
     pub processing_timers: u64,
     /// UDF failures that rolled a new version back.
     pub udf_errors: u64,
+    /// The latest error worth showing: why a new version was rolled back, or what the
+    /// run failed with.
     pub last_error: Option<String>,
     /// Records per second over the last few seconds.
     pub records_per_second: f64,
     /// (unix ms, records processed) once a second, for the last ten minutes.
     pub history: VecDeque<(i64, u64)>,
+    /// Checkpoints this run has taken (not counting those of earlier runs).
     pub checkpoints: u64,
     /// In a group (`weir serve --group`): the tasks (partitions) running in this process.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -172,6 +198,8 @@ pub struct RateTracker {
 }
 
 impl RateTracker {
+    /// A tracker that has seen nothing yet: its first observation only sets the
+    /// starting point of the rate.
     pub fn new() -> Self {
         Self {
             last: None,
@@ -179,6 +207,10 @@ impl RateTracker {
         }
     }
 
+    /// Updates `status` from its `processed` count: `records_per_second` over the time
+    /// since the last update (once at least a second has passed), and a sample
+    /// `(now_ms, processed)` appended to `history` at most once a second, keeping the
+    /// last 600. Called each time a status is published.
     pub fn observe(&mut self, status: &mut LiveStatus, now_ms: i64) {
         let now = Instant::now();
         if let Some((at, processed)) = self.last {

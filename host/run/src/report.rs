@@ -5,31 +5,43 @@ use std::time::Duration;
 /// The figures of a finished (or failed) run.
 #[derive(Debug, Clone, Default)]
 pub struct RunReport {
+    /// The pipeline's name.
     pub pipeline: String,
+    /// The running UDF's name.
     pub udf: String,
     /// Per source: name, records read (including dead letters).
     pub sources: Vec<(String, u64)>,
     /// Per output: name, records emitted.
     pub outputs: Vec<(String, u64)>,
+    /// Elements processed (a resumed run counts those before its checkpoint).
     pub processed: u64,
+    /// Records and timers written to the dead-letter output.
     pub dead_letters: u64,
+    /// Where the dead-letter output is written.
     pub dead_letter_path: String,
+    /// Elements that arrived at or below the watermark.
     pub late: u64,
+    /// Event-time timers fired.
     pub event_timers: u64,
+    /// Processing-time timers fired.
     pub processing_timers: u64,
+    /// Wall time of this run, from opening it to its end.
     pub elapsed: Duration,
     /// The process's peak resident memory, where the OS tells it (Linux).
     pub peak_rss_bytes: Option<u64>,
-    /// Stopped by a signal before the input ended.
+    /// Asked to stop ([`RunOptions::stop`](crate::RunOptions::stop)) before the input
+    /// ended: pending timers were not fired.
     pub interrupted: bool,
     /// The checkpoint the run resumed from, if any.
     pub resumed_from: Option<u64>,
-    /// Checkpoints taken, and the longest time one held processing up.
+    /// Checkpoints this run took.
     pub checkpoints: u64,
+    /// The longest time one checkpoint held processing up.
     pub longest_checkpoint_pause: Duration,
 }
 
 impl RunReport {
+    /// Elements processed per second of [`elapsed`](Self::elapsed).
     pub fn records_per_second(&self) -> f64 {
         self.processed as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
