@@ -192,6 +192,7 @@ pub struct LiveStatus {
 }
 
 /// Keeps a status's rate and history up to date.
+#[derive(Default)]
 pub struct RateTracker {
     last: Option<(Instant, u64)>,
     last_sample: Option<Instant>,
