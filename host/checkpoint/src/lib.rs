@@ -3,8 +3,8 @@
 //! A checkpoint is taken between records, when the sources' read-ahead has been
 //! processed: every sink first makes what it was given durable (and says where it
 //! stands), then the keyed state, the timers of both domains, the watermarks, the source
-//! positions and the UDF's identity are written to one file ([`file`]) in the state
-//! directory ([`store`]). Restoring puts all of it back, seeks the sources to their
+//! positions and the UDF's identity are written to one file ([`file`](mod@file)) in the
+//! state directory ([`store`]). Restoring puts all of it back, seeks the sources to their
 //! positions and cuts file sinks back to their lengths, so what was written after the
 //! checkpoint is written again exactly once; idempotent sinks (PostgreSQL upserts) and
 //! Kafka (id headers) take the replay as it is.
