@@ -3,21 +3,21 @@
 //! Running a pipeline: its plan (`weir-pipeline`) wired into sources, the keyed operator
 //! with its UDF, and sinks, until every source ends or the run is asked to stop.
 //!
-//! One run is one thread. Its loop, in [`runner`]:
+//! One run is one thread. Its loop, in `runner.rs`:
 //!
-//! 1. **Steer** ([`steering`]): apply a UDF version someone asked to swap in, publish
+//! 1. **Steer** (`steering.rs`): apply a UDF version someone asked to swap in, publish
 //!    the live status a few times a second.
-//! 2. **Read ahead** ([`inputs`]): every source partition is an input with its own
+//! 2. **Read ahead** (`inputs.rs`): every source partition is an input with its own
 //!    queue; records are decoded (key, event time) as they are read, and those that
 //!    cannot be go to the dead-letter output.
 //! 3. **Merge**: records are handed to the operator in timestamp order across inputs
 //!    (ties in pipeline-file order), in runs of up to 512; a live input with nothing
 //!    queued does not hold the others back, and one quiet for its `idle_timeout` stops
 //!    holding the watermark back.
-//! 4. **Recover** ([`recovery`]): a record or timer whose key's state the UDF cannot
+//! 4. **Recover** (`recovery.rs`): a record or timer whose key's state the UDF cannot
 //!    read goes to the dead letters; a new version failing within its probation is
 //!    rolled back; anything else ends the run with a message naming the record.
-//! 5. **Checkpoint** ([`checkpointing`]): between records, once the read-ahead queues
+//! 5. **Checkpoint** (`checkpointing.rs`): between records, once the read-ahead queues
 //!    are drained, every `interval` and when the run is stopped; a run resumes from the
 //!    newest one, and a run that completes removes them.
 //!
