@@ -1,7 +1,7 @@
 //! The in-memory host: keyed state, timers, clocks, outputs and logs, with the host's
 //! rules (key scoping, timer uniqueness, init-only output declaration).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{Emitted, LogLine};
 use crate::backend::StateKind;
@@ -44,7 +44,7 @@ pub(crate) struct World {
     key_ids: HashMap<Vec<u8>, KeyId>,
     key_bytes: Vec<Vec<u8>>,
     /// The pending timers by key id, for `pending_timers`.
-    pending_timers: BTreeMap<(HostDomain, i64, KeyId), ()>,
+    pending_timers: BTreeSet<(HostDomain, i64, KeyId)>,
     pub(crate) logs: Vec<LogLine>,
 }
 
@@ -62,7 +62,7 @@ impl World {
             timers: TimerService::new(processing_time),
             key_ids: HashMap::new(),
             key_bytes: Vec::new(),
-            pending_timers: BTreeMap::new(),
+            pending_timers: BTreeSet::new(),
             logs: Vec::new(),
         }
     }
@@ -241,7 +241,7 @@ impl World {
         let key = self.key("timers.register").to_vec();
         let (id, domain) = (self.key_id(&key), host_domain(domain));
         if self.timers.register(domain, id, tie_order(&key), at) {
-            self.pending_timers.insert((domain, at, id), ());
+            self.pending_timers.insert((domain, at, id));
         }
     }
 
@@ -276,7 +276,7 @@ impl World {
     pub(crate) fn pending_timers(&self) -> Vec<(Vec<u8>, TimeDomain, i64)> {
         let mut timers: Vec<_> = self
             .pending_timers
-            .keys()
+            .iter()
             .map(|&(domain, at, id)| {
                 let key = &self.key_bytes[id as usize];
                 (domain, at, tie_order(key), key.clone())

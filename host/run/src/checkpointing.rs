@@ -13,7 +13,7 @@ use weir_core::time::wall_clock_ms;
 use weir_engine::operator::{KeyedOperator, OperatorCounters};
 use weir_engine::snapshot;
 use weir_io::sink::{DeadLetters, SinkState};
-use weir_io::source::{Source, SourceLocation};
+use weir_io::source::Source;
 use weir_pipeline::{PipelineSpec, SourceSpec};
 
 /// The checkpoint a run starts from (nothing, for a first run).
@@ -73,7 +73,7 @@ impl Restored {
 
     /// Opens a source at its checkpointed positions, or at its start.
     pub fn open_source(&self, spec: &SourceSpec) -> anyhow::Result<Box<dyn Source>> {
-        let partitioned = matches!(spec.location, SourceLocation::Kafka(_));
+        let partitioned = spec.location.is_partitioned();
         let prefix = format!("{}:", spec.name);
         let positions: Vec<_> = self
             .meta()

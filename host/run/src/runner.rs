@@ -18,7 +18,6 @@ use weir_engine::operator::{Activity, KeyedOperator, OperatorError};
 use weir_engine::runtime::{CallError, ElementRef, InitInfo, ProcessFunction};
 use weir_io::sink::{DeadLetters, Sink};
 use weir_io::source::decode::RecordDecoder;
-use weir_io::source::SourceLocation;
 use weir_pipeline::PipelineSpec;
 
 /// One run of a pipeline, from opening its sources to its report.
@@ -72,7 +71,7 @@ impl Runner {
                 .expect("input named by a source") as u32;
             let settings = SourceSettings {
                 name: &s.name,
-                partitioned: matches!(s.location, SourceLocation::Kafka(_)),
+                partitioned: s.location.is_partitioned(),
                 input_index,
                 decoder,
                 idle_timeout: s.idle_timeout,

@@ -81,13 +81,9 @@ pub(crate) fn apply_swap(
 }
 
 impl StatusPublisher {
-    /// Whether a status is due (a few times a second); if so, counts it as published.
-    pub fn due(&mut self) -> bool {
-        let due = self.last.elapsed() >= STATUS_EVERY;
-        if due {
-            self.last = Instant::now();
-        }
-        due
+    /// Whether a status is due (a few times a second since the last [`publish`](Self::publish)).
+    pub fn due(&self) -> bool {
+        self.last.elapsed() >= STATUS_EVERY
     }
 
     /// Writes the live figures into `control`, the run being in `state`: `report` so far,

@@ -107,6 +107,14 @@ pub enum SourceLocation {
     Kafka(KafkaSourceSpec),
 }
 
+impl SourceLocation {
+    /// Whether a source here has several partitions, each an input named after it
+    /// (`source:topic[partition]`): Kafka topics; a file or stdin is one input.
+    pub fn is_partitioned(&self) -> bool {
+        matches!(self, SourceLocation::Kafka(_))
+    }
+}
+
 /// Opens the source `name` reads from `location`, at `resume`: the positions its inputs
 /// had in the checkpoint a run restores (none for a fresh start). Called once per source
 /// when a run starts.
