@@ -21,12 +21,16 @@
 //!    the rebalance when a fourth joins (see `scale.rs`).
 //! 6. Other languages: the Python and JavaScript twins of the counter and the order
 //!    timeout against the Rust ones, per element and at start-up (see `languages.rs`).
+//! 7. Hot keys with big state: the seed 000 counter at ~3 to ~3,000 clicks per ad and
+//!    the order timeout at 1 to 100 items per order, records/s and peak RSS per case
+//!    (see `state_size.rs`).
 //!
 //! The last lines are machine-readable, the very last one as it always was:
 //!
 //! ```text
 //! scale-out processes=N records_per_s=R total_s=T joining_s=J
 //! scale-out rebalance_s=S
+//! state-size udf=change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
 //! udf-language lang=python udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M
 //! udf-startup lang=python udf=change-only-counter compile_ms=C cached_ms=D
 //! checkpoint-cost interval_ms=1000 with_records_per_s=N without_records_per_s=M slowdown_pct=P
@@ -35,12 +39,14 @@
 //! change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R
 //! ```
 //!
-//! `weir-bench native|wasm|checkpoints|kafka|languages|scale` runs one part only.
+//! `weir-bench native|wasm|checkpoints|kafka|languages|scale|state-size [UDF]` runs one part
+//! only.
 
 mod kafka;
 mod languages;
 mod scale;
 mod state_dir;
+mod state_size;
 
 use serde::{Deserialize, Serialize};
 use state_dir::{StateDirUse, StateDirWatch};
@@ -98,6 +104,13 @@ fn main() -> anyhow::Result<()> {
                 println!("scale-out rebalance_s={:.1}", rebalance.as_secs_f64());
                 return Ok(());
             }
+            "state-size" => {
+                let udf = std::env::args().nth(2);
+                for r in state_size::matrix(&data, udf.as_deref())? {
+                    println!("{}", r.line());
+                }
+                return Ok(());
+            }
             "languages" => {
                 for r in languages::per_element(&data, &clicks)? {
                     println!("{}", r.line());
@@ -116,7 +129,7 @@ fn main() -> anyhow::Result<()> {
             "wasm" => run(&spec, &RunOptions::default()),
             other => {
                 anyhow::bail!(
-                    "unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka|languages|scale]"
+                    "unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka|languages|scale|state-size [UDF]]"
                 )
             }
         }
@@ -172,12 +185,16 @@ fn main() -> anyhow::Result<()> {
     let (scale_runs, rebalance) = scale::scale_out(&data)?;
     let language_runs = languages::per_element(&data, &clicks)?;
     let startups = languages::startup(&data)?;
+    let state_sizes = state_size::matrix(&data, None)?;
 
     println!();
     for r in &scale_runs {
         println!("{}", r.line());
     }
     println!("scale-out rebalance_s={:.1}", rebalance.as_secs_f64());
+    for r in &state_sizes {
+        println!("{}", r.line());
+    }
     for r in &language_runs {
         println!("{}", r.line());
     }

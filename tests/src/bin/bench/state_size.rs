@@ -1,0 +1,223 @@
+//! Hot keys with big state: what a record costs as its key's state grows.
+//!
+//! - The seed 000 counter (`change-only-counter`: an ad's click times in one value state,
+//!   a timer per click) on 2,000,000 clicks at ~10 ms of event time per click, over
+//!   10,000, 1,000, 100 and 10 ads: about 3, 30, 300 and 3,000 clicks per ad in the
+//!   5-minute window.
+//! - The seed 002 order timeout (`order-timeout`: an order's items in one value state, one
+//!   timer per order moved on every event) on 1,000,000 events, 1,000 orders open at a
+//!   time, each closed after 1, 10 or 100 items (timeout 1 minute).
+//!
+//! Each case is one `weir run` process (file -> discard), so the peak RSS is the case's
+//! own; the figures are the ones its summary prints. One line per case:
+//!
+//! ```text
+//! state-size udf=change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
+//! ```
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use weir_e2e::{component, datetime_millis, gen, weir_bin};
+
+const CLICKS: usize = 2_000_000;
+/// Ads per case: ~3, 30, 300 and 3,000 clicks per ad in the window.
+const ADS: [(u64, u64); 4] = [(3, 10_000), (30, 1_000), (300, 100), (3_000, 10)];
+const ORDER_EVENTS: u64 = 1_000_000;
+const OPEN_ORDERS: u64 = 1_000;
+const ITEMS_PER_ORDER: [u64; 3] = [1, 10, 100];
+
+/// One case's figures.
+pub struct StateSizeRun {
+    pub udf: &'static str,
+    /// About how many items a key holds: clicks per ad in the window, items per order.
+    pub per_key: u64,
+    pub records_per_s: f64,
+    pub peak_rss_mb: f64,
+}
+
+impl StateSizeRun {
+    pub fn line(&self) -> String {
+        format!(
+            "state-size udf={} per_key={} records_per_s={:.0} peak_rss_mb={:.1}",
+            self.udf, self.per_key, self.records_per_s, self.peak_rss_mb
+        )
+    }
+}
+
+/// Runs every case; `only` picks one UDF's cases (`change-only-counter`, `order-timeout`).
+pub fn matrix(data: &Path, only: Option<&str>) -> anyhow::Result<Vec<StateSizeRun>> {
+    let mut runs = Vec::new();
+    if only.is_none_or(|u| u == "change-only-counter") {
+        for (per_key, ads) in ADS {
+            let input = data.join(format!("clicks-2m-{ads}ads.jsonl"));
+            ensure_clicks(&input, ads)?;
+            let pipeline = pipeline(
+                data,
+                &format!("state-clicks-{per_key}"),
+                &input,
+                "ad_id",
+                "clicked_at",
+                "5s",
+                "change-only-counter",
+                "",
+            )?;
+            runs.push(run_case(
+                "change-only-counter",
+                per_key,
+                &pipeline,
+                data,
+            )?);
+        }
+    }
+    if only.is_none_or(|u| u == "order-timeout") {
+        for items in ITEMS_PER_ORDER {
+            let input = data.join(format!("orders-1m-{items}items.jsonl"));
+            ensure_orders(&input, items)?;
+            let pipeline = pipeline(
+                data,
+                &format!("state-orders-{items}"),
+                &input,
+                "orderId",
+                "timestamp",
+                "0s",
+                "order-timeout",
+                "[udf.config]\ntimeout = \"1m\"\n",
+            )?;
+            runs.push(run_case("order-timeout", items, &pipeline, data)?);
+        }
+    }
+    Ok(runs)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pipeline(
+    data: &Path,
+    name: &str,
+    input: &Path,
+    key: &str,
+    timestamp: &str,
+    out_of_orderness: &str,
+    udf: &str,
+    udf_config: &str,
+) -> anyhow::Result<PathBuf> {
+    let toml = format!(
+        r#"name = "{name}"
+
+[[source]]
+name = "input"
+type = "file"
+path = "{input}"
+key = "{key}"
+timestamp = "{timestamp}"
+timestamp_format = "datetime"
+out_of_orderness = "{out_of_orderness}"
+
+[udf]
+path = "{udf}"
+{udf_config}
+[[sink]]
+output = "main"
+type = "discard"
+"#,
+        input = input.display(),
+        udf = component(udf).display(),
+    );
+    let path = data.join(format!("{name}.toml"));
+    std::fs::write(&path, toml)?;
+    Ok(path)
+}
+
+fn run_case(
+    udf: &'static str,
+    per_key: u64,
+    pipeline: &Path,
+    data: &Path,
+) -> anyhow::Result<StateSizeRun> {
+    let output = Command::new(weir_bin())
+        .arg("run")
+        .arg(pipeline)
+        .arg("--no-checkpoints")
+        .arg("--dead-letter")
+        .arg(data.join("state-size.dead-letter.jsonl"))
+        .output()?;
+    let summary = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(
+        output.status.success(),
+        "weir run {} failed:\n{summary}",
+        pipeline.display()
+    );
+    let records_per_s = summary
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(" s (")?;
+            rest.strip_suffix(" records/s)")?.parse().ok()
+        })
+        .ok_or_else(|| anyhow::anyhow!("no records/s in the summary:\n{summary}"))?;
+    let peak_rss_mb = summary
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("peak memory (RSS): "))
+        .and_then(|v| v.trim_end_matches(" MB").parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no peak memory in the summary:\n{summary}"))?;
+    let run = StateSizeRun {
+        udf,
+        per_key,
+        records_per_s,
+        peak_rss_mb,
+    };
+    eprintln!("  {}", run.line());
+    Ok(run)
+}
+
+fn ensure_clicks(path: &Path, ads: u64) -> anyhow::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    eprintln!("generating {}", path.display());
+    // The same stream as the bench's counter input, over fewer ads.
+    let clicks = gen::clicks(CLICKS, ads, 42, 20, 4_000, 0.001, 0.0);
+    let mut out = BufWriter::new(std::fs::File::create(path)?);
+    for c in &clicks {
+        writeln!(
+            out,
+            r#"{{"ad_id":"{}","clicked_at":"{}"}}"#,
+            c.ad,
+            datetime_millis(c.ts)
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Order events 1 ms apart; each goes to one of the `OPEN_ORDERS` open orders at random,
+/// and an order that has had `items` events is replaced by a new one.
+fn ensure_orders(path: &Path, items: u64) -> anyhow::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    eprintln!("generating {}", path.display());
+    const ITEMS: [&str; 4] = ["tea", "coffee", "cake", "juice"];
+    let mut rng = gen::Rng::new(7);
+    let mut open: Vec<(u64, u64)> = (0..OPEN_ORDERS).map(|o| (o, 0)).collect();
+    let mut next_order = OPEN_ORDERS;
+    let mut out = BufWriter::new(std::fs::File::create(path)?);
+    for event in 0..ORDER_EVENTS {
+        let slot = rng.below(OPEN_ORDERS) as usize;
+        let (order, count) = &mut open[slot];
+        writeln!(
+            out,
+            r#"{{"orderId":{order},"item":"{}","cost":"{}.{:02}","timestamp":"{}"}}"#,
+            ITEMS[rng.below(4) as usize],
+            1 + rng.below(9),
+            rng.below(100),
+            datetime_millis(gen::BASE_MS + event as i64)
+        )?;
+        *count += 1;
+        if *count == items {
+            open[slot] = (next_order, 0);
+            next_order += 1;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
