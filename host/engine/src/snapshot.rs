@@ -8,7 +8,7 @@
 
 use crate::runtime::HostServices;
 use weir_core::codec::{Reader, Writer};
-use weir_core::state::{ByteMap, KeyEntry, KeyId, KeyTable, Slot, StateId};
+use weir_core::state::{ByteMap, KeyId, KeyTable, Slot, StateId};
 use weir_core::time::timers::TimeDomain;
 
 const REMOVED: u8 = 0;
@@ -21,8 +21,8 @@ const MAP: u8 = 2;
 /// Every live key: a base for later increments.
 pub fn encode_full(keys: &KeyTable) -> Vec<u8> {
     let mut out = Writer::default();
-    for (_, entry) in keys.iter() {
-        put(&mut out, entry);
+    for (id, _) in keys.iter() {
+        put(&mut out, keys, id);
     }
     out.into_inner()
 }
@@ -36,12 +36,13 @@ pub fn encode_changes(keys: &mut KeyTable) -> Vec<u8> {
         out.bytes(key);
     }
     for id in changed {
-        put(&mut out, keys.entry(id));
+        put(&mut out, keys, id);
     }
     out.into_inner()
 }
 
-fn put(out: &mut Writer, entry: &KeyEntry) {
+fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) {
+    let entry = keys.entry(id);
     out.u8(PUT);
     out.bytes(entry.key());
     let slots: Vec<_> = entry.slots().collect();
@@ -70,8 +71,11 @@ fn put(out: &mut Writer, entry: &KeyEntry) {
             }
         }
     }
-    out.u32(entry.timers().len() as u32);
-    for &(domain, at) in entry.timers() {
+    // In time order, so the same state always encodes to the same bytes.
+    let mut timers: Vec<_> = keys.timers(id).collect();
+    timers.sort_unstable();
+    out.u32(timers.len() as u32);
+    for (domain, at) in timers {
         out.u8(match domain {
             TimeDomain::EventTime => 0,
             TimeDomain::ProcessingTime => 1,
@@ -129,7 +133,7 @@ pub fn apply(
 
 /// Removes a key's slots and timers (an increment replaces a key whole).
 fn clear_key(host: &mut HostServices, id: KeyId) {
-    let timers = host.keys.entry(id).timers().to_vec();
+    let timers: Vec<_> = host.keys.timers(id).collect();
     for (domain, at) in timers {
         host.timer_for(id, domain, at, false);
     }
@@ -184,8 +188,8 @@ mod tests {
         let mut all: Vec<_> = host
             .keys
             .iter()
-            .map(|(_, e)| {
-                let mut timers = e.timers().to_vec();
+            .map(|(id, e)| {
+                let mut timers: Vec<_> = host.keys.timers(id).collect();
                 timers.sort();
                 let slots = e.slots().map(|(id, s)| (id, s.clone())).collect();
                 (e.key().to_vec(), slots, timers)

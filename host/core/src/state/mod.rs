@@ -7,7 +7,7 @@
 //!
 //! Each key holds one [`Slot`] per state it uses: a value, a list or a map of bytes,
 //! as declared by name in the [`StateRegistry`]. The bytes are the guest's encoding.
-//! Each key also lists its own pending timers, so a checkpoint can save a key whole.
+//! The table also knows each key's pending timers, so a checkpoint can save a key whole.
 //!
 //! For incremental checkpoints the table [tracks changes](KeyTable::track_changes): every
 //! key whose state or timers changed since the last checkpoint, and every key released
@@ -57,11 +57,17 @@ pub struct KeyEntry {
     key: Key,
     /// One slot per state in use, few per key, so a small vector beats a map.
     slots: SmallVec<[(StateId, Slot); 1]>,
-    /// Pending timers of this key (both domains); the key is kept while any are.
+    /// Pending timers of this key (both domains) while it has few; the key is kept
+    /// while any are.
     timers: SmallVec<[(TimeDomain, Timestamp); 1]>,
+    /// The key has too many timers for a list: they are in [`KeyTable::crowded`].
+    crowded: bool,
     in_use: bool,
     /// Changed since the last checkpoint (and listed in [`KeyTable::changed`]).
     dirty: bool,
+    /// The UDF instance cache epoch in which the guest holds a current copy of this
+    /// key's state (0: none); any change to the state here clears it.
+    cached_in: u32,
 }
 
 impl KeyEntry {
@@ -87,6 +93,7 @@ impl KeyEntry {
 
     /// The key's contents of `state`, to change in place, or `None` if it holds none.
     pub fn slot_mut(&mut self, state: StateId) -> Option<&mut Slot> {
+        self.cached_in = 0;
         self.slots
             .iter_mut()
             .find(|(id, _)| *id == state)
@@ -95,6 +102,7 @@ impl KeyEntry {
 
     /// The slot of `state`, created by `init` if the key has none yet.
     pub fn slot_or_insert(&mut self, state: StateId, init: impl FnOnce() -> Slot) -> &mut Slot {
+        self.cached_in = 0;
         let pos = match self.slots.iter().position(|(id, _)| *id == state) {
             Some(pos) => pos,
             None => {
@@ -112,11 +120,13 @@ impl KeyEntry {
 
     /// Drops the key's contents of `state`; nothing happens if it held none.
     pub fn clear(&mut self, state: StateId) {
+        self.cached_in = 0;
         self.slots.retain(|(id, _)| *id != state);
     }
 
     /// Drops the key's contents of every state. Its timers stay.
     pub fn clear_all(&mut self) {
+        self.cached_in = 0;
         self.slots.clear();
     }
 
@@ -131,15 +141,12 @@ impl KeyEntry {
         !self.slots.is_empty()
     }
 
-    /// How many timers of the key (both domains) are pending.
-    pub fn pending_timers(&self) -> usize {
-        self.timers.len()
+    /// The cache epoch in which a UDF instance holds a current copy of the key's state,
+    /// as last [marked](KeyTable::mark_cached_in); 0 once the state changed here since.
+    pub fn cached_in(&self) -> u32 {
+        self.cached_in
     }
 
-    /// The key's pending timers, in no particular order.
-    pub fn timers(&self) -> &[(TimeDomain, Timestamp)] {
-        &self.timers
-    }
 }
 
 /// Interned keys and their state.
@@ -156,7 +163,13 @@ pub struct KeyTable {
     changed: Vec<KeyId>,
     /// Keys released since the last checkpoint.
     released: Vec<Key>,
+    /// The timers of keys with more than [`FEW_TIMERS`], in a set each, so that adding
+    /// or removing one of a hot key's thousands costs what it costs for a key with one.
+    crowded: hashbrown::HashMap<KeyId, hashbrown::HashSet<(TimeDomain, Timestamp)>>,
 }
+
+/// Up to this many timers a key keeps them in a list of its own.
+const FEW_TIMERS: usize = 16;
 
 impl KeyTable {
     /// An empty table that does not track changes yet.
@@ -184,6 +197,7 @@ impl KeyTable {
         let entry = &mut self.entries[id as usize];
         entry.key = Key::from_slice(key);
         entry.in_use = true;
+        entry.cached_in = 0;
         self.live += 1;
         let (entries, hasher) = (&self.entries, &self.hasher);
         self.index.insert_unique(hash, id, |&other| {
@@ -219,7 +233,19 @@ impl KeyTable {
     /// is kept (and checkpointed with it). The timer service itself is separate: the
     /// engine calls this when it has registered a timer there that was not pending yet.
     pub fn timer_added(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
-        self.entry_mut(id).timers.push((domain, at));
+        self.mark_changed(id);
+        let entry = &mut self.entries[id as usize];
+        if entry.crowded {
+            self.crowded.entry(id).or_default().insert((domain, at));
+        } else if entry.timers.len() < FEW_TIMERS {
+            entry.timers.push((domain, at));
+        } else {
+            let mut set: hashbrown::HashSet<_> = entry.timers.drain(..).collect();
+            set.insert((domain, at));
+            entry.timers = SmallVec::new();
+            entry.crowded = true;
+            self.crowded.insert(id, set);
+        }
     }
 
     /// Records on key `id` that its timer of `domain` at `at` is no longer pending (it
@@ -230,12 +256,53 @@ impl KeyTable {
     ///
     /// If the key had no such timer recorded by [`timer_added`](Self::timer_added).
     pub fn timer_removed(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
-        let timers = &mut self.entry_mut(id).timers;
-        let pos = timers
+        self.mark_changed(id);
+        let entry = &mut self.entries[id as usize];
+        let removed = if entry.crowded {
+            let set = self.crowded.get_mut(&id).expect("a crowded key has a set");
+            let removed = set.remove(&(domain, at));
+            if set.is_empty() {
+                self.crowded.remove(&id);
+                entry.crowded = false;
+            }
+            removed
+        } else {
+            match entry.timers.iter().position(|&t| t == (domain, at)) {
+                Some(pos) => {
+                    entry.timers.swap_remove(pos);
+                    true
+                }
+                None => false,
+            }
+        };
+        assert!(removed, "a removed timer was pending");
+    }
+
+    /// The pending timers of key `id` (both domains), in no particular order.
+    pub fn timers(&self, id: KeyId) -> impl Iterator<Item = (TimeDomain, Timestamp)> + '_ {
+        let entry = &self.entries[id as usize];
+        let crowded = entry.crowded.then(|| &self.crowded[&id]);
+        entry
+            .timers
             .iter()
-            .position(|&t| t == (domain, at))
-            .expect("a removed timer was pending");
-        timers.swap_remove(pos);
+            .copied()
+            .chain(crowded.into_iter().flatten().copied())
+    }
+
+    /// How many timers of key `id` (both domains) are pending.
+    pub fn pending_timers(&self, id: KeyId) -> usize {
+        let entry = &self.entries[id as usize];
+        match entry.crowded {
+            true => self.crowded[&id].len(),
+            false => entry.timers.len(),
+        }
+    }
+
+    /// Records that the UDF instance of cache epoch `epoch` now holds a current copy of
+    /// key `id`'s state (not a change of the key). The engine calls this after it has
+    /// applied a cached batch's writes; any later change to the state clears the mark.
+    pub fn mark_cached_in(&mut self, id: KeyId, epoch: u32) {
+        self.entries[id as usize].cached_in = epoch;
     }
 
     /// From now on, remembers which keys change, for [`take_changes`](Self::take_changes).
@@ -274,7 +341,7 @@ impl KeyTable {
     /// Releases the key if it holds neither state nor timers, so its id can be reused.
     pub fn release_if_unused(&mut self, id: KeyId) {
         let entry = &self.entries[id as usize];
-        if !entry.in_use || entry.has_state() || !entry.timers.is_empty() {
+        if !entry.in_use || entry.has_state() || !entry.timers.is_empty() || entry.crowded {
             return;
         }
         let hash = self.hasher.hash_one(entry.key.as_slice());
@@ -399,8 +466,39 @@ mod tests {
             "forgotten once taken"
         );
         table.timer_added(early, TimeDomain::EventTime, 7);
-        assert_eq!(table.entry(early).timers(), &[(TimeDomain::EventTime, 7)]);
+        assert_eq!(
+            table.timers(early).collect::<Vec<_>>(),
+            [(TimeDomain::EventTime, 7)]
+        );
         assert_eq!(table.take_changes().1, vec![early]);
+    }
+
+    #[test]
+    fn a_key_with_many_timers_keeps_each_once() {
+        let mut table = KeyTable::new();
+        let hot = table.intern(b"hot");
+        for at in 0..1_000 {
+            table.timer_added(hot, TimeDomain::EventTime, at);
+        }
+        table.timer_added(hot, TimeDomain::ProcessingTime, 5);
+        assert_eq!(table.pending_timers(hot), 1_001);
+        for at in (0..1_000).step_by(2) {
+            table.timer_removed(hot, TimeDomain::EventTime, at);
+        }
+        let mut left: Vec<_> = table.timers(hot).collect();
+        left.sort();
+        let mut expected: Vec<_> = (1..1_000)
+            .step_by(2)
+            .map(|at| (TimeDomain::EventTime, at))
+            .collect();
+        expected.push((TimeDomain::ProcessingTime, 5));
+        assert_eq!(left, expected);
+        for at in (1..1_000).step_by(2) {
+            table.timer_removed(hot, TimeDomain::EventTime, at);
+        }
+        table.timer_removed(hot, TimeDomain::ProcessingTime, 5);
+        table.release_if_unused(hot);
+        assert_eq!(table.find(b"hot"), None, "no timer left, no state: released");
     }
 
     #[test]

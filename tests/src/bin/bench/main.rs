@@ -31,6 +31,7 @@
 //! scale-out processes=N records_per_s=R total_s=T joining_s=J
 //! scale-out rebalance_s=S
 //! state-size udf=change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
+//! hot-key-timers timers=400000 total_ms=T ns_per_timer=N
 //! udf-language lang=python udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M
 //! udf-startup lang=python udf=change-only-counter compile_ms=C cached_ms=D
 //! checkpoint-cost interval_ms=1000 with_records_per_s=N without_records_per_s=M slowdown_pct=P
@@ -105,6 +106,9 @@ fn main() -> anyhow::Result<()> {
                 return Ok(());
             }
             "state-size" => {
+                for t in state_size::hot_key_timers() {
+                    println!("{}", t.line());
+                }
                 let udf = std::env::args().nth(2);
                 for r in state_size::matrix(&data, udf.as_deref())? {
                     println!("{}", r.line());
@@ -186,6 +190,7 @@ fn main() -> anyhow::Result<()> {
     let language_runs = languages::per_element(&data, &clicks)?;
     let startups = languages::startup(&data)?;
     let state_sizes = state_size::matrix(&data, None)?;
+    let hot_key_timers = state_size::hot_key_timers();
 
     println!();
     for r in &scale_runs {
@@ -194,6 +199,9 @@ fn main() -> anyhow::Result<()> {
     println!("scale-out rebalance_s={:.1}", rebalance.as_secs_f64());
     for r in &state_sizes {
         println!("{}", r.line());
+    }
+    for t in &hot_key_timers {
+        println!("{}", t.line());
     }
     for r in &language_runs {
         println!("{}", r.line());

@@ -14,10 +14,21 @@
 //! ```text
 //! state-size udf=change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
 //! ```
+//!
+//! - Timers of one hot key: 100,000, 200,000 and 400,000 event-time timers on one key,
+//!   registered and then fired, through the engine's timer service and key table (as the
+//!   operator does it, without a UDF): the time per timer must not grow with their number.
+//!
+//! ```text
+//! hot-key-timers timers=400000 total_ms=T ns_per_timer=N
+//! ```
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
+use weir_core::state::KeyTable;
+use weir_core::time::timers::{TimeDomain, TimerService};
 use weir_e2e::{component, datetime_millis, gen, weir_bin};
 
 const CLICKS: usize = 2_000_000;
@@ -220,4 +231,53 @@ fn ensure_orders(path: &Path, items: u64) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// Registering and firing `n` event-time timers of one key.
+pub struct HotKeyTimers {
+    pub timers: i64,
+    pub total: std::time::Duration,
+}
+
+impl HotKeyTimers {
+    pub fn line(&self) -> String {
+        format!(
+            "hot-key-timers timers={} total_ms={:.0} ns_per_timer={:.0}",
+            self.timers,
+            self.total.as_secs_f64() * 1e3,
+            self.total.as_secs_f64() * 1e9 / self.timers as f64
+        )
+    }
+}
+
+/// 100,000, 200,000 and 400,000 timers on one key, as the engine keeps them: in the timer
+/// service, and on the key (so that a checkpoint can save the key whole).
+pub fn hot_key_timers() -> Vec<HotKeyTimers> {
+    [100_000, 200_000, 400_000]
+        .into_iter()
+        .map(|n| {
+            let started = Instant::now();
+            let mut keys = KeyTable::new();
+            let mut timers = TimerService::new(0);
+            let key = keys.intern(b"hot");
+            let tie = keys.entry(key).tie_order();
+            for at in 0..n {
+                if timers.register(TimeDomain::EventTime, key, tie, at) {
+                    keys.timer_added(key, TimeDomain::EventTime, at);
+                }
+            }
+            let mut fired = 0;
+            while let Some((at, id)) = timers.pop_event_due(n) {
+                keys.timer_removed(id, TimeDomain::EventTime, at);
+                fired += 1;
+            }
+            assert_eq!(fired, n, "every timer fires once");
+            keys.release_if_unused(key);
+            assert!(keys.is_empty(), "the key goes once its timers have fired");
+            HotKeyTimers {
+                timers: n,
+                total: started.elapsed(),
+            }
+        })
+        .collect()
 }
