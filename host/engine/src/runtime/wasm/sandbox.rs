@@ -31,6 +31,10 @@ pub fn engine() -> &'static Engine {
     ENGINE.get_or_init(|| {
         let mut config = Config::new();
         config.wasm_component_model(true);
+        // Weir calls components synchronously and uses none of the component model's
+        // async features; without them every call is cheaper (measured: the Python
+        // counter, one call per element, 7.5% faster; the batched Rust counter the same).
+        config.concurrency_support(false);
         config.epoch_interruption(true);
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
         config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Enable);
