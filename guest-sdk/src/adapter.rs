@@ -6,9 +6,11 @@
 use std::marker::PhantomData;
 
 use crate::__private::bindings::exports::weir::udf::batch::Guest as BatchGuest;
+use crate::__private::bindings::exports::weir::udf::cached_batch::Guest as CachedBatchGuest;
 use crate::__private::bindings::exports::weir::udf::process_function::Guest;
 use crate::__private::bindings::weir::udf::types;
 use crate::backend::{Active, Backend};
+use crate::batch::Path;
 use crate::{Context, Element, InitContext, ProcessFunction, TimeDomain, Timer};
 
 /// A live UDF instance and the input names its elements refer to.
@@ -107,7 +109,16 @@ impl<S: Slot> BatchGuest for Adapter<S> {
     fn process_batch(batch: Vec<u8>) -> Result<Vec<u8>, types::Error> {
         S::with(|slot| {
             let Instance { udf, inputs } = slot.as_mut().ok_or_else(not_initialized)?;
-            crate::batch::run(udf, inputs, batch).map_err(error)
+            crate::batch::run(udf, inputs, batch, Path::Plain).map_err(error)
+        })
+    }
+}
+
+impl<S: Slot> CachedBatchGuest for Adapter<S> {
+    fn process_batch(batch: Vec<u8>) -> Result<Vec<u8>, types::Error> {
+        S::with(|slot| {
+            let Instance { udf, inputs } = slot.as_mut().ok_or_else(not_initialized)?;
+            crate::batch::run(udf, inputs, batch, Path::Cached).map_err(error)
         })
     }
 }

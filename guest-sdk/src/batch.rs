@@ -6,11 +6,20 @@
 //! component boundary. The UDF's own code is the same per-element and per-timer code;
 //! only where its calls go changes. At the end the overlay becomes the effects buffer.
 //!
+//! On the cached path (`weir:udf/cached-batch`) the state of the batch's keys outlives
+//! the batch: the overlay takes each key's slots out of the [`Cache`] (or from the
+//! buffer, when the host sends them), and puts them back when the batch succeeds, with
+//! the values the UDF kept decoded (`ValueState::modify`) still decoded. The host's copy
+//! is kept current by the batch's writes: whole values, or the operations applied to
+//! lists and maps. A failed batch leaves its keys out of the cache; the host then starts
+//! a new epoch, and the guest drops the rest.
+//!
 //! Timer semantics stay the host's: a timer the batch registers that becomes due inside
 //! the batch ends the batch right there, so the host fires it in order; a timer entry
 //! still ahead in the batch that the UDF deletes is skipped, and registering it again
 //! is a no-op, exactly as if the host held it.
 
+use crate::backend::{CachedValue, ValueView};
 use crate::{Context, Element, LogLevel, ProcessFunction, TimeDomain, Timer};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +30,15 @@ use weir_wire::{Reader, SlotRef, WireError, Writer};
 
 thread_local! {
     static OVERLAY: RefCell<Option<Overlay>> = const { RefCell::new(None) };
+    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+}
+
+/// The state of the keys of earlier cached batches of one epoch, by the host's number
+/// for each key.
+#[derive(Default)]
+struct Cache {
+    epoch: u64,
+    keys: HashMap<u32, Vec<Slot>, BuildHasherDefault<EntryHasher>>,
 }
 
 /// Runs `f` on the installed overlay, or returns `None` outside a batch.
@@ -35,19 +53,58 @@ enum Contents {
     /// A value still in the batch buffer, not copied unless it is read as owned.
     Stored(Range<usize>),
     Value(Vec<u8>),
+    /// A value kept decoded (by `ValueState::modify`); `None` while the UDF has it.
+    Decoded(Option<Box<dyn CachedValue>>),
     List(Vec<Vec<u8>>),
     Map(BTreeMap<Vec<u8>, Vec<u8>>),
 }
 
+/// How a slot changed in this batch, which decides what its write to the host is.
+enum Change {
+    Clean,
+    /// Written whole.
+    Replaced,
+    /// Changed only by these list and map operations (cached path), in order.
+    Ops(Vec<Op>),
+}
+
+enum Op {
+    Append(Vec<u8>),
+    Put(Vec<u8>, Vec<u8>),
+    Remove(Vec<u8>),
+}
+
+/// Past this many operations a slot is written whole.
+const MAX_OPS: usize = 32;
+
 struct Slot {
     state: u32,
     contents: Contents,
-    dirty: bool,
+    change: Change,
+}
+
+impl Slot {
+    fn replaced(&mut self, contents: Contents) {
+        self.contents = contents;
+        self.change = Change::Replaced;
+    }
+
+    fn op(&mut self, op: Op) {
+        match &mut self.change {
+            Change::Clean => self.change = Change::Ops(vec![op]),
+            Change::Ops(ops) if ops.len() < MAX_OPS => ops.push(op),
+            Change::Ops(_) => self.change = Change::Replaced,
+            Change::Replaced => {}
+        }
+    }
 }
 
 struct KeyState<'b> {
+    /// The host's number for the key (cached path only).
+    id: u32,
     key: &'b [u8],
-    slots: Vec<Slot>,
+    /// `None`: the host says the cache's copy is current.
+    slots: Option<Vec<Slot>>,
 }
 
 /// The guest-side view of host state and the effects of the batch so far.
@@ -60,6 +117,9 @@ pub(crate) struct Overlay {
     processing_time: i64,
     /// The batch buffer, which `Contents::Stored` values point into.
     buf: Rc<Vec<u8>>,
+    /// Whether a failed `modify` may have changed a kept value in place: the batch must
+    /// fail, to be run again one call at a time.
+    tainted: bool,
     /// Timer entries not processed yet: (key, domain, time) -> entry index.
     pending: HashMap<(u32, u8, i64), usize, BuildHasherDefault<EntryHasher>>,
     /// How many of those each key has, so most timer calls skip the map.
@@ -97,7 +157,7 @@ impl Overlay {
                 slots.push(Slot {
                     state,
                     contents: Contents::Absent,
-                    dirty: false,
+                    change: Change::Clean,
                 });
                 slots.len() - 1
             }
@@ -106,23 +166,30 @@ impl Overlay {
     }
 
     fn set(&mut self, state: u32, contents: Contents) {
-        let slot = self.slot_or_absent(state);
-        slot.contents = contents;
-        slot.dirty = true;
+        self.slot_or_absent(state).replaced(contents);
     }
 
     pub(crate) fn value_get(&mut self, state: u32) -> Option<Vec<u8>> {
-        self.value_ref(state).map(<[u8]>::to_vec)
+        self.value_view(state, |view| match view {
+            ValueView::Absent => None,
+            ValueView::Bytes(bytes) => Some(bytes.to_vec()),
+            // A decoded value always encodes: it was encoded once already, or built by
+            // the UDF from a type that encodes (or its own write fails the batch).
+            ValueView::Decoded(value) => value.encode().ok(),
+        })
     }
 
-    pub(crate) fn value_ref(&self, state: u32) -> Option<&[u8]> {
-        let slot = self.slots[self.current].iter().find(|s| s.state == state)?;
-        match &slot.contents {
-            Contents::Value(v) => Some(v),
-            Contents::Stored(range) => Some(&self.buf[range.clone()]),
-            Contents::Absent => None,
-            _ => panic!("state #{state} is not a value state"),
-        }
+    pub(crate) fn value_view<R>(&self, state: u32, f: impl FnOnce(ValueView<'_>) -> R) -> R {
+        let slot = self.slots[self.current].iter().find(|s| s.state == state);
+        let view = match slot.map(|s| &s.contents) {
+            None | Some(Contents::Absent) => ValueView::Absent,
+            Some(Contents::Value(v)) => ValueView::Bytes(v),
+            Some(Contents::Stored(range)) => ValueView::Bytes(&self.buf[range.clone()]),
+            Some(Contents::Decoded(Some(value))) => ValueView::Decoded(value.as_ref()),
+            Some(Contents::Decoded(None)) => panic!("state #{state} is being modified"),
+            Some(_) => panic!("state #{state} is not a value state"),
+        };
+        f(view)
     }
 
     pub(crate) fn value_set_owned(&mut self, state: u32, value: Vec<u8>) {
@@ -131,6 +198,22 @@ impl Overlay {
 
     pub(crate) fn value_set(&mut self, state: u32, value: &[u8]) {
         self.set(state, Contents::Value(value.to_vec()));
+    }
+
+    pub(crate) fn value_take(&mut self, state: u32) -> Option<Box<dyn CachedValue>> {
+        match &mut self.slot(state)?.contents {
+            Contents::Decoded(value) => value.take(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn value_keep(&mut self, state: u32, value: Box<dyn CachedValue>) {
+        self.set(state, Contents::Decoded(Some(value)));
+    }
+
+    pub(crate) fn value_restore(&mut self, state: u32, value: Box<dyn CachedValue>, tainted: bool) {
+        self.tainted |= tainted;
+        self.slot_or_absent(state).contents = Contents::Decoded(Some(value));
     }
 
     pub(crate) fn list_get(&mut self, state: u32) -> Vec<Vec<u8>> {
@@ -143,12 +226,12 @@ impl Overlay {
 
     pub(crate) fn list_append(&mut self, state: u32, item: &[u8]) {
         let slot = self.slot_or_absent(state);
-        slot.dirty = true;
         match &mut slot.contents {
             Contents::List(items) => items.push(item.to_vec()),
             Contents::Absent => slot.contents = Contents::List(vec![item.to_vec()]),
             _ => panic!("state #{state} is not a list state"),
         }
+        slot.op(Op::Append(item.to_vec()));
     }
 
     pub(crate) fn list_set(&mut self, state: u32, items: &[Vec<u8>]) {
@@ -170,7 +253,6 @@ impl Overlay {
 
     pub(crate) fn map_put(&mut self, state: u32, key: &[u8], value: &[u8]) {
         let slot = self.slot_or_absent(state);
-        slot.dirty = true;
         match &mut slot.contents {
             Contents::Map(map) => {
                 map.insert(key.to_vec(), value.to_vec());
@@ -180,21 +262,25 @@ impl Overlay {
             }
             _ => panic!("state #{state} is not a map state"),
         }
+        slot.op(Op::Put(key.to_vec(), value.to_vec()));
     }
 
     pub(crate) fn map_remove(&mut self, state: u32, key: &[u8]) {
         let Some(slot) = self.slot(state) else { return };
         let now_empty = match &mut slot.contents {
             Contents::Map(map) => {
-                map.remove(key);
+                if map.remove(key).is_none() {
+                    return;
+                }
                 map.is_empty()
             }
-            Contents::Absent => false,
+            Contents::Absent => return,
             _ => panic!("state #{state} is not a map state"),
         };
-        slot.dirty = true;
         if now_empty {
-            slot.contents = Contents::Absent;
+            slot.replaced(Contents::Absent);
+        } else {
+            slot.op(Op::Remove(key.to_vec()));
         }
     }
 
@@ -212,8 +298,7 @@ impl Overlay {
 
     pub(crate) fn clear_all(&mut self) {
         for slot in &mut self.slots[self.current] {
-            slot.contents = Contents::Absent;
-            slot.dirty = true;
+            slot.replaced(Contents::Absent);
         }
     }
 
@@ -327,44 +412,73 @@ enum Entry<'b> {
 }
 
 struct Batch<'b> {
+    /// The cache epoch the host vouches for (cached batches only).
+    epoch: Option<u64>,
     processing_time: i64,
     keys: Vec<KeyState<'b>>,
     entries: Vec<Entry<'b>>,
 }
 
-fn decode(buf: &[u8]) -> Result<Batch<'_>, WireError> {
+/// Which of the two batch exports a buffer came through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// `weir:udf/batch`: every key's state comes whole; nothing is kept.
+    Plain,
+    /// `weir:udf/cached-batch`: keys' state is kept between batches.
+    Cached,
+}
+
+fn decode_slots(r: &mut Reader<'_>, buf: &[u8]) -> Result<Vec<Slot>, WireError> {
+    let n_slots = r.count(5)?;
+    let mut slots = Vec::with_capacity(n_slots);
+    for _ in 0..n_slots {
+        let state = r.u32()?;
+        let contents = match r.slot()? {
+            SlotRef::Value(v) => {
+                let start = v.as_ptr() as usize - buf.as_ptr() as usize;
+                Contents::Stored(start..start + v.len())
+            }
+            SlotRef::List(items) => Contents::List(items.into_iter().map(<[u8]>::to_vec).collect()),
+            SlotRef::Map(entries) => Contents::Map(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect(),
+            ),
+        };
+        slots.push(Slot {
+            state,
+            contents,
+            change: Change::Clean,
+        });
+    }
+    Ok(slots)
+}
+
+fn decode(buf: &[u8], path: Path) -> Result<Batch<'_>, WireError> {
     let mut r = Reader::new(buf);
+    let epoch = match path {
+        Path::Plain => None,
+        Path::Cached => Some(r.u64()?),
+    };
     let processing_time = r.i64()?;
-    let n_keys = r.count(8)?;
+    let n_keys = r.count(5)?;
     let mut keys = Vec::with_capacity(n_keys);
     for _ in 0..n_keys {
+        let id = match path {
+            Path::Plain => 0,
+            Path::Cached => r.u32()?,
+        };
         let key = r.bytes()?;
-        let n_slots = r.count(5)?;
-        let mut slots = Vec::with_capacity(n_slots);
-        for _ in 0..n_slots {
-            let state = r.u32()?;
-            let contents = match r.slot()? {
-                SlotRef::Value(v) => {
-                    let start = v.as_ptr() as usize - buf.as_ptr() as usize;
-                    Contents::Stored(start..start + v.len())
-                }
-                SlotRef::List(items) => {
-                    Contents::List(items.into_iter().map(<[u8]>::to_vec).collect())
-                }
-                SlotRef::Map(entries) => Contents::Map(
-                    entries
-                        .into_iter()
-                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                        .collect(),
-                ),
-            };
-            slots.push(Slot {
-                state,
-                contents,
-                dirty: false,
-            });
-        }
-        keys.push(KeyState { key, slots });
+        let slots = match path {
+            Path::Plain => Some(decode_slots(&mut r, buf)?),
+            Path::Cached => match r.u8()? {
+                weir_wire::KEY_CACHED => None,
+                weir_wire::KEY_SENT => Some(decode_slots(&mut r, buf)?),
+                _ => return Err(WireError("unknown key tag")),
+            },
+        };
+        keys.push(KeyState { id, key, slots });
     }
     let n_entries = r.count(21)?;
     let mut entries = Vec::with_capacity(n_entries);
@@ -395,9 +509,35 @@ fn decode(buf: &[u8]) -> Result<Batch<'_>, WireError> {
         entries.push(entry);
     }
     Ok(Batch {
+        epoch,
         processing_time,
         keys,
         entries,
+    })
+}
+
+/// The slots of the batch's keys: sent ones from the buffer, the others taken out of
+/// the cache (which is emptied first if the host's epoch is not the cache's).
+fn take_slots(keys: &[KeyState<'_>], epoch: Option<u64>) -> Result<Vec<Vec<Slot>>, WireError> {
+    let Some(epoch) = epoch else {
+        return Ok(keys.iter().map(|_| Vec::new()).collect());
+    };
+    CACHE.with_borrow_mut(|cache| {
+        if cache.epoch != epoch {
+            cache.keys.clear();
+            cache.epoch = epoch;
+        }
+        keys.iter()
+            .map(|k| match k.slots {
+                Some(_) => {
+                    cache.keys.remove(&k.id);
+                    Ok(Vec::new())
+                }
+                None => cache.keys.remove(&k.id).ok_or(WireError(
+                    "the host says a key is cached that the guest does not hold",
+                )),
+            })
+            .collect()
     })
 }
 
@@ -406,13 +546,21 @@ pub(crate) fn run<T: ProcessFunction>(
     udf: &mut T,
     inputs: &[String],
     buf: Vec<u8>,
+    path: Path,
 ) -> anyhow::Result<Vec<u8>> {
     let buf = Rc::new(buf);
     let Batch {
+        epoch,
         processing_time,
-        keys,
+        mut keys,
         entries,
-    } = decode(&buf)?;
+    } = decode(&buf, path)?;
+    let mut slots = take_slots(&keys, epoch)?;
+    for (key, slots) in keys.iter_mut().zip(&mut slots) {
+        if let Some(sent) = key.slots.take() {
+            *slots = sent;
+        }
+    }
     let key_count = keys.len();
     let mut pending = HashMap::default();
     let mut pending_per_key = vec![0; key_count];
@@ -428,10 +576,11 @@ pub(crate) fn run<T: ProcessFunction>(
             pending_per_key[key as usize] += 1;
         }
     }
-    let (key_bytes, slots): (Vec<&[u8]>, Vec<Vec<Slot>>) =
-        keys.into_iter().map(|k| (k.key, k.slots)).unzip();
+    let key_bytes: Vec<&[u8]> = keys.iter().map(|k| k.key).collect();
+    let key_ids: Vec<u32> = keys.iter().map(|k| k.id).collect();
     let overlay = Overlay {
         buf: Rc::clone(&buf),
+        tainted: false,
         slots,
         current: 0,
         timestamp: 0,
@@ -450,15 +599,34 @@ pub(crate) fn run<T: ProcessFunction>(
     };
     OVERLAY.with_borrow_mut(|o| *o = Some(overlay));
     let result = run_entries(udf, inputs, &key_bytes, &entries);
-    let overlay = OVERLAY
+    let mut overlay = OVERLAY
         .with_borrow_mut(Option::take)
         .expect("installed above");
     let consumed = result?;
+    anyhow::ensure!(
+        !overlay.tainted,
+        "a failed ValueState::modify may have changed the value it was given"
+    );
     let skipped = overlay.skipped[..consumed as usize]
         .iter()
         .filter(|s| **s)
         .count() as u32;
-    Ok(encode(consumed, skipped, overlay))
+    let effects = encode(consumed, skipped, &mut overlay, path)?;
+    if path == Path::Cached {
+        let Overlay { slots, buf, .. } = overlay;
+        CACHE.with_borrow_mut(|cache| {
+            for (&id, mut slots) in key_ids.iter().zip(slots) {
+                for slot in &mut slots {
+                    if let Contents::Stored(range) = &slot.contents {
+                        slot.contents = Contents::Value(buf[range.clone()].to_vec());
+                    }
+                }
+                slots.retain(|s| !matches!(s.contents, Contents::Absent));
+                cache.keys.insert(id, slots);
+            }
+        });
+    }
+    Ok(effects)
 }
 
 fn run_entries<T: ProcessFunction>(
@@ -530,32 +698,72 @@ fn run_entries<T: ProcessFunction>(
     Ok(entries.len() as u32)
 }
 
-fn encode(consumed: u32, skipped: u32, overlay: Overlay) -> Vec<u8> {
+/// The effects buffer. Every changed slot is written, whole or (cached path) as its
+/// operations; a slot's change is cleared once written, so what the cache keeps is clean.
+fn encode(
+    consumed: u32,
+    skipped: u32,
+    overlay: &mut Overlay,
+    path: Path,
+) -> anyhow::Result<Vec<u8>> {
     let mut w = Writer::with_capacity(64 + overlay.emits.buf.len() + overlay.timer_ops.buf.len());
     w.u32(consumed);
     w.u32(skipped);
     let writes = w.placeholder();
     let mut n_writes = 0;
-    for (key, slots) in overlay.slots.iter().enumerate() {
-        for slot in slots.iter().filter(|s| s.dirty) {
+    let buf = &overlay.buf;
+    for (key, slots) in overlay.slots.iter_mut().enumerate() {
+        for slot in slots.iter_mut() {
+            match std::mem::replace(&mut slot.change, Change::Clean) {
+                Change::Clean => continue,
+                Change::Ops(ops) if path == Path::Cached => {
+                    for op in ops {
+                        w.u32(key as u32);
+                        w.u32(slot.state);
+                        match op {
+                            Op::Append(item) => {
+                                w.u8(weir_wire::WRITE_LIST_APPEND);
+                                w.bytes(&item);
+                            }
+                            Op::Put(k, v) => {
+                                w.u8(weir_wire::WRITE_MAP_PUT);
+                                w.bytes(&k);
+                                w.bytes(&v);
+                            }
+                            Op::Remove(k) => {
+                                w.u8(weir_wire::WRITE_MAP_REMOVE);
+                                w.bytes(&k);
+                            }
+                        }
+                        n_writes += 1;
+                    }
+                    continue;
+                }
+                Change::Ops(_) | Change::Replaced => {}
+            }
             w.u32(key as u32);
             w.u32(slot.state);
             match &slot.contents {
-                Contents::Absent => w.u8(0),
+                Contents::Absent => w.u8(weir_wire::WRITE_CLEAR),
                 Contents::Value(v) => {
-                    w.u8(1);
+                    w.u8(weir_wire::WRITE_SET);
                     w.value_slot(v);
                 }
                 Contents::Stored(range) => {
-                    w.u8(1);
-                    w.value_slot(&overlay.buf[range.clone()]);
+                    w.u8(weir_wire::WRITE_SET);
+                    w.value_slot(&buf[range.clone()]);
+                }
+                Contents::Decoded(value) => {
+                    let value = value.as_ref().expect("handed back before the call ended");
+                    w.u8(weir_wire::WRITE_SET);
+                    w.value_slot(&value.encode()?);
                 }
                 Contents::List(items) => {
-                    w.u8(1);
+                    w.u8(weir_wire::WRITE_SET);
                     w.list_slot(items.iter().map(Vec::as_slice));
                 }
                 Contents::Map(map) => {
-                    w.u8(1);
+                    w.u8(weir_wire::WRITE_SET);
                     w.map_slot(map.iter().map(|(k, v)| (k.as_slice(), v.as_slice())));
                 }
             }
@@ -569,12 +777,12 @@ fn encode(consumed: u32, skipped: u32, overlay: Overlay) -> Vec<u8> {
     w.buf.extend_from_slice(&overlay.emits.buf);
     w.u32(overlay.log_count);
     w.buf.extend_from_slice(&overlay.logs.buf);
-    w.buf
+    Ok(w.buf)
 }
 
-/// Hashes the small integer tuples that name pending timer entries. They come from the
-/// host, not from record data, so a fast non-keyed hash is enough (std's SipHash showed
-/// up in profiles).
+/// Hashes the small integers that name pending timer entries and cached keys. They come
+/// from the host, not from record data, so a fast non-keyed hash is enough (std's
+/// SipHash showed up in profiles).
 #[derive(Default)]
 struct EntryHasher(u64);
 

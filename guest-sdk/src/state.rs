@@ -16,7 +16,7 @@ use std::marker::PhantomData;
 use anyhow::anyhow;
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::backend::{Active, Backend};
+use crate::backend::{Active, Backend, CachedValue, ValueView};
 use crate::Result;
 
 fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
@@ -24,6 +24,40 @@ fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
     // which showed up in profiles of small states.
     postcard::to_extend(value, Vec::with_capacity(64))
         .map_err(|e| anyhow!("state `{name}`: cannot encode value: {e}"))
+}
+
+/// A value state's value as stored: untagged under schema 0, else behind the schema tag.
+fn encode_value<T: Serialize>(name: &str, schema: u8, value: &T) -> Result<Vec<u8>> {
+    if schema == 0 {
+        return encode(name, value);
+    }
+    let mut tagged = Vec::with_capacity(64);
+    tagged.extend_from_slice(&SCHEMA_TAG);
+    tagged.push(schema);
+    postcard::to_extend(value, tagged)
+        .map_err(|e| anyhow!("state `{name}`: cannot encode value: {e}"))
+}
+
+/// A value state's value kept decoded by the backend (see [`ValueState::modify`]).
+struct Decoded<T> {
+    /// `None` only while [`ValueState::modify`]'s closure has cleared it.
+    value: Option<T>,
+    schema: u8,
+    name: Box<str>,
+}
+
+impl<T: Serialize + 'static> CachedValue for Decoded<T> {
+    fn encode(&self) -> Result<Vec<u8>> {
+        let value = self
+            .value
+            .as_ref()
+            .ok_or_else(|| anyhow!("state `{}`: a cleared value was kept", self.name))?;
+        encode_value(&self.name, self.schema, value)
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }
 
 /// A stored state value could not be read as the declared type: it was written by
@@ -130,21 +164,10 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
     /// The current key's value, if any. A value written under an earlier schema version
     /// is migrated (and written back); one that cannot be read is a [`StateDecodeError`].
     pub fn get(&self) -> Result<Option<T>> {
-        let migrated = Active::value_with(self.id, |bytes| {
-            let Some(bytes) = bytes else {
-                return Ok(None);
-            };
-            let (version, body) = split_schema(bytes);
-            if version == self.schema {
-                return decode(&self.name, body).map(|v| Some((v, false)));
-            }
-            match self.migrations.iter().find(|(from, _)| *from == version) {
-                Some((_, migrate)) => migrate(body).map(|v| Some((v, true))),
-                None => Err(anyhow::Error::new(StateDecodeError(format!(
-                    "state `{}`: the stored value has schema version {version}, this version of the UDF reads version {} and has no migration from {version}",
-                    self.name, self.schema
-                )))),
-            }
+        let migrated = Active::value_view(self.id, |view| match view {
+            ValueView::Absent => Ok(None),
+            ValueView::Bytes(bytes) => self.read(bytes),
+            ValueView::Decoded(value) => self.read(&value.encode()?),
         })?;
         match migrated {
             Some((value, true)) => {
@@ -156,19 +179,90 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
         }
     }
 
+    /// Decodes stored bytes: the value, and whether it was migrated from an earlier
+    /// schema version.
+    fn read(&self, bytes: &[u8]) -> Result<Option<(T, bool)>> {
+        let (version, body) = split_schema(bytes);
+        if version == self.schema {
+            return decode(&self.name, body).map(|v| Some((v, false)));
+        }
+        match self.migrations.iter().find(|(from, _)| *from == version) {
+            Some((_, migrate)) => migrate(body).map(|v| Some((v, true))),
+            None => Err(anyhow::Error::new(StateDecodeError(format!(
+                "state `{}`: the stored value has schema version {version}, this version of the UDF reads version {} and has no migration from {version}",
+                self.name, self.schema
+            )))),
+        }
+    }
+
     /// Replaces the current key's value.
     pub fn set(&self, value: &T) -> Result<()> {
-        let bytes = if self.schema == 0 {
-            encode(&self.name, value)?
-        } else {
-            let mut tagged = Vec::with_capacity(64);
-            tagged.extend_from_slice(&SCHEMA_TAG);
-            tagged.push(self.schema);
-            postcard::to_extend(value, tagged)
-                .map_err(|e| anyhow!("state `{}`: cannot encode value: {e}", self.name))?
-        };
-        Active::value_set_owned(self.id, bytes);
+        Active::value_set_owned(self.id, encode_value(&self.name, self.schema, value)?);
         Ok(())
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + 'static> ValueState<T> {
+    /// Reads the current key's value, lets `f` change it in place, and keeps the result:
+    /// `Some` is the new value, `None` clears it. The fast way to update a collection
+    /// held in a value (a `Vec` of click times, an order's items): on the batched path
+    /// the SDK keeps the decoded value between calls, so the update costs what `f`
+    /// does, not what decoding and encoding the whole value would. Nothing is written
+    /// if `f` fails. `get` and `set` decode and encode the value on every call.
+    ///
+    /// ```ignore
+    /// self.clicks.modify(|clicks| {
+    ///     clicks.get_or_insert_with(Clicks::default).times.push(ts);
+    ///     Ok(())
+    /// })?;
+    /// ```
+    pub fn modify<R>(&self, f: impl FnOnce(&mut Option<T>) -> Result<R>) -> Result<R> {
+        if let Some(mut kept) = Active::value_take(self.id) {
+            let current = kept
+                .as_any_mut()
+                .downcast_mut::<Decoded<T>>()
+                .filter(|d| d.schema == self.schema);
+            let Some(decoded) = current else {
+                // Kept by a handle of another type: go the long way.
+                Active::value_restore(self.id, kept, false);
+                return self.modify_stored(f);
+            };
+            return match f(&mut decoded.value) {
+                Ok(r) if decoded.value.is_none() => {
+                    Active::clear(self.id);
+                    Ok(r)
+                }
+                Ok(r) => {
+                    Active::value_keep(self.id, kept)?;
+                    Ok(r)
+                }
+                Err(e) => {
+                    Active::value_restore(self.id, kept, true);
+                    Err(e)
+                }
+            };
+        }
+        self.modify_stored(f)
+    }
+
+    /// [`modify`](Self::modify) of a value the backend holds as bytes (or not at all).
+    fn modify_stored<R>(&self, f: impl FnOnce(&mut Option<T>) -> Result<R>) -> Result<R> {
+        let mut value = self.get()?;
+        let was_set = value.is_some();
+        let r = f(&mut value)?;
+        match value {
+            None if !was_set => {}
+            Some(value) => Active::value_keep(
+                self.id,
+                Box::new(Decoded {
+                    value: Some(value),
+                    schema: self.schema,
+                    name: self.name.clone(),
+                }),
+            )?,
+            None => Active::clear(self.id),
+        }
+        Ok(r)
     }
 }
 

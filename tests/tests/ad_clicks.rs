@@ -113,3 +113,35 @@ fn batches_of_any_size_give_the_same_records_as_single_calls() {
         }
     }
 }
+
+/// The instance keeps the ads' state between batches (`weir:udf/cached-batch`); the
+/// records must be the same whether it keeps everything, drops its copies every few
+/// batches (a tiny `state_cache`, so the host sends the state again), or keeps nothing.
+/// Ads go quiet and come back, so their keys are released and their numbers reused.
+#[test]
+fn the_state_kept_between_batches_gives_the_same_records_however_often_it_is_dropped() {
+    let clicks = gen::clicks(6_000, 40, 29, 300, 4_000, 0.02, 0.004);
+    let expected = expected(&clicks, 300_000);
+    for state_cache in ["\"64MiB\"", "\"2KiB\"", "\"0\""] {
+        let work = Workdir::new();
+        let pipeline = weir_e2e::example_variant(
+            &work,
+            "ad-clicks",
+            &format!("max_batch = 16\nstate_cache = {state_cache}"),
+        );
+        let (out, _) = run_pipeline(&work, &pipeline, &clicks, &[]);
+        let got = model::by_key(&out, "ad_id");
+        assert_eq!(
+            out.len(),
+            expected.values().map(Vec::len).sum::<usize>(),
+            "state_cache = {state_cache}"
+        );
+        for (ad, records) in &expected {
+            assert_eq!(
+                got.get(ad).unwrap_or(&vec![]),
+                records,
+                "records of {ad} with state_cache = {state_cache}"
+            );
+        }
+    }
+}

@@ -86,6 +86,7 @@ fn the_host_stays_healthy_after_traps_timeouts_and_memory_bombs() {
     let limits = Limits {
         memory_bytes: 16 << 20,
         call_timeout: Duration::from_millis(200),
+        state_cache_bytes: 2 << 20,
     };
     let mut function = WasmFunction::new(loaded, limits);
     let mut host = HostServices::new(0);

@@ -12,6 +12,7 @@
 //! the `Active` alias; nothing public changes.
 
 use crate::{LogLevel, TimeDomain};
+use std::any::Any;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod native;
@@ -44,6 +45,27 @@ impl StateKind {
     }
 }
 
+/// A decoded value state value that a backend may keep between calls (the cached batch
+/// path keeps them from one batch to the next, so a read-modify-write neither decodes nor
+/// copies the value). It knows how to encode itself for the host.
+pub(crate) trait CachedValue: Any {
+    /// The value as stored: the state's encoding, schema tag included.
+    fn encode(&self) -> anyhow::Result<Vec<u8>>;
+    /// The value, to downcast to the typed state's own type.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// A value state's current value, as [`Backend::value_view`] lends it.
+pub(crate) enum ValueView<'a> {
+    /// The key holds no value.
+    Absent,
+    /// The stored bytes.
+    Bytes(&'a [u8]),
+    /// A decoded value the backend keeps (only the component's batch overlay keeps any).
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    Decoded(&'a dyn CachedValue),
+}
+
 /// Host operations, one per WIT import. Errors of the fallible imports are the host's
 /// message. State and timer calls act on the current key; outside a key scope the host
 /// traps (the native backend panics with the same meaning).
@@ -71,9 +93,38 @@ pub(crate) trait Backend {
 
     fn log(level: LogLevel, message: &str);
 
-    /// Runs `f` on the current value without copying it where the backend can lend it.
-    fn value_with<R>(state: u32, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
-        f(Self::value_get(state).as_deref())
+    /// Runs `f` on the current value as the backend holds it: bytes, or a decoded value
+    /// it keeps. Backends without a cache lend bytes.
+    fn value_view<R>(state: u32, f: impl FnOnce(ValueView<'_>) -> R) -> R {
+        let bytes = Self::value_get(state);
+        f(match &bytes {
+            Some(bytes) => ValueView::Bytes(bytes),
+            None => ValueView::Absent,
+        })
+    }
+
+    /// Takes the decoded value the backend keeps for the current key, if it keeps one,
+    /// so that the UDF can change it in place; it must be handed back with
+    /// [`value_keep`](Self::value_keep) or [`value_restore`](Self::value_restore) before
+    /// the call ends. Backends without a cache keep none.
+    fn value_take(_state: u32) -> Option<Box<dyn CachedValue>> {
+        None
+    }
+
+    /// Makes `value` the current key's value. A backend with a cache keeps it decoded
+    /// (and encodes it once, when it hands its writes to the host); the others encode it
+    /// now.
+    fn value_keep(state: u32, value: Box<dyn CachedValue>) -> anyhow::Result<()> {
+        Self::value_set_owned(state, value.encode()?);
+        Ok(())
+    }
+
+    /// Hands back a value [`value_take`](Self::value_take) took, as the current value
+    /// again: unchanged, or `tainted` when a failed change may have altered it in place
+    /// (the backend must then fail the work it is part of, so that it is run again
+    /// without the cache). Only a backend that hands out values is ever given one back.
+    fn value_restore(state: u32, _value: Box<dyn CachedValue>, _tainted: bool) {
+        unreachable!("state #{state}: this backend hands out no decoded values")
     }
 
     /// [`value_set`](Self::value_set) with an owned buffer the backend may keep.

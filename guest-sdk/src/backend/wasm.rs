@@ -1,7 +1,7 @@
 //! The component backend: each call is the generated import, unless a batch is running,
 //! in which case it goes to the batch's guest-side overlay (see `crate::batch`).
 
-use super::{Backend, StateKind};
+use super::{Backend, CachedValue, StateKind, ValueView};
 use crate::__private::bindings::weir::udf::{logging, output, state, timers, types};
 use crate::batch;
 use crate::{LogLevel, TimeDomain};
@@ -85,12 +85,32 @@ impl Backend for Wasm {
     fn current_processing_time() -> i64 {
         batch::with(|o| o.current_processing_time()).unwrap_or_else(timers::current_processing_time)
     }
-    fn value_with<R>(s: u32, f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+    fn value_view<R>(s: u32, f: impl FnOnce(ValueView<'_>) -> R) -> R {
         let mut f = Some(f);
-        if let Some(result) = batch::with(|o| (f.take().expect("once"))(o.value_ref(s))) {
+        if let Some(result) = batch::with(|o| o.value_view(s, f.take().expect("once"))) {
             return result;
         }
-        (f.take().expect("not used by the overlay"))(state::value_get(s).as_deref())
+        let bytes = state::value_get(s);
+        (f.take().expect("not used by the overlay"))(match &bytes {
+            Some(bytes) => ValueView::Bytes(bytes),
+            None => ValueView::Absent,
+        })
+    }
+    fn value_take(s: u32) -> Option<Box<dyn CachedValue>> {
+        batch::with(|o| o.value_take(s)).flatten()
+    }
+    fn value_keep(s: u32, value: Box<dyn CachedValue>) -> anyhow::Result<()> {
+        let mut value = Some(value);
+        if batch::with(|o| o.value_keep(s, value.take().expect("once"))).is_none() {
+            state::value_set(s, &value.expect("not used by the overlay").encode()?);
+        }
+        Ok(())
+    }
+    fn value_restore(s: u32, value: Box<dyn CachedValue>, tainted: bool) {
+        let mut value = Some(value);
+        if batch::with(|o| o.value_restore(s, value.take().expect("once"), tainted)).is_none() {
+            unreachable!("state #{s}: a decoded value is only handed out inside a batch");
+        }
     }
     fn value_set_owned(s: u32, value: Vec<u8>) {
         let mut value = Some(value);

@@ -523,6 +523,66 @@ fn a_schema_migration_converts_old_values_on_first_read() {
     );
 }
 
+/// Keeps a key's numbers with `ValueState::modify`: each element's value is a number
+/// to add, `0` clears them, and a negative one fails after changing the value in place.
+struct Modifier {
+    numbers: ValueState<Vec<i64>>,
+    out: Output<serde_json::Value>,
+}
+
+impl ProcessFunction for Modifier {
+    fn init(ctx: &mut InitContext) -> Result<Self> {
+        Ok(Self {
+            numbers: ctx.value_state("numbers")?,
+            out: ctx.main_output()?,
+        })
+    }
+
+    fn process_element(&mut self, _ctx: &mut Context, element: &Element) -> Result<()> {
+        let n: i64 = element.json()?;
+        let held = self.numbers.modify(|numbers| {
+            if n == 0 {
+                *numbers = None;
+                return Ok(0);
+            }
+            let numbers = numbers.get_or_insert_with(Vec::new);
+            numbers.push(n);
+            ensure!(n > 0, "negative: {n}");
+            Ok(numbers.len())
+        })?;
+        self.out.emit(&json!({"held": held}))
+    }
+}
+
+#[test]
+fn modify_creates_changes_and_clears_a_value_and_writes_nothing_when_it_fails() {
+    let mut h = TestHost::<Modifier>::new().unwrap();
+    h.process("main", "k", "5", 1).unwrap();
+    h.process("main", "k", "7", 2).unwrap();
+    let stored = h.state_bytes("k", "numbers").expect("a value");
+    let err = h.process("main", "k", "-1", 3).unwrap_err();
+    assert!(format!("{err:#}").contains("negative: -1"), "{err:#}");
+    assert_eq!(
+        h.state_bytes("k", "numbers").as_deref(),
+        Some(stored.as_slice()),
+        "a failed modify writes nothing"
+    );
+    h.process("main", "k", "9", 4).unwrap();
+    assert_eq!(
+        h.state_bytes("k", "numbers").unwrap(),
+        postcard::to_allocvec(&vec![5i64, 7, 9]).unwrap(),
+        "stored as `set` would store it"
+    );
+    h.process("main", "k", "0", 5).unwrap();
+    assert!(!h.has_state("k"), "None clears the value");
+    let held: Vec<_> = h
+        .take_outputs("main")
+        .into_iter()
+        .map(|o| o.value["held"].clone())
+        .collect();
+    assert_eq!(held, [json!(1), json!(2), json!(3), json!(0)]);
+}
+
 #[test]
 fn udf_errors_keep_their_chain() {
     let mut h = host();

@@ -20,11 +20,33 @@
 //!          | 1 key:u32 domain:u8 ts:i64 watermark:i64                             timer
 //!
 //! effects := consumed:u32 skipped:u32  n:u32 write*  n:u32 timer_op*  n:u32 emit*  n:u32 log*
-//! write   := key:u32 state:u32 (0 | 1 slot)          0 clears the state
+//! write   := key:u32 state:u32 op:u8 ...
+//!            op 0                         clears the state
+//!            op 1 slot                    replaces it
+//!            op 2 bytes                   appends an item to a list     (cached only)
+//!            op 3 bytes bytes             puts a map entry              (cached only)
+//!            op 4 bytes                   removes a map entry           (cached only)
 //! timer_op:= key:u32 domain:u8 op:u8 ts:i64          op 0 registers, 1 deletes
 //! emit    := output:u32 ts:i64 (0 | 1 bytes) bytes   optional key, then value
 //! log     := key:u32 level:u8 bytes
 //! ```
+//!
+//! The cached batch (`weir:udf/cached-batch`) differs in its header and its keys:
+//!
+//! ```text
+//! cached  := epoch:u64 processing_time:i64  n_keys:u32 ckey*  n_entries:u32 entry*
+//! ckey    := id:u32 bytes (0 | 1 n_slots:u32 (state:u32 slot)*)
+//! ```
+//!
+//! `id` is the host's number for the key while it is live (the guest files its copies
+//! under it, so finding one costs no hashing of key bytes; a number the host gives to
+//! another key later comes with tag 1). A key with tag 0 comes without its state: the
+//! guest's copy, from an earlier batch of the same `epoch`, is current. With tag 1 the state comes whole and replaces the
+//! guest's copy. When `epoch` differs from the one of the guest's copies, the guest drops
+//! them all first; the host starts a new epoch whenever it cannot vouch for them (a new
+//! instance, a failed batch, or enough state sent that the guest's memory needs it back).
+//! A tag-0 key the guest holds no copy of is an error. Writes may be operations (2, 3, 4)
+//! instead of whole slots; either way the host's copy is current after every batch.
 //!
 //! `watermark` is the watermark while the entry is processed; `watermark_after` is the
 //! watermark once an element has been processed. Timer entries are still pending in the
@@ -58,6 +80,17 @@ pub const PROCESSING_TIME: u8 = 1;
 /// Entry tags.
 pub const ELEMENT: u8 = 0;
 pub const TIMER: u8 = 1;
+
+/// State write operations.
+pub const WRITE_CLEAR: u8 = 0;
+pub const WRITE_SET: u8 = 1;
+pub const WRITE_LIST_APPEND: u8 = 2;
+pub const WRITE_MAP_PUT: u8 = 3;
+pub const WRITE_MAP_REMOVE: u8 = 4;
+
+/// Key tags of the cached batch.
+pub const KEY_CACHED: u8 = 0;
+pub const KEY_SENT: u8 = 1;
 
 /// Timer operation codes.
 pub const REGISTER: u8 = 0;
@@ -100,6 +133,11 @@ impl Writer {
 
     #[inline]
     pub fn i64(&mut self, v: i64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    #[inline]
+    pub fn u64(&mut self, v: u64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
@@ -184,6 +222,13 @@ impl<'a> Reader<'a> {
     #[inline]
     pub fn i64(&mut self) -> Result<i64> {
         Ok(i64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    #[inline]
+    pub fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }

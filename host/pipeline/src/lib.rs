@@ -129,6 +129,9 @@ pub struct UdfEntry {
     pub call_timeout: Option<String>,
     /// Most elements and timers per batched call; 0 calls once per element and timer.
     pub max_batch: Option<usize>,
+    /// A size: how much keyed state the instance may keep between batches (default an
+    /// eighth of `memory_limit`; 0 keeps none).
+    pub state_cache: Option<String>,
     /// `[udf.config]`: key/value configuration handed to the UDF's `init`, as text.
     #[serde(default)]
     pub config: BTreeMap<String, toml::Value>,
@@ -292,6 +295,8 @@ pub struct UdfSpec {
     pub call_timeout: Duration,
     /// Most entries per batched call (0: one call per element and timer).
     pub max_batch: usize,
+    /// Bytes of keyed state the instance may keep between batches (0: none).
+    pub state_cache_bytes: usize,
     /// `[udf.dev]`: how `weir dev` rebuilds the component, if the file says.
     pub dev: Option<DevSpec>,
 }
@@ -650,6 +655,10 @@ fn resolve_udf(
         !call_timeout.is_zero(),
         "call_timeout: must be more than zero"
     );
+    let state_cache_bytes = match &entry.state_cache {
+        Some(text) => parse_size(text).context("state_cache")?,
+        None => memory_limit_bytes / 8,
+    };
     let config = entry
         .config
         .iter()
@@ -671,6 +680,7 @@ fn resolve_udf(
         memory_limit_bytes,
         call_timeout,
         max_batch: entry.max_batch.unwrap_or(DEFAULT_MAX_BATCH),
+        state_cache_bytes,
         dev: match &entry.dev {
             Some(dev) => {
                 anyhow::ensure!(!dev.watch.is_empty(), "dev.watch: list at least one path");

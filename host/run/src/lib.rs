@@ -109,6 +109,7 @@ pub fn udf_limits(spec: &PipelineSpec) -> Limits {
     Limits {
         memory_bytes: spec.udf.memory_limit_bytes,
         call_timeout: spec.udf.call_timeout,
+        state_cache_bytes: spec.udf.state_cache_bytes,
     }
 }
 

@@ -141,31 +141,34 @@ impl ProcessFunction for OrderTimeout {
         let item = event.item.context("field `item` is missing")?;
         let cost = parse_cost(event.cost.context("field `cost` is missing")?)?;
 
-        let mut order = match self.orders.get()? {
-            Some(order) => {
-                ctx.delete_timer(self.domain, order.timer);
-                order
-            }
-            None => Order {
-                order_id: order_id.get().to_owned(),
-                total: Decimal::ZERO.serialize(),
-                items: Vec::new(),
-                timer: 0,
-            },
-        };
-        let total = Decimal::deserialize(order.total)
-            .checked_add(cost)
-            .with_context(|| format!("the total of order {} overflows", order.order_id))?;
-        order.total = total.serialize();
-        order.items.push(item);
-
         let from = match self.domain {
             TimeDomain::EventTime => el.timestamp(),
             TimeDomain::ProcessingTime => ctx.current_processing_time(),
         };
-        order.timer = from.saturating_add(self.timeout);
-        ctx.register_timer(self.domain, order.timer);
-        self.orders.set(&order)
+        // `modify` changes the order in place: an event costs the same whether the
+        // order holds one item or a hundred.
+        self.orders.modify(|state| {
+            let order = match state {
+                Some(order) => {
+                    ctx.delete_timer(self.domain, order.timer);
+                    order
+                }
+                None => state.insert(Order {
+                    order_id: order_id.get().to_owned(),
+                    total: Decimal::ZERO.serialize(),
+                    items: Vec::new(),
+                    timer: 0,
+                }),
+            };
+            let total = Decimal::deserialize(order.total)
+                .checked_add(cost)
+                .with_context(|| format!("the total of order {} overflows", order.order_id))?;
+            order.total = total.serialize();
+            order.items.push(item);
+            order.timer = from.saturating_add(self.timeout);
+            ctx.register_timer(self.domain, order.timer);
+            Ok(())
+        })
     }
 
     fn on_timer(&mut self, ctx: &mut Context, timer: &Timer) -> Result<()> {

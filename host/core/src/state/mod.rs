@@ -118,6 +118,19 @@ impl KeyEntry {
         *self.slot_or_insert(state, || Slot::Value(Vec::new())) = slot;
     }
 
+    /// Removes the key's contents of `state` and returns them, if it held any.
+    pub fn take_slot(&mut self, state: StateId) -> Option<Slot> {
+        let pos = self.slots.iter().position(|(id, _)| *id == state)?;
+        self.cached_in = 0;
+        Some(self.slots.remove(pos).1)
+    }
+
+    /// Removes the key's contents of every state and returns them. Its timers stay.
+    pub fn take_all_slots(&mut self) -> Vec<(StateId, Slot)> {
+        self.cached_in = 0;
+        self.slots.drain(..).collect()
+    }
+
     /// Drops the key's contents of `state`; nothing happens if it held none.
     pub fn clear(&mut self, state: StateId) {
         self.cached_in = 0;
@@ -146,7 +159,6 @@ impl KeyEntry {
     pub fn cached_in(&self) -> u32 {
         self.cached_in
     }
-
 }
 
 /// Interned keys and their state.
@@ -498,7 +510,11 @@ mod tests {
         }
         table.timer_removed(hot, TimeDomain::ProcessingTime, 5);
         table.release_if_unused(hot);
-        assert_eq!(table.find(b"hot"), None, "no timer left, no state: released");
+        assert_eq!(
+            table.find(b"hot"),
+            None,
+            "no timer left, no state: released"
+        );
     }
 
     #[test]

@@ -1,5 +1,10 @@
 //! The host side of the batched call: encoding entries with the state of their keys,
 //! and applying the effects the guest returns (layout in the `weir-wire` crate).
+//!
+//! On the cached path (`weir:udf/cached-batch`) a key's state is sent only when the
+//! guest's copy is not current: [`KeyEntry::cached_in`](weir_core::state::KeyEntry::cached_in)
+//! holds the cache epoch in which the guest last saw it, and every change to the state
+//! outside a batch clears it.
 
 use crate::runtime::{BatchEntry, HostServices, OutputId};
 use std::collections::{BTreeMap, HashMap};
@@ -23,12 +28,22 @@ impl BatchKeys {
     }
 }
 
-/// Encodes `entries` with the state of every key they touch.
+/// An encoded batch: the buffer, its keys, and how many bytes of state it carries.
+pub struct Encoded {
+    pub buffer: Vec<u8>,
+    pub keys: BatchKeys,
+    /// Bytes of state (and key) sent; on the cached path the guest now keeps them.
+    pub state_bytes: usize,
+}
+
+/// Encodes `entries` with the state of every key they touch; on the cached path (an
+/// `epoch`), a key the guest holds a current copy of in that epoch goes without it.
 pub fn encode(
     host: &HostServices,
     entries: &[BatchEntry<'_>],
     processing_time: i64,
-) -> (Vec<u8>, BatchKeys) {
+    epoch: Option<u32>,
+) -> Encoded {
     let mut keys = BatchKeys::default();
     let mut body = Writer::with_capacity(entries.len() * 96);
     for entry in entries {
@@ -63,12 +78,27 @@ pub fn encode(
             }
         }
     }
-    let mut w = Writer::with_capacity(body.buf.len() + keys.ids.len() * 128 + 16);
+    let mut w = Writer::with_capacity(body.buf.len() + keys.ids.len() * 128 + 24);
+    if let Some(epoch) = epoch {
+        w.u64(u64::from(epoch));
+    }
     w.i64(processing_time);
     w.u32(keys.ids.len() as u32);
+    let mut state_bytes = 0;
     for &id in &keys.ids {
         let entry = host.keys.entry(id);
+        if epoch.is_some() {
+            w.u32(id);
+        }
         w.bytes(entry.key());
+        if let Some(epoch) = epoch {
+            if entry.cached_in() == epoch {
+                w.u8(weir_wire::KEY_CACHED);
+                continue;
+            }
+            w.u8(weir_wire::KEY_SENT);
+        }
+        let start = w.buf.len();
         let count = w.placeholder();
         let mut n = 0;
         for (state, slot) in entry.slots() {
@@ -81,10 +111,16 @@ pub fn encode(
             n += 1;
         }
         w.patch_u32(count, n);
+        // The guest keeps the key too, and some bookkeeping per key.
+        state_bytes += w.buf.len() - start + entry.key().len() + 64;
     }
     w.u32(entries.len() as u32);
     w.buf.extend_from_slice(&body.buf);
-    (w.buf, keys)
+    Encoded {
+        buffer: w.buf,
+        keys,
+        state_bytes,
+    }
 }
 
 fn domain_code(d: TimeDomain) -> u8 {
@@ -102,12 +138,21 @@ struct EmitRef<'a> {
     value: &'a [u8],
 }
 
+/// One state write of a batch, borrowed from the effects buffer.
+enum Write<'a> {
+    Clear,
+    Set(SlotRef<'a>),
+    ListAppend(&'a [u8]),
+    MapPut(&'a [u8], &'a [u8]),
+    MapRemove(&'a [u8]),
+}
+
 /// What the guest's effects say, decoded and checked before anything is applied.
 pub struct Effects<'a> {
     pub consumed: usize,
     /// Consumed timer entries that did not fire (the UDF deleted them first).
     pub skipped: usize,
-    writes: Vec<(KeyId, u32, Option<SlotRef<'a>>)>,
+    writes: Vec<(KeyId, u32, Write<'a>)>,
     timer_ops: Vec<(KeyId, TimeDomain, bool, i64)>,
     emits: Vec<EmitRef<'a>>,
     logs: Vec<(KeyId, u8, String)>,
@@ -145,26 +190,33 @@ pub fn decode<'a>(
                 "effects write state id {state}, which was never declared"
             ));
         };
-        let slot = match r.u8().map_err(bad)? {
-            0 => None,
-            1 => {
-                let slot = r.slot().map_err(bad)?;
-                let matches = matches!(
-                    (&slot, kind),
-                    (SlotRef::Value(_), StateKind::Value)
-                        | (SlotRef::List(_), StateKind::List)
-                        | (SlotRef::Map(_), StateKind::Map)
-                );
-                if !matches {
-                    return Err(format!(
-                        "effects write state {name:?} as another kind than its {kind:?}"
-                    ));
-                }
-                Some(slot)
+        let write = match r.u8().map_err(bad)? {
+            weir_wire::WRITE_CLEAR => Write::Clear,
+            weir_wire::WRITE_SET => Write::Set(r.slot().map_err(bad)?),
+            weir_wire::WRITE_LIST_APPEND => Write::ListAppend(r.bytes().map_err(bad)?),
+            weir_wire::WRITE_MAP_PUT => {
+                Write::MapPut(r.bytes().map_err(bad)?, r.bytes().map_err(bad)?)
             }
+            weir_wire::WRITE_MAP_REMOVE => Write::MapRemove(r.bytes().map_err(bad)?),
             _ => return Err("unknown write op".into()),
         };
-        writes.push((k, state, slot));
+        let matches = match (&write, kind) {
+            (Write::Clear, _) => true,
+            (Write::Set(slot), kind) => matches!(
+                (slot, kind),
+                (SlotRef::Value(_), StateKind::Value)
+                    | (SlotRef::List(_), StateKind::List)
+                    | (SlotRef::Map(_), StateKind::Map)
+            ),
+            (Write::ListAppend(_), kind) => kind == StateKind::List,
+            (Write::MapPut(..) | Write::MapRemove(_), kind) => kind == StateKind::Map,
+        };
+        if !matches {
+            return Err(format!(
+                "effects write state {name:?} as another kind than its {kind:?}"
+            ));
+        }
+        writes.push((k, state, write));
     }
 
     let mut timer_ops = Vec::new();
@@ -230,13 +282,15 @@ pub fn decode<'a>(
 
 /// Applies checked effects to the host services. The consumed timer entries are
 /// removed first, as if they had been popped when they fired, so that a timer the UDF
-/// registers again afterwards is a new one.
+/// registers again afterwards is a new one. On the cached path every key of the batch
+/// is then marked as current in the guest's `epoch`.
 pub fn apply(
     host: &mut HostServices,
     effects: Effects,
     entries: &[BatchEntry<'_>],
     keys: &BatchKeys,
     udf: &str,
+    epoch: Option<u32>,
 ) {
     for entry in &entries[..effects.consumed] {
         if let BatchEntry::Timer {
@@ -249,26 +303,56 @@ pub fn apply(
             host.timer_for(key, domain, timestamp, false);
         }
     }
-    for (key, state, slot) in effects.writes {
+    for (key, state, write) in effects.writes {
         let entry = host.keys.entry_mut(key);
-        match slot {
+        match write {
             // Reuse the value's buffer: most writes replace a value of the same size.
-            Some(SlotRef::Value(v)) => match entry.slot_mut(state) {
+            Write::Set(SlotRef::Value(v)) => match entry.slot_mut(state) {
                 Some(Slot::Value(old)) => {
                     old.clear();
                     old.extend_from_slice(v);
                 }
                 _ => entry.set_slot(state, Slot::Value(v.to_vec())),
             },
-            Some(SlotRef::List(items)) => entry.set_slot(
+            Write::Set(SlotRef::List(items)) => entry.set_slot(
                 state,
                 Slot::List(items.into_iter().map(<[u8]>::to_vec).collect()),
             ),
-            Some(SlotRef::Map(pairs)) => {
+            Write::Set(SlotRef::Map(pairs)) => {
                 let map = pairs.into_iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
                 entry.set_slot(state, Slot::Map(map.collect::<BTreeMap<_, _>>()))
             }
-            None => entry.clear(state),
+            Write::Clear => entry.clear(state),
+            Write::ListAppend(item) => {
+                match entry.slot_or_insert(state, || Slot::List(Vec::new())) {
+                    Slot::List(items) => items.push(item.to_vec()),
+                    _ => unreachable!("checked against the state's kind"),
+                }
+            }
+            Write::MapPut(k, v) => match entry.slot_or_insert(state, || Slot::Map(BTreeMap::new()))
+            {
+                Slot::Map(map) => {
+                    map.insert(k.to_vec(), v.to_vec());
+                }
+                _ => unreachable!("checked against the state's kind"),
+            },
+            Write::MapRemove(k) => {
+                let now_empty = match entry.slot_mut(state) {
+                    Some(Slot::Map(map)) => {
+                        map.remove(k);
+                        map.is_empty()
+                    }
+                    _ => false,
+                };
+                if now_empty {
+                    entry.clear(state);
+                }
+            }
+        }
+    }
+    if let Some(epoch) = epoch {
+        for &key in &keys.ids {
+            host.keys.mark_cached_in(key, epoch);
         }
     }
     for (key, domain, register, at) in effects.timer_ops {

@@ -67,6 +67,10 @@ pub struct Limits {
     /// The longest one call (an element, a timer, a batch) may run before it is
     /// interrupted and counted as failed.
     pub call_timeout: Duration,
+    /// How many bytes of keyed state (as the host holds it) the instance may keep
+    /// between batches on the cached batch path; once it has been sent more, it drops
+    /// its copies and starts over. 0 keeps none.
+    pub state_cache_bytes: usize,
 }
 
 /// The default memory cap of one UDF instance (`[udf] memory_limit`).
@@ -84,8 +88,18 @@ pub struct LoadedComponent {
     /// Whether it came from the compile cache.
     pub provenance: precompiled::Provenance,
     pre: bindings::KeyedProcessPre<StoreData>,
-    /// `weir:udf/batch#process-batch`, if the component exports it.
-    batch: Option<ComponentExportIndex>,
+    /// The batch export the component has, if any: `weir:udf/cached-batch`, or else
+    /// `weir:udf/batch`.
+    batch: Option<(BatchPath, ComponentExportIndex)>,
+}
+
+/// Which batch export a component is called through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BatchPath {
+    /// `weir:udf/batch`: every key's state goes with every batch.
+    Plain,
+    /// `weir:udf/cached-batch`: the guest keeps the state of the keys it has seen.
+    Cached,
 }
 
 /// The batched export: an encoded batch in, encoded effects out.
@@ -128,9 +142,13 @@ impl LoadedComponent {
         let pre = bindings::KeyedProcessPre::new(instance_pre)
             .map_err(anyhow::Error::from)
             .context("the component does not implement the weir:udf/keyed-process world (it must export weir:udf/process-function@0.1.0)")?;
-        let batch = component
-            .get_export_index(None, "weir:udf/batch@0.1.0")
-            .and_then(|interface| component.get_export_index(Some(&interface), "process-batch"));
+        let export = |interface: &str| {
+            let interface = component.get_export_index(None, interface)?;
+            component.get_export_index(Some(&interface), "process-batch")
+        };
+        let batch = export("weir:udf/cached-batch@0.1.0")
+            .map(|index| (BatchPath::Cached, index))
+            .or_else(|| export("weir:udf/batch@0.1.0").map(|index| (BatchPath::Plain, index)));
         Ok(Self {
             name: name.to_string(),
             sha256: weir_core::identity::hex(&sha256),
@@ -167,6 +185,19 @@ pub struct WasmFunction {
     instance: Option<Instance>,
     /// The element passed to the guest; reused so a call allocates nothing for it.
     scratch: types::Element,
+    /// The cache epoch of the live instance (cached batch path): the guest's copies of
+    /// keys' state are current for keys marked with it.
+    epoch: u32,
+    /// Bytes of state sent to the guest in this epoch, which it may be keeping.
+    cached_bytes: usize,
+}
+
+/// Cache epochs, unique in the process: no two instances (of any UDF) share one, so a
+/// key marked by one instance is never taken as current by another.
+static NEXT_EPOCH: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+fn next_epoch() -> u32 {
+    NEXT_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl WasmFunction {
@@ -186,12 +217,23 @@ impl WasmFunction {
             info: InitInfo::default(),
             instance: None,
             scratch,
+            epoch: next_epoch(),
+            cached_bytes: 0,
         }
+    }
+
+    /// Starts a new cache epoch: the guest drops its copies at the next batch, and every
+    /// key goes with its state again. After a failed batch, a new instance, or once the
+    /// guest may hold more than [`Limits::state_cache_bytes`] in copies.
+    fn new_epoch(&mut self) {
+        self.epoch = next_epoch();
+        self.cached_bytes = 0;
     }
 
     /// The live instance, creating and initialising one if there is none.
     fn instance(&mut self, host: &mut HostServices) -> Result<&mut Instance, CallError> {
         if self.instance.is_none() {
+            self.new_epoch();
             let stderr = GuestStderr::new(&self.component.name);
             let data = StoreData {
                 host: HostServices::new(0),
@@ -215,7 +257,7 @@ impl WasmFunction {
                 .map_err(cannot)?;
             let bindings = bindings::KeyedProcess::new(&mut store, &raw).map_err(cannot)?;
             let batch = match &self.component.batch {
-                Some(index) => Some(raw.get_typed_func(&mut store, index).map_err(cannot)?),
+                Some((_, index)) => Some(raw.get_typed_func(&mut store, index).map_err(cannot)?),
                 None => None,
             };
             let exports = Exports { bindings, batch };
@@ -446,21 +488,49 @@ impl ProcessFunction for WasmFunction {
         host: &mut HostServices,
         entries: &[BatchEntry<'_>],
     ) -> Result<BatchTaken, CallError> {
-        let (buffer, keys) = batch::encode(host, entries, weir_core::time::wall_clock_ms());
-        let effects = self.run(host, |exports, store, _| {
+        // Creates the instance first, so that the batch is encoded for its epoch.
+        self.instance(host)?;
+        let cached = matches!(self.component.batch, Some((BatchPath::Cached, _)));
+        let epoch = cached.then_some(self.epoch);
+        let encoded = batch::encode(host, entries, weir_core::time::wall_clock_ms(), epoch);
+        let buffer = encoded.buffer;
+        let result = self.run(host, |exports, store, _| {
             let func = exports
                 .batch
                 .as_ref()
                 .expect("only called when takes_batches");
             func.call(store, (buffer,)).map(|(result,)| result)
-        })?;
-        let effects =
-            batch::decode(host, &keys, entries.len(), &effects).map_err(CallError::Trapped)?;
-        let taken = BatchTaken {
-            consumed: effects.consumed,
-            skipped: effects.skipped,
-        };
-        batch::apply(host, effects, entries, &keys, &self.component.name);
-        Ok(taken)
+        });
+        let effects = result.and_then(|effects| {
+            let decoded = batch::decode(host, &encoded.keys, entries.len(), &effects)
+                .map_err(CallError::Trapped)?;
+            let taken = BatchTaken {
+                consumed: decoded.consumed,
+                skipped: decoded.skipped,
+            };
+            // A new instance since the batch was encoded has an epoch of its own.
+            let epoch = epoch.filter(|&e| e == self.epoch);
+            batch::apply(
+                host,
+                decoded,
+                entries,
+                &encoded.keys,
+                &self.component.name,
+                epoch,
+            );
+            Ok(taken)
+        });
+        match &effects {
+            // The guest's copies of the failed batch's keys are gone or unknown.
+            Err(_) => self.new_epoch(),
+            Ok(_) if cached => {
+                self.cached_bytes += encoded.state_bytes;
+                if self.cached_bytes > self.limits.state_cache_bytes {
+                    self.new_epoch();
+                }
+            }
+            Ok(_) => {}
+        }
+        effects
     }
 }
