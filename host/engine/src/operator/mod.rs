@@ -224,7 +224,7 @@ impl KeyedOperator {
 
     /// Goes back to the version a swap replaced, if it is still kept; the failed version
     /// is returned (to be dropped). State and timers are left as the failed version left
-    /// them. The run calls this when a version on probation fails, then takes the failed
+    /// them after its last successful call (a failed call changes nothing). The run calls this when a version on probation fails, then takes the failed
     /// call again with the old version (see [`retry_timer`](Self::retry_timer) and
     /// [`register_timer_again`](Self::register_timer_again) for a failed timer).
     pub fn rollback(&mut self) -> Option<Box<dyn ProcessFunction>> {
@@ -337,8 +337,9 @@ impl KeyedOperator {
     }
 
     /// Processes one element of source `source` in one call, then advances the
-    /// watermark and fires the timers that became due. A failed call's emitted records
-    /// are dropped, and the element is not counted as processed. The run does not call
+    /// watermark and fires the timers that became due. A failed call leaves nothing
+    /// behind: its emitted records are dropped, its state writes and timer changes taken
+    /// back, and the element is not counted as processed. The run does not call
     /// this itself: [`process_elements`](Self::process_elements) does, for every element
     /// a function that takes no batches gets, and to replay a failed batch.
     pub fn process_element(
@@ -352,6 +353,11 @@ impl KeyedOperator {
         let key = self.host.keys.intern(element.key);
         self.host.enter(key, element.timestamp);
         let result = self.function.process_element(&mut self.host, element);
+        if result.is_err() {
+            // Nothing of a failed call survives: not its emits (dropped below), not its
+            // state writes or timer changes.
+            self.host.undo_call();
+        }
         self.host.leave();
         self.flush_emitted(result.map_err(|error| OperatorError::Udf {
             activity: Activity::Element,
@@ -728,6 +734,9 @@ impl KeyedOperator {
             key: &key_bytes,
         };
         let result = self.function.on_timer(&mut self.host, timer);
+        if result.is_err() {
+            self.host.undo_call();
+        }
         self.host.leave();
         self.flush_emitted(result.map_err(|error| OperatorError::Udf {
             activity: Activity::Timer {

@@ -325,3 +325,154 @@ fn a_version_declaring_an_output_without_a_sink_is_refused_and_the_old_one_stays
     assert_eq!(op.function_name(), "v1");
     assert!(!op.in_probation());
 }
+
+/// Changes every kind of state and timer of its key on each element; an element whose
+/// value is `fail` makes the same changes (and more) and then fails.
+struct Scribbler {
+    value: StateId,
+    list: StateId,
+    map: StateId,
+}
+
+impl ProcessFunction for Scribbler {
+    fn name(&self) -> &str {
+        "scribbler"
+    }
+
+    fn init(&mut self, host: &mut HostServices, _info: &InitInfo) -> Result<(), CallError> {
+        let declare = |host: &mut HostServices, name, kind| {
+            host.declare_state(name, kind).map_err(CallError::Returned)
+        };
+        self.value = declare(host, "value", StateKind::Value)?;
+        self.list = declare(host, "list", StateKind::List)?;
+        self.map = declare(host, "map", StateKind::Map)?;
+        host.declare_output("main").map_err(CallError::Returned)?;
+        Ok(())
+    }
+
+    fn process_element(
+        &mut self,
+        host: &mut HostServices,
+        element: ElementRef<'_>,
+    ) -> Result<(), CallError> {
+        let trap = |e: anyhow::Error| CallError::Trapped(e.to_string());
+        let ts = element.timestamp;
+        host.value_set(self.value, ts.to_le_bytes().to_vec())
+            .map_err(trap)?;
+        host.list_append(self.list, element.value.to_vec())
+            .map_err(trap)?;
+        host.map_put(self.map, b"latest".to_vec(), element.value.to_vec())
+            .map_err(trap)?;
+        host.map_put(self.map, ts.to_le_bytes().to_vec(), b"seen".to_vec())
+            .map_err(trap)?;
+        host.map_remove(self.map, &(ts - 1).to_le_bytes())
+            .map_err(trap)?;
+        host.register_timer(TimeDomain::EventTime, ts + 100)
+            .map_err(trap)?;
+        host.delete_timer(TimeDomain::EventTime, ts + 99)
+            .map_err(trap)?;
+        if element.value == b"fail" {
+            host.list_set(self.list, Vec::new()).map_err(trap)?;
+            host.clear_all().map_err(trap)?;
+            host.value_set(self.value, b"scribbled".to_vec())
+                .map_err(trap)?;
+            return Err(CallError::Trapped(
+                "failed after changing everything".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn on_timer(&mut self, _: &mut HostServices, _: FiredTimer<'_>) -> Result<(), CallError> {
+        Ok(())
+    }
+}
+
+/// Every key's slots and pending timers, sorted.
+type Dump = Vec<(
+    Vec<u8>,
+    Vec<(StateId, weir_core::state::Slot)>,
+    Vec<(TimeDomain, i64)>,
+)>;
+
+fn dump(host: &HostServices) -> Dump {
+    let keys = host.keys();
+    let mut all: Dump = keys
+        .iter()
+        .map(|(id, entry)| {
+            let mut slots: Vec<_> = entry.slots().map(|(s, slot)| (s, slot.clone())).collect();
+            slots.sort();
+            let mut timers: Vec<_> = keys.timers(id).collect();
+            timers.sort();
+            (entry.key().to_vec(), slots, timers)
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+#[test]
+fn a_failed_call_leaves_no_state_or_timer_change_behind() {
+    let scribbler = Scribbler {
+        value: 0,
+        list: 0,
+        map: 0,
+    };
+    let mut op = KeyedOperator::new(Box::new(scribbler), &[1_000], 0);
+    op.init(&InitInfo::default()).unwrap();
+    let received = Received::default();
+    op.bind_sinks(vec![Box::new(VecSink(Arc::clone(&received)))]);
+    op.set_max_batch(0);
+    // Key "a" gets state and timers (at 101 and 102; 99 + 1 + 1 = 101 deleted none).
+    let before = [("a", "one", 1), ("a", "two", 2)];
+    op.process_elements(&elements(&before)).unwrap();
+    let after_two = dump(op.host());
+    assert!(!after_two.is_empty());
+
+    // At 3 the call would set the value, append, put, remove the map entry of 2, add a
+    // timer at 103, delete the one at 102, then clear everything and fail: none of it
+    // may stay. A key seen first in a failed call is not left behind either.
+    let (failed_at, error) = op
+        .process_elements(&elements(&[("a", "fail", 3)]))
+        .unwrap_err();
+    assert_eq!(failed_at, 0);
+    assert!(error
+        .to_string()
+        .contains("failed after changing everything"));
+    assert_eq!(
+        dump(op.host()),
+        after_two,
+        "the failed call changed state or timers"
+    );
+    op.process_elements(&elements(&[("b", "fail", 3)]))
+        .unwrap_err();
+    assert_eq!(
+        dump(op.host()),
+        after_two,
+        "a new key's failed call left it behind"
+    );
+
+    // The same element after a good one behaves as if the failed call never happened.
+    op.process_elements(&elements(&[("a", "three", 3)]))
+        .unwrap();
+    let mut replayed = KeyedOperator::new(
+        Box::new(Scribbler {
+            value: 0,
+            list: 0,
+            map: 0,
+        }),
+        &[1_000],
+        0,
+    );
+    replayed.init(&InitInfo::default()).unwrap();
+    replayed.bind_sinks(vec![Box::new(VecSink(Received::default()))]);
+    replayed.set_max_batch(0);
+    replayed
+        .process_elements(&elements(&[
+            ("a", "one", 1),
+            ("a", "two", 2),
+            ("a", "three", 3),
+        ]))
+        .unwrap();
+    assert_eq!(dump(op.host()), dump(replayed.host()));
+}

@@ -121,6 +121,41 @@ pub struct Services {
     pub(crate) emitted: Emitted,
     pub(crate) scope: Option<Scope>,
     pub(crate) watermark: Timestamp,
+    /// How to take back what the current call changed, should it fail.
+    journal: Vec<Undo>,
+}
+
+/// One change a call made to state or timers, and what was there before.
+#[derive(Debug)]
+enum Undo {
+    /// The state held `previous` (or nothing) before the call replaced or cleared it.
+    Slot {
+        key: KeyId,
+        state: StateId,
+        previous: Option<Slot>,
+    },
+    /// The key held these slots before the call cleared them all.
+    AllSlots {
+        key: KeyId,
+        previous: Vec<(StateId, Slot)>,
+    },
+    /// The call appended an item to a list.
+    ListAppended { key: KeyId, state: StateId },
+    /// The map's `entry` held `previous` (or nothing) before the call put or removed it.
+    MapEntry {
+        key: KeyId,
+        state: StateId,
+        entry: Vec<u8>,
+        previous: Option<Vec<u8>>,
+    },
+    /// The call registered a timer that was not pending (`registered`), or deleted one
+    /// that was.
+    Timer {
+        key: KeyId,
+        domain: TimeDomain,
+        at: Timestamp,
+        registered: bool,
+    },
 }
 
 impl Default for HostServices {
@@ -154,6 +189,7 @@ impl HostServices {
             emitted: Emitted::default(),
             scope: None,
             watermark: MIN_WATERMARK,
+            journal: Vec::new(),
         }))
     }
 }
@@ -203,9 +239,91 @@ impl Services {
 
     // ---- scope, set by the operator ------------------------------------------------
 
-    /// Scopes the following calls to `key`.
+    /// Scopes the following calls to `key`, and starts a new journal of what they change.
     pub fn enter(&mut self, key: KeyId, timestamp: Timestamp) {
         self.scope = Some(Scope { key, timestamp });
+        self.journal.clear();
+    }
+
+    /// Takes back every change to state and timers made since [`enter`](Self::enter),
+    /// newest first, so that nothing of a failed call survives. The operator calls this
+    /// when a call fails, before [`leave`](Self::leave).
+    pub fn undo_call(&mut self) {
+        while let Some(undo) = self.journal.pop() {
+            match undo {
+                Undo::Slot {
+                    key,
+                    state,
+                    previous,
+                } => {
+                    let entry = self.keys.entry_mut(key);
+                    match previous {
+                        Some(slot) => entry.set_slot(state, slot),
+                        None => entry.clear(state),
+                    }
+                }
+                Undo::AllSlots { key, previous } => {
+                    let entry = self.keys.entry_mut(key);
+                    for (state, slot) in previous {
+                        entry.set_slot(state, slot);
+                    }
+                }
+                Undo::ListAppended { key, state } => {
+                    let entry = self.keys.entry_mut(key);
+                    let now_empty = match entry.slot_mut(state) {
+                        Some(Slot::List(items)) => {
+                            items.pop();
+                            items.is_empty()
+                        }
+                        _ => false,
+                    };
+                    if now_empty {
+                        entry.clear(state);
+                    }
+                }
+                Undo::MapEntry {
+                    key,
+                    state,
+                    entry: map_key,
+                    previous,
+                } => {
+                    let entry = self.keys.entry_mut(key);
+                    let now_empty = match entry.slot_or_insert(state, || Slot::Map(BTreeMap::new()))
+                    {
+                        Slot::Map(map) => {
+                            match previous {
+                                Some(value) => map.insert(map_key, value),
+                                None => map.remove(&map_key),
+                            };
+                            map.is_empty()
+                        }
+                        _ => false,
+                    };
+                    if now_empty {
+                        entry.clear(state);
+                    }
+                }
+                Undo::Timer {
+                    key,
+                    domain,
+                    at,
+                    registered,
+                } => {
+                    self.timer_for(key, domain, at, !registered);
+                }
+            }
+        }
+    }
+
+    /// Journals that the current call replaced or cleared `state`, which held `previous`.
+    fn replaced(&mut self, state: StateId, previous: Option<Slot>) {
+        if let Some(scope) = self.scope {
+            self.journal.push(Undo::Slot {
+                key: scope.key,
+                state,
+                previous,
+            });
+        }
     }
 
     /// Ends the scope and releases the key if it holds nothing any more.
@@ -221,9 +339,18 @@ impl Services {
         })
     }
 
+    /// The current key's entry, to change: the key counts as changed for the next
+    /// checkpoint.
     fn entry(&mut self) -> Result<&mut KeyEntry, ContractError> {
         let scope = self.scope()?;
         Ok(self.keys.entry_mut(scope.key))
+    }
+
+    /// The current key's entry, to read: a read is not a change, so an incremental
+    /// checkpoint does not write a key that was only read.
+    fn entry_to_read(&self) -> Result<&KeyEntry, ContractError> {
+        let scope = self.scope()?;
+        Ok(self.keys.entry(scope.key))
     }
 
     // ---- state ---------------------------------------------------------------------
@@ -256,7 +383,7 @@ impl Services {
     /// if it has one.
     pub fn value_get(&mut self, state: StateId) -> Result<Option<&[u8]>, ContractError> {
         self.check(state, StateKind::Value)?;
-        Ok(match self.entry()?.slot(state) {
+        Ok(match self.entry_to_read()?.slot(state) {
             Some(Slot::Value(bytes)) => Some(bytes.as_slice()),
             _ => None,
         })
@@ -266,7 +393,10 @@ impl Services {
     /// `state`.
     pub fn value_set(&mut self, state: StateId, value: Vec<u8>) -> Result<(), ContractError> {
         self.check(state, StateKind::Value)?;
-        self.entry()?.set_slot(state, Slot::Value(value));
+        let entry = self.entry()?;
+        let previous = entry.take_slot(state);
+        entry.set_slot(state, Slot::Value(value));
+        self.replaced(state, previous);
         Ok(())
     }
 
@@ -274,7 +404,7 @@ impl Services {
     /// oldest first (none if it has none).
     pub fn list_get(&mut self, state: StateId) -> Result<&[Vec<u8>], ContractError> {
         self.check(state, StateKind::List)?;
-        Ok(match self.entry()?.slot(state) {
+        Ok(match self.entry_to_read()?.slot(state) {
             Some(Slot::List(items)) => items.as_slice(),
             _ => &[],
         })
@@ -290,6 +420,8 @@ impl Services {
         {
             items.push(item);
         }
+        let key = self.scope()?.key;
+        self.journal.push(Undo::ListAppended { key, state });
         Ok(())
     }
 
@@ -298,11 +430,11 @@ impl Services {
     pub fn list_set(&mut self, state: StateId, items: Vec<Vec<u8>>) -> Result<(), ContractError> {
         self.check(state, StateKind::List)?;
         let entry = self.entry()?;
-        if items.is_empty() {
-            entry.clear(state);
-        } else {
+        let previous = entry.take_slot(state);
+        if !items.is_empty() {
             entry.set_slot(state, Slot::List(items));
         }
+        self.replaced(state, previous);
         Ok(())
     }
 
@@ -310,7 +442,7 @@ impl Services {
     /// state `state`, if any.
     pub fn map_get(&mut self, state: StateId, key: &[u8]) -> Result<Option<&[u8]>, ContractError> {
         self.check(state, StateKind::Map)?;
-        Ok(match self.entry()?.slot(state) {
+        Ok(match self.entry_to_read()?.slot(state) {
             Some(Slot::Map(map)) => map.get(key).map(Vec::as_slice),
             _ => None,
         })
@@ -329,7 +461,14 @@ impl Services {
             .entry()?
             .slot_or_insert(state, || Slot::Map(BTreeMap::new()))
         {
-            map.insert(key, value);
+            let previous = map.insert(key.clone(), value);
+            let scope = self.scope()?.key;
+            self.journal.push(Undo::MapEntry {
+                key: scope,
+                state,
+                entry: key,
+                previous,
+            });
         }
         Ok(())
     }
@@ -339,11 +478,21 @@ impl Services {
     pub fn map_remove(&mut self, state: StateId, key: &[u8]) -> Result<(), ContractError> {
         self.check(state, StateKind::Map)?;
         let entry = self.entry()?;
+        let mut removed = None;
         if let Some(Slot::Map(map)) = entry.slot_mut(state) {
-            map.remove(key);
+            removed = map.remove(key);
             if map.is_empty() {
                 entry.clear(state);
             }
+        }
+        if let Some(previous) = removed {
+            let scope = self.scope()?.key;
+            self.journal.push(Undo::MapEntry {
+                key: scope,
+                state,
+                entry: key.to_vec(),
+                previous: Some(previous),
+            });
         }
         Ok(())
     }
@@ -352,7 +501,7 @@ impl Services {
     /// order of its keys, or `None` if it holds no entry.
     pub fn map_entries(&mut self, state: StateId) -> Result<Option<&ByteMap>, ContractError> {
         self.check(state, StateKind::Map)?;
-        Ok(match self.entry()?.slot(state) {
+        Ok(match self.entry_to_read()?.slot(state) {
             Some(Slot::Map(map)) => Some(map),
             _ => None,
         })
@@ -365,14 +514,21 @@ impl Services {
             self.states.get(state).is_some(),
             "state id {state} was never declared"
         );
-        self.entry()?.clear(state);
+        let previous = self.entry()?.take_slot(state);
+        if previous.is_some() {
+            self.replaced(state, previous);
+        }
         Ok(())
     }
 
     /// The `state.clear-all` import: clears every state of the current key; its timers
     /// stay.
     pub fn clear_all(&mut self) -> Result<(), ContractError> {
-        self.entry()?.clear_all();
+        let previous = self.entry()?.take_all_slots();
+        if !previous.is_empty() {
+            let key = self.scope()?.key;
+            self.journal.push(Undo::AllSlots { key, previous });
+        }
         Ok(())
     }
 
@@ -387,7 +543,14 @@ impl Services {
         at: Timestamp,
     ) -> Result<(), ContractError> {
         let key = self.scope()?.key;
-        self.timer_for(key, domain, at, true);
+        if self.timer_for(key, domain, at, true) {
+            self.journal.push(Undo::Timer {
+                key,
+                domain,
+                at,
+                registered: true,
+            });
+        }
         Ok(())
     }
 
@@ -395,20 +558,37 @@ impl Services {
     /// deleting one that is not pending is a no-op. An error outside a scope.
     pub fn delete_timer(&mut self, domain: TimeDomain, at: Timestamp) -> Result<(), ContractError> {
         let key = self.scope()?.key;
-        self.timer_for(key, domain, at, false);
+        if self.timer_for(key, domain, at, false) {
+            self.journal.push(Undo::Timer {
+                key,
+                domain,
+                at,
+                registered: false,
+            });
+        }
         Ok(())
     }
 
-    /// Registers (or deletes) a timer of `key`, keeping the key's count of timers.
-    pub fn timer_for(&mut self, key: KeyId, domain: TimeDomain, at: Timestamp, register: bool) {
+    /// Registers (or deletes) a timer of `key`, keeping the key's list of timers; whether
+    /// anything changed (the timer was not pending, or was).
+    pub fn timer_for(
+        &mut self,
+        key: KeyId,
+        domain: TimeDomain,
+        at: Timestamp,
+        register: bool,
+    ) -> bool {
         let tie = self.keys.entry(key).tie_order();
         if register {
             if self.timers.register(domain, key, tie, at) {
                 self.keys.timer_added(key, domain, at);
+                return true;
             }
         } else if self.timers.delete(domain, key, tie, at) {
             self.keys.timer_removed(key, domain, at);
+            return true;
         }
+        false
     }
 
     /// The `timers.current-watermark` import: the pipeline's watermark as the operator
