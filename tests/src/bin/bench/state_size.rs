@@ -23,7 +23,7 @@
 //! hot-key-timers timers=400000 total_ms=T ns_per_timer=N
 //! ```
 
-use std::io::{BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -73,12 +73,7 @@ pub fn matrix(data: &Path, only: Option<&str>) -> anyhow::Result<Vec<StateSizeRu
                 "change-only-counter",
                 "",
             )?;
-            runs.push(run_case(
-                "change-only-counter",
-                per_key,
-                &pipeline,
-                data,
-            )?);
+            runs.push(run_case("change-only-counter", per_key, &pipeline, data)?);
         }
     }
     if only.is_none_or(|u| u == "order-timeout") {
@@ -145,6 +140,32 @@ fn run_case(
     pipeline: &Path,
     data: &Path,
 ) -> anyhow::Result<StateSizeRun> {
+    // A run on the input's first line first, so that the component is in the compile
+    // cache: the peak RSS is then the run's own, not the compiler's.
+    let toml = std::fs::read_to_string(pipeline)?;
+    let input = toml
+        .lines()
+        .find_map(|l| l.strip_prefix("path = \"")?.strip_suffix('"'))
+        .ok_or_else(|| anyhow::anyhow!("{} names no input", pipeline.display()))?;
+    let mut line = String::new();
+    BufReader::new(std::fs::File::open(input)?).read_line(&mut line)?;
+    let first = data.join("state-size.first-line.jsonl");
+    std::fs::write(&first, line)?;
+    let warm = Command::new(weir_bin())
+        .arg("run")
+        .arg(pipeline)
+        .arg("--no-checkpoints")
+        .arg("--quiet")
+        .arg("--input")
+        .arg(format!("input={}", first.display()))
+        .arg("--dead-letter")
+        .arg(data.join("state-size.dead-letter.jsonl"))
+        .status()?;
+    anyhow::ensure!(
+        warm.success(),
+        "weir run {} on one line failed",
+        pipeline.display()
+    );
     let output = Command::new(weir_bin())
         .arg("run")
         .arg(pipeline)
