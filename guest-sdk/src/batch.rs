@@ -754,9 +754,14 @@ fn encode(
                     w.value_slot(&buf[range.clone()]);
                 }
                 Contents::Decoded(value) => {
+                    // Encoded straight into the effects buffer: no copy of a big value.
                     let value = value.as_ref().expect("handed back before the call ended");
                     w.u8(weir_wire::WRITE_SET);
-                    w.value_slot(&value.encode()?);
+                    w.u8(0);
+                    let length = w.placeholder();
+                    w.buf = value.encode_into(std::mem::take(&mut w.buf))?;
+                    let written = w.buf.len() - length - 4;
+                    w.patch_u32(length, written as u32);
                 }
                 Contents::List(items) => {
                     w.u8(weir_wire::WRITE_SET);

@@ -26,16 +26,25 @@ fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
         .map_err(|e| anyhow!("state `{name}`: cannot encode value: {e}"))
 }
 
-/// A value state's value as stored: untagged under schema 0, else behind the schema tag.
-fn encode_value<T: Serialize>(name: &str, schema: u8, value: &T) -> Result<Vec<u8>> {
-    if schema == 0 {
-        return encode(name, value);
+/// A value state's value as stored (untagged under schema 0, else behind the schema
+/// tag), appended to `out`.
+fn encode_value_into<T: Serialize>(
+    name: &str,
+    schema: u8,
+    value: &T,
+    mut out: Vec<u8>,
+) -> Result<Vec<u8>> {
+    if schema != 0 {
+        out.extend_from_slice(&SCHEMA_TAG);
+        out.push(schema);
     }
-    let mut tagged = Vec::with_capacity(64);
-    tagged.extend_from_slice(&SCHEMA_TAG);
-    tagged.push(schema);
-    postcard::to_extend(value, tagged)
-        .map_err(|e| anyhow!("state `{name}`: cannot encode value: {e}"))
+    postcard::to_extend(value, out).map_err(|e| anyhow!("state `{name}`: cannot encode value: {e}"))
+}
+
+/// A value state's value as stored.
+fn encode_value<T: Serialize>(name: &str, schema: u8, value: &T) -> Result<Vec<u8>> {
+    // Starting with room for a typical value saves the growth steps of an empty Vec.
+    encode_value_into(name, schema, value, Vec::with_capacity(64))
 }
 
 /// A value state's value kept decoded by the backend (see [`ValueState::modify`]).
@@ -47,12 +56,12 @@ struct Decoded<T> {
 }
 
 impl<T: Serialize + 'static> CachedValue for Decoded<T> {
-    fn encode(&self) -> Result<Vec<u8>> {
+    fn encode_into(&self, out: Vec<u8>) -> Result<Vec<u8>> {
         let value = self
             .value
             .as_ref()
             .ok_or_else(|| anyhow!("state `{}`: a cleared value was kept", self.name))?;
-        encode_value(&self.name, self.schema, value)
+        encode_value_into(&self.name, self.schema, value, out)
     }
 
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {

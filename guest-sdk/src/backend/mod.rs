@@ -49,8 +49,12 @@ impl StateKind {
 /// path keeps them from one batch to the next, so a read-modify-write neither decodes nor
 /// copies the value). It knows how to encode itself for the host.
 pub(crate) trait CachedValue: Any {
-    /// The value as stored: the state's encoding, schema tag included.
-    fn encode(&self) -> anyhow::Result<Vec<u8>>;
+    /// Appends the value as stored (the state's encoding, schema tag included) to `out`.
+    fn encode_into(&self, out: Vec<u8>) -> anyhow::Result<Vec<u8>>;
+    /// The value as stored.
+    fn encode(&self) -> anyhow::Result<Vec<u8>> {
+        self.encode_into(Vec::with_capacity(64))
+    }
     /// The value, to downcast to the typed state's own type.
     fn as_any_mut(&mut self) -> &mut dyn Any;
 }
