@@ -112,13 +112,74 @@ fn split_schema(bytes: &[u8]) -> (u8, &[u8]) {
 /// Turns a value stored under an earlier schema version into the current type.
 type Migration<T> = Box<dyn Fn(&[u8]) -> Result<T>>;
 
-/// One `T` per key (Flink's `ValueState`).
-pub struct ValueState<T> {
-    id: u32,
+/// How a state's values (a value state's value, a list's items, a map's values) are
+/// stored: the schema version they are written under, and how to read the earlier ones.
+/// One implementation for the three kinds of state.
+struct Versions<T> {
     name: Box<str>,
     /// The schema version values are written under (0: untagged, as before versions).
     schema: u8,
     migrations: Vec<(u8, Migration<T>)>,
+    /// Whether bytes that start with the schema tag are read as tagged even when the
+    /// state has neither a schema nor migrations. Value states do (a version without a
+    /// schema then says clearly that it cannot read a newer version's values); lists and
+    /// maps, which had no schema versions before, read such states as they always did.
+    always_tagged: bool,
+}
+
+impl<T> Versions<T> {
+    fn new(name: &str, always_tagged: bool) -> Self {
+        Versions {
+            name: name.into(),
+            schema: 0,
+            migrations: Vec::new(),
+            always_tagged,
+        }
+    }
+
+    fn migrate_from<Old: DeserializeOwned>(
+        &mut self,
+        version: u8,
+        convert: impl Fn(Old) -> T + 'static,
+    ) {
+        let name = self.name.clone();
+        self.migrations.push((
+            version,
+            Box::new(move |bytes| decode::<Old>(&name, bytes).map(&convert)),
+        ));
+    }
+}
+
+impl<T: Serialize + DeserializeOwned> Versions<T> {
+    /// Decodes stored bytes: the value, and whether it was migrated from an earlier
+    /// schema version (and should be written back).
+    fn read(&self, bytes: &[u8]) -> Result<(T, bool)> {
+        if !self.always_tagged && self.schema == 0 && self.migrations.is_empty() {
+            return decode(&self.name, bytes).map(|v| (v, false));
+        }
+        let (version, body) = split_schema(bytes);
+        if version == self.schema {
+            return decode(&self.name, body).map(|v| (v, false));
+        }
+        match self.migrations.iter().find(|(from, _)| *from == version) {
+            Some((_, migrate)) => migrate(body).map(|v| (v, true)),
+            None => Err(anyhow::Error::new(StateDecodeError(format!(
+                "state `{}`: the stored value has schema version {version}, this version of the UDF reads version {} and has no migration from {version}",
+                self.name, self.schema
+            )))),
+        }
+    }
+
+    /// The value as stored under the current schema.
+    fn encode(&self, value: &T) -> Result<Vec<u8>> {
+        encode_value(&self.name, self.schema, value)
+    }
+}
+
+/// One `T` per key (Flink's `ValueState`).
+pub struct ValueState<T> {
+    id: u32,
+    versions: Versions<T>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -126,9 +187,7 @@ impl<T> ValueState<T> {
     pub(crate) fn new(id: u32, name: &str) -> Self {
         ValueState {
             id,
-            name: name.into(),
-            schema: 0,
-            migrations: Vec::new(),
+            versions: Versions::new(name, true),
             _type: PhantomData,
         }
     }
@@ -137,7 +196,7 @@ impl<T> ValueState<T> {
     /// say with [`migrate_from`](Self::migrate_from) how to read the earlier versions.
     /// Without a schema, values are written untagged (version 0).
     pub fn schema(mut self, version: u8) -> Self {
-        self.schema = version;
+        self.versions.schema = version;
         self
     }
 
@@ -150,17 +209,13 @@ impl<T> ValueState<T> {
         version: u8,
         convert: impl Fn(Old) -> T + 'static,
     ) -> Self {
-        let name = self.name.clone();
-        self.migrations.push((
-            version,
-            Box::new(move |bytes| decode::<Old>(&name, bytes).map(&convert)),
-        ));
+        self.versions.migrate_from(version, convert);
         self
     }
 
     /// The name the state was declared with.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.versions.name
     }
 
     /// Removes the current key's value.
@@ -175,8 +230,8 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
     pub fn get(&self) -> Result<Option<T>> {
         let migrated = Active::value_view(self.id, |view| match view {
             ValueView::Absent => Ok(None),
-            ValueView::Bytes(bytes) => self.read(bytes),
-            ValueView::Decoded(value) => self.read(&value.encode()?),
+            ValueView::Bytes(bytes) => self.versions.read(bytes).map(Some),
+            ValueView::Decoded(value) => self.versions.read(&value.encode()?).map(Some),
         })?;
         match migrated {
             Some((value, true)) => {
@@ -188,25 +243,9 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
         }
     }
 
-    /// Decodes stored bytes: the value, and whether it was migrated from an earlier
-    /// schema version.
-    fn read(&self, bytes: &[u8]) -> Result<Option<(T, bool)>> {
-        let (version, body) = split_schema(bytes);
-        if version == self.schema {
-            return decode(&self.name, body).map(|v| Some((v, false)));
-        }
-        match self.migrations.iter().find(|(from, _)| *from == version) {
-            Some((_, migrate)) => migrate(body).map(|v| Some((v, true))),
-            None => Err(anyhow::Error::new(StateDecodeError(format!(
-                "state `{}`: the stored value has schema version {version}, this version of the UDF reads version {} and has no migration from {version}",
-                self.name, self.schema
-            )))),
-        }
-    }
-
     /// Replaces the current key's value.
     pub fn set(&self, value: &T) -> Result<()> {
-        Active::value_set_owned(self.id, encode_value(&self.name, self.schema, value)?);
+        Active::value_set_owned(self.id, self.versions.encode(value)?);
         Ok(())
     }
 }
@@ -230,7 +269,7 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueState<T> {
             let current = kept
                 .as_any_mut()
                 .downcast_mut::<Decoded<T>>()
-                .filter(|d| d.schema == self.schema);
+                .filter(|d| d.schema == self.versions.schema);
             let Some(decoded) = current else {
                 // Kept by a handle of another type: go the long way.
                 Active::value_restore(self.id, kept, false);
@@ -265,8 +304,8 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueState<T> {
                 self.id,
                 Box::new(Decoded {
                     value: Some(value),
-                    schema: self.schema,
-                    name: self.name.clone(),
+                    schema: self.versions.schema,
+                    name: self.versions.name.clone(),
                 }),
             )?,
             None => Active::clear(self.id),
@@ -276,9 +315,13 @@ impl<T: Serialize + DeserializeOwned + 'static> ValueState<T> {
 }
 
 /// An ordered list of `T` per key (Flink's `ListState`).
+///
+/// Items have schema versions like a value state's value: each item is stored under the
+/// list's [schema](Self::schema), and items written under an earlier one are
+/// [migrated](Self::migrate_from) when the list is read.
 pub struct ListState<T> {
     id: u32,
-    name: Box<str>,
+    versions: Versions<T>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -286,14 +329,33 @@ impl<T> ListState<T> {
     pub(crate) fn new(id: u32, name: &str) -> Self {
         ListState {
             id,
-            name: name.into(),
+            versions: Versions::new(name, false),
             _type: PhantomData,
         }
     }
 
+    /// Writes items under schema `version` (1 to 255): raise it when `T` changes, and
+    /// say with [`migrate_from`](Self::migrate_from) how to read the earlier versions.
+    pub fn schema(mut self, version: u8) -> Self {
+        self.versions.schema = version;
+        self
+    }
+
+    /// Reads items written under schema `version` (0: before the list had a schema) as
+    /// `Old`, and converts them with `convert`. A list with converted items is written
+    /// back whole under the current schema when it is read, so each key migrates once.
+    pub fn migrate_from<Old: DeserializeOwned>(
+        mut self,
+        version: u8,
+        convert: impl Fn(Old) -> T + 'static,
+    ) -> Self {
+        self.versions.migrate_from(version, convert);
+        self
+    }
+
     /// The name the state was declared with.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.versions.name
     }
 
     /// Removes all of the current key's items.
@@ -303,17 +365,27 @@ impl<T> ListState<T> {
 }
 
 impl<T: Serialize + DeserializeOwned> ListState<T> {
-    /// All items of the current key, oldest first.
+    /// All items of the current key, oldest first; items of an earlier schema version
+    /// are migrated (and the list written back).
     pub fn get(&self) -> Result<Vec<T>> {
-        Active::list_get(self.id)
+        let mut migrated = false;
+        let items = Active::list_get(self.id)
             .iter()
-            .map(|bytes| decode(&self.name, bytes))
-            .collect()
+            .map(|bytes| {
+                let (item, converted) = self.versions.read(bytes)?;
+                migrated |= converted;
+                Ok(item)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if migrated {
+            self.set(&items)?;
+        }
+        Ok(items)
     }
 
     /// Appends one item (without reading the others).
     pub fn append(&self, item: &T) -> Result<()> {
-        Active::list_append(self.id, &encode(&self.name, item)?);
+        Active::list_append(self.id, &self.versions.encode(item)?);
         Ok(())
     }
 
@@ -321,7 +393,7 @@ impl<T: Serialize + DeserializeOwned> ListState<T> {
     pub fn set(&self, items: &[T]) -> Result<()> {
         let encoded = items
             .iter()
-            .map(|item| encode(&self.name, item))
+            .map(|item| self.versions.encode(item))
             .collect::<Result<Vec<_>>>()?;
         Active::list_set(self.id, &encoded);
         Ok(())
@@ -332,9 +404,11 @@ impl<T: Serialize + DeserializeOwned> ListState<T> {
 ///
 /// Keys are stored postcard-encoded, and [`entries`](Self::entries) comes in the order of
 /// those bytes, which is not `K`'s `Ord` (integers are varints, strings length-prefixed).
+/// Values have schema versions like a value state's value (keys do not: a map with
+/// another key type is another state).
 pub struct MapState<K, V> {
     id: u32,
-    name: Box<str>,
+    versions: Versions<V>,
     _type: PhantomData<fn() -> (K, V)>,
 }
 
@@ -342,14 +416,33 @@ impl<K, V> MapState<K, V> {
     pub(crate) fn new(id: u32, name: &str) -> Self {
         MapState {
             id,
-            name: name.into(),
+            versions: Versions::new(name, false),
             _type: PhantomData,
         }
     }
 
+    /// Writes values under schema `version` (1 to 255): raise it when `V` changes, and
+    /// say with [`migrate_from`](Self::migrate_from) how to read the earlier versions.
+    pub fn schema(mut self, version: u8) -> Self {
+        self.versions.schema = version;
+        self
+    }
+
+    /// Reads values written under schema `version` (0: before the map had a schema) as
+    /// `Old`, and converts them with `convert`. A converted value is written back under
+    /// the current schema when it is read, so each entry migrates once.
+    pub fn migrate_from<Old: DeserializeOwned>(
+        mut self,
+        version: u8,
+        convert: impl Fn(Old) -> V + 'static,
+    ) -> Self {
+        self.versions.migrate_from(version, convert);
+        self
+    }
+
     /// The name the state was declared with.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.versions.name
     }
 
     /// Removes all of the current key's entries.
@@ -363,40 +456,53 @@ where
     K: Serialize + DeserializeOwned,
     V: Serialize + DeserializeOwned,
 {
-    /// The value under `key`, if any.
-    pub fn get(&self, key: &K) -> Result<Option<V>> {
-        match Active::map_get(self.id, &encode(&self.name, key)?) {
-            Some(bytes) => decode(&self.name, &bytes).map(Some),
-            None => Ok(None),
-        }
+    fn key(&self, key: &K) -> Result<Vec<u8>> {
+        encode(&self.versions.name, key)
     }
 
-    /// Whether `key` has a value.
+    /// The value under `key`, if any (migrated, and written back, if it was written
+    /// under an earlier schema version).
+    pub fn get(&self, key: &K) -> Result<Option<V>> {
+        let key = self.key(key)?;
+        let Some(bytes) = Active::map_get(self.id, &key) else {
+            return Ok(None);
+        };
+        let (value, migrated) = self.versions.read(&bytes)?;
+        if migrated {
+            Active::map_put(self.id, &key, &self.versions.encode(&value)?);
+        }
+        Ok(Some(value))
+    }
+
+    /// Whether `key` has a value (its value is not read).
     pub fn contains_key(&self, key: &K) -> Result<bool> {
-        Ok(Active::map_get(self.id, &encode(&self.name, key)?).is_some())
+        Ok(Active::map_get(self.id, &self.key(key)?).is_some())
     }
 
     /// Inserts or replaces the value under `key`.
     pub fn put(&self, key: &K, value: &V) -> Result<()> {
-        Active::map_put(
-            self.id,
-            &encode(&self.name, key)?,
-            &encode(&self.name, value)?,
-        );
+        Active::map_put(self.id, &self.key(key)?, &self.versions.encode(value)?);
         Ok(())
     }
 
     /// Removes `key` (a no-op if absent).
     pub fn remove(&self, key: &K) -> Result<()> {
-        Active::map_remove(self.id, &encode(&self.name, key)?);
+        Active::map_remove(self.id, &self.key(key)?);
         Ok(())
     }
 
-    /// All entries of the current key, ordered by encoded key bytes.
+    /// All entries of the current key, ordered by encoded key bytes; values of an
+    /// earlier schema version are migrated (and written back).
     pub fn entries(&self) -> Result<Vec<(K, V)>> {
         Active::map_entries(self.id)
             .iter()
-            .map(|(k, v)| Ok((decode(&self.name, k)?, decode(&self.name, v)?)))
+            .map(|(k, v)| {
+                let (value, migrated) = self.versions.read(v)?;
+                if migrated {
+                    Active::map_put(self.id, k, &self.versions.encode(&value)?);
+                }
+                Ok((decode(&self.versions.name, k)?, value))
+            })
             .collect()
     }
 }

@@ -368,6 +368,39 @@ impl<T: ProcessFunction> TestHost<T> {
             .set_value_bytes(key.as_ref(), name, bytes);
     }
 
+    /// The stored items of list state `name` for `key`, oldest first (as the host would
+    /// keep them).
+    pub fn list_state_bytes(&self, key: impl AsRef<[u8]>, name: &str) -> Vec<Vec<u8>> {
+        self.world.borrow().list_bytes(key.as_ref(), name)
+    }
+
+    /// Sets the stored items of list state `name` for `key`: state as an earlier version
+    /// of the UDF left it, to test a migration.
+    pub fn set_list_state_bytes(&mut self, key: impl AsRef<[u8]>, name: &str, items: Vec<Vec<u8>>) {
+        self.world
+            .borrow_mut()
+            .set_list_bytes(key.as_ref(), name, items);
+    }
+
+    /// The stored entries of map state `name` for `key`, in key byte order (as the host
+    /// would keep them).
+    pub fn map_state_bytes(&self, key: impl AsRef<[u8]>, name: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.world.borrow().map_bytes(key.as_ref(), name)
+    }
+
+    /// Sets the stored entries of map state `name` for `key`: state as an earlier
+    /// version of the UDF left it, to test a migration.
+    pub fn set_map_state_bytes(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        name: &str,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+    ) {
+        self.world
+            .borrow_mut()
+            .set_map_bytes(key.as_ref(), name, entries);
+    }
+
     /// The keys that hold any state, sorted by bytes.
     pub fn keys_with_state(&self) -> Vec<Vec<u8>> {
         self.world.borrow().keys_with_state()

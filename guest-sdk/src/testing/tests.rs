@@ -583,6 +583,103 @@ fn modify_creates_changes_and_clears_a_value_and_writes_nothing_when_it_fails() 
     assert_eq!(held, [json!(1), json!(2), json!(3), json!(0)]);
 }
 
+/// Version 2 of a UDF whose list items and map values were plain numbers (no schema) and
+/// are now `Counted` under schema 1.
+struct Collections {
+    items: ListState<Counted>,
+    by_name: MapState<String, Counted>,
+    out: Output<serde_json::Value>,
+}
+
+impl ProcessFunction for Collections {
+    fn init(ctx: &mut InitContext) -> Result<Self> {
+        let convert = |n: u64| Counted { n, migrated: true };
+        Ok(Self {
+            items: ctx.list_state("items")?.schema(1).migrate_from(0, convert),
+            by_name: ctx.map_state("by_name")?.schema(1).migrate_from(0, convert),
+            out: ctx.main_output()?,
+        })
+    }
+
+    fn process_element(&mut self, _ctx: &mut Context, element: &Element) -> Result<()> {
+        let items: Vec<_> = self
+            .items
+            .get()?
+            .iter()
+            .map(|c| (c.n, c.migrated))
+            .collect();
+        let a = self
+            .by_name
+            .get(&"a".to_owned())?
+            .map(|c| (c.n, c.migrated));
+        let entries: Vec<_> = self
+            .by_name
+            .entries()?
+            .into_iter()
+            .map(|(k, c)| (k, c.n, c.migrated))
+            .collect();
+        self.items.append(&Counted {
+            n: element.timestamp() as u64,
+            migrated: false,
+        })?;
+        self.out
+            .emit(&json!({"items": items, "a": a, "entries": entries}))
+    }
+}
+
+#[test]
+fn list_items_and_map_values_migrate_like_values_and_are_written_back() {
+    let plain = |n: u64| postcard::to_allocvec(&n).unwrap();
+    let key = |k: &str| postcard::to_allocvec(k).unwrap();
+    let mut h = TestHost::<Collections>::new().unwrap();
+    h.set_list_state_bytes("k", "items", vec![plain(1), plain(2)]);
+    h.set_map_state_bytes(
+        "k",
+        "by_name",
+        vec![(key("a"), plain(5)), (key("b"), plain(6))],
+    );
+    h.process("main", "k", "{}", 10).unwrap();
+    h.process("main", "k", "{}", 11).unwrap();
+    let out: Vec<_> = h
+        .take_outputs("main")
+        .into_iter()
+        .map(|o| o.value)
+        .collect();
+    assert_eq!(
+        out,
+        [
+            json!({"items": [[1, true], [2, true]], "a": [5, true],
+                   "entries": [["a", 5, true], ["b", 6, true]]}),
+            // Written back on first read: still the migrated values, each once.
+            json!({"items": [[1, true], [2, true], [10, false]], "a": [5, true],
+                   "entries": [["a", 5, true], ["b", 6, true]]}),
+        ]
+    );
+    for item in h.list_state_bytes("k", "items") {
+        assert_eq!(&item[..3], &[0xfe, 0xed, 1], "every item is under schema 1");
+    }
+    for (_, value) in h.map_state_bytes("k", "by_name") {
+        assert_eq!(
+            &value[..3],
+            &[0xfe, 0xed, 1],
+            "every value is under schema 1"
+        );
+    }
+
+    // A version this one has no migration from is a state-decode error.
+    let mut newer = TestHost::<Collections>::new().unwrap();
+    newer.set_list_state_bytes("k", "items", vec![vec![0xfe, 0xed, 7, 1]]);
+    let err = newer.process("main", "k", "{}", 1).unwrap_err();
+    assert!(
+        err.chain().any(|c| c.is::<crate::StateDecodeError>()),
+        "{err:#}"
+    );
+    assert!(
+        format!("{err:#}").contains("schema version 7, this version of the UDF reads version 1"),
+        "{err:#}"
+    );
+}
+
 #[test]
 fn udf_errors_keep_their_chain() {
     let mut h = host();

@@ -310,15 +310,55 @@ impl World {
 
     /// Puts bytes into value state `name` for `key`, as another version would have left them.
     pub(crate) fn set_value_bytes(&mut self, key: &[u8], name: &str, bytes: Vec<u8>) {
+        self.set_data(key, name, StateData::Value(bytes));
+    }
+
+    /// The stored items of list state `name` for `key`.
+    pub(crate) fn list_bytes(&self, key: &[u8], name: &str) -> Vec<Vec<u8>> {
+        let Some(id) = self.states.iter().position(|(n, _)| n == name) else {
+            return Vec::new();
+        };
+        match self.data.get(key).and_then(|d| d.get(&(id as u32))) {
+            Some(StateData::List(items)) => items.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The stored entries of map state `name` for `key`, in key byte order.
+    pub(crate) fn map_bytes(&self, key: &[u8], name: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let Some(id) = self.states.iter().position(|(n, _)| n == name) else {
+            return Vec::new();
+        };
+        match self.data.get(key).and_then(|d| d.get(&(id as u32))) {
+            Some(StateData::Map(map)) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Puts stored contents into state `name` for `key`, as another version would have
+    /// left them.
+    fn set_data(&mut self, key: &[u8], name: &str, data: StateData) {
         let id = self
             .states
             .iter()
             .position(|(n, _)| n == name)
             .expect("a declared state") as u32;
-        self.data
-            .entry(key.to_vec())
-            .or_default()
-            .insert(id, StateData::Value(bytes));
+        self.data.entry(key.to_vec()).or_default().insert(id, data);
+    }
+
+    /// Puts items into list state `name` for `key`, as another version would have left them.
+    pub(crate) fn set_list_bytes(&mut self, key: &[u8], name: &str, items: Vec<Vec<u8>>) {
+        self.set_data(key, name, StateData::List(items));
+    }
+
+    /// Puts entries into map state `name` for `key`, as another version would have left them.
+    pub(crate) fn set_map_bytes(
+        &mut self,
+        key: &[u8],
+        name: &str,
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+    ) {
+        self.set_data(key, name, StateData::Map(entries.into_iter().collect()));
     }
 
     pub(crate) fn keys_with_state(&self) -> Vec<Vec<u8>> {
