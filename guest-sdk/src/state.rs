@@ -492,17 +492,22 @@ where
     }
 
     /// All entries of the current key, ordered by encoded key bytes; values of an
-    /// earlier schema version are migrated (and written back).
+    /// earlier schema version are migrated (and written back once all are read).
     pub fn entries(&self) -> Result<Vec<(K, V)>> {
-        Active::map_entries(self.id)
-            .iter()
-            .map(|(k, v)| {
-                let (value, migrated) = self.versions.read(v)?;
-                if migrated {
-                    Active::map_put(self.id, k, &self.versions.encode(&value)?);
-                }
-                Ok((decode(&self.versions.name, k)?, value))
-            })
-            .collect()
+        let stored = Active::map_entries(self.id);
+        let mut entries = Vec::with_capacity(stored.len());
+        let mut migrated = Vec::new();
+        for (k, v) in &stored {
+            let (value, converted) = self.versions.read(v)?;
+            if converted {
+                migrated.push((k, self.versions.encode(&value)?));
+            }
+            entries.push((decode(&self.versions.name, k)?, value));
+        }
+        // Written back once every entry has been read, so a failed read writes nothing.
+        for (k, v) in migrated {
+            Active::map_put(self.id, k, &v);
+        }
+        Ok(entries)
     }
 }

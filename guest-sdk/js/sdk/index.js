@@ -36,7 +36,9 @@
  *   host turns into a dead letter for that record instead.
  * - Timestamps are numbers of milliseconds since the Unix epoch (exact up to 2^53).
  * - State values are JSON by default (another codec can be given per state); records are
- *   emitted as `JSON.stringify` text, which is `serde_json`'s compact form.
+ *   emitted as `JSON.stringify` text, which is `serde_json`'s compact form. When the shape
+ *   of a state's values changes, `.schema(version).migrateFrom(old, convert)` on a value,
+ *   list or map state converts the old ones as they are read (and writes them back).
  * - Unit tests run the same code under plain Node.js, without wasm: `new TestHost(processFunction)`
  *   from `testing.js` is an in-memory host (`node --test`).
  *
@@ -247,6 +249,88 @@ function decodeWith(name, codec, bytes) {
 const SCHEMA_TAG_0 = 0xfe;
 const SCHEMA_TAG_1 = 0xed;
 
+/** Whether stored `bytes` begin with the schema tag (then the version's byte, then the body). */
+function isTagged(bytes) {
+  return bytes.length >= 3 && bytes[0] === SCHEMA_TAG_0 && bytes[1] === SCHEMA_TAG_1;
+}
+
+/** The schema version `bytes` were stored under: the byte after the tag, 0 if untagged. */
+function storedVersion(bytes) {
+  return isTagged(bytes) ? bytes[2] : 0;
+}
+
+/**
+ * How the values of one state are stored and read back: a value state's value, each item
+ * of a list state, each value of a map state (map keys are never tagged). Under schema
+ * version 0 (the default) a value is stored as its codec encodes it; under version 1 to
+ * 255, behind the tag `fe ed VERSION`, as in the Rust and Python SDKs. A stored value
+ * whose version is another one is read with the migration from that version: decoded
+ * with its codec, then converted. The state classes write a converted value back.
+ */
+class Schema {
+  constructor(name, codec) {
+    this.name = name;
+    this.codec = codec;
+    /** The version values are written under (0: untagged). */
+    this.version = 0;
+    /** version -> {convert, codec} */
+    this.migrations = new Map();
+  }
+
+  /** Writes values under `version` from now on (1 to 255). */
+  setVersion(version) {
+    if (!Number.isInteger(version) || version < 1 || version > 255) {
+      throw new RangeError(`state \`${this.name}\`: a schema version is 1 to 255, not ${describeValue(version)}`);
+    }
+    this.version = version;
+  }
+
+  /** Reads values stored under `version` (0 to 255) with `codec` (default: the state's), then `convert`. */
+  addMigration(version, convert, codec) {
+    if (!Number.isInteger(version) || version < 0 || version > 255) {
+      throw new RangeError(`state \`${this.name}\`: migrateFrom(version, ...): a schema version is 0 to 255, not ${describeValue(version)}`);
+    }
+    if (typeof convert !== "function") throw new TypeError("migrateFrom(version, convert): convert is a function");
+    this.migrations.set(version, { convert, codec: checkCodec(codec ?? this.codec, "migrateFrom") });
+  }
+
+  /** Whether `bytes` are stored under the current version (else {@link decode} converts them). */
+  isCurrent(bytes) {
+    return storedVersion(bytes) === this.version;
+  }
+
+  /**
+   * The value stored as `bytes`: decoded if stored under the current version, else
+   * decoded with the migration from its version and converted.
+   * @throws {StateDecodeError} if its version has no migration, or the bytes do not decode
+   */
+  decode(bytes) {
+    const tagged = isTagged(bytes);
+    const version = tagged ? bytes[2] : 0;
+    const body = tagged ? bytes.subarray(3) : bytes;
+    if (version === this.version) return decodeWith(this.name, this.codec, body);
+    const migration = this.migrations.get(version);
+    if (migration === undefined) {
+      throw new StateDecodeError(
+        `state \`${this.name}\`: the stored value has schema version ${version}, this version of the UDF reads version ${this.version} and has no migration from ${version}`,
+      );
+    }
+    return migration.convert(decodeWith(this.name, migration.codec, body));
+  }
+
+  /** The bytes to store for `value`: encoded, behind the tag unless the version is 0. */
+  encode(value) {
+    const bytes = encodeWith(this.name, this.codec, value);
+    if (this.version === 0) return bytes;
+    const tagged = new Uint8Array(bytes.length + 3);
+    tagged[0] = SCHEMA_TAG_0;
+    tagged[1] = SCHEMA_TAG_1;
+    tagged[2] = this.version;
+    tagged.set(bytes, 3);
+    return tagged;
+  }
+}
+
 /**
  * One value per key (Flink's `ValueState`). Declared in `init` with
  * `ctx.valueState(name, codec?)`.
@@ -256,9 +340,7 @@ export class ValueState {
   constructor(id, name, codec) {
     this._id = id;
     this._name = name;
-    this._codec = codec;
-    this._schema = 0;
-    this._migrations = new Map();
+    this._schema = new Schema(name, codec);
   }
 
   /** The name the state was declared with. */
@@ -269,71 +351,49 @@ export class ValueState {
   /**
    * Writes values under schema `version` (1 to 255): raise it when the shape of the
    * value changes, and say with {@link migrateFrom} how to read the earlier versions.
-   * Without it, values are written untagged (version 0). The same tagging as the Rust SDK.
+   * Without it, values are written untagged (version 0). The same tagging as the Rust SDK:
+   * the bytes `fe ed`, the version, then the encoded value.
    * @param {number} version
    * @returns {this}
+   * @throws {RangeError} if `version` is not a whole number from 1 to 255
    */
   schema(version) {
-    if (!Number.isInteger(version) || version < 0 || version > 255) {
-      throw new RangeError(`state \`${this._name}\`: a schema version is 0 to 255, not ${describeValue(version)}`);
-    }
-    this._schema = version;
+    this._schema.setVersion(version);
     return this;
   }
 
   /**
    * Reads values written under schema `version` (0: before the state had a schema) and
-   * converts them with `convert`; a converted value is written back when first read.
+   * converts them with `convert`; a converted value is written back under the current
+   * schema when first read (by {@link get}), so each key migrates once.
    * @param {number} version
    * @param {(old: *) => *} convert
    * @param {import("./text.js").Codec} [codec] how the old values were encoded (default: the state's)
    * @returns {this}
    */
   migrateFrom(version, convert, codec) {
-    if (typeof convert !== "function") throw new TypeError("migrateFrom(version, convert): convert is a function");
-    this._migrations.set(version, { convert, codec: checkCodec(codec ?? this._codec, "migrateFrom") });
+    this._schema.addMigration(version, convert, codec);
     return this;
   }
 
   /**
-   * The current key's value, or `undefined` if it has none.
-   * @throws {StateDecodeError} if the stored value cannot be decoded
+   * The current key's value, or `undefined` if it has none. A value stored under another
+   * schema version is converted with its migration and written back.
+   * @throws {StateDecodeError} if the stored value cannot be decoded, or its version has no migration
    */
   get() {
     requireCall();
     const bytes = stateHost.valueGet(this._id);
     if (bytes === null || bytes === undefined) return undefined;
-    let version = 0;
-    let body = bytes;
-    if (bytes.length >= 3 && bytes[0] === SCHEMA_TAG_0 && bytes[1] === SCHEMA_TAG_1) {
-      version = bytes[2];
-      body = bytes.subarray(3);
-    }
-    if (version === this._schema) return decodeWith(this._name, this._codec, body);
-    const migration = this._migrations.get(version);
-    if (migration === undefined) {
-      throw new StateDecodeError(
-        `state \`${this._name}\`: the stored value has schema version ${version}, this version of the UDF reads version ${this._schema} and has no migration from ${version}`,
-      );
-    }
-    const value = migration.convert(decodeWith(this._name, migration.codec, body));
-    this.set(value);
+    const value = this._schema.decode(bytes);
+    if (!this._schema.isCurrent(bytes)) this.set(value);
     return value;
   }
 
-  /** Replaces the current key's value (`undefined` is refused: use {@link clear}). */
+  /** Replaces the current key's value, under the current schema (`undefined` is refused: use {@link clear}). */
   set(value) {
     requireCall();
-    let bytes = encodeWith(this._name, this._codec, value);
-    if (this._schema !== 0) {
-      const tagged = new Uint8Array(bytes.length + 3);
-      tagged[0] = SCHEMA_TAG_0;
-      tagged[1] = SCHEMA_TAG_1;
-      tagged[2] = this._schema;
-      tagged.set(bytes, 3);
-      bytes = tagged;
-    }
-    stateHost.valueSet(this._id, bytes);
+    stateHost.valueSet(this._id, this._schema.encode(value));
   }
 
   /** Removes the current key's value. */
@@ -343,38 +403,81 @@ export class ValueState {
   }
 }
 
-/** An ordered list of values per key (Flink's `ListState`): `ctx.listState(name, codec?)`. */
+/**
+ * An ordered list of values per key (Flink's `ListState`): `ctx.listState(name, codec?)`.
+ * Each item is stored as a value state's value is, so a list can have a schema version
+ * and migrations too: they apply to each item.
+ */
 export class ListState {
   /** @hideconstructor */
   constructor(id, name, codec) {
     this._id = id;
     this._name = name;
-    this._codec = codec;
+    this._schema = new Schema(name, codec);
   }
 
   get name() {
     return this._name;
   }
 
-  /** All items of the current key, oldest first (an empty array if none). */
+  /**
+   * Writes items under schema `version` (1 to 255), each behind the tag `fe ed VERSION`,
+   * as {@link ValueState#schema} does values; say with {@link migrateFrom} how to read
+   * items of the earlier versions. Without it, items are written untagged (version 0).
+   * @param {number} version
+   * @returns {this}
+   * @throws {RangeError} if `version` is not a whole number from 1 to 255
+   */
+  schema(version) {
+    this._schema.setVersion(version);
+    return this;
+  }
+
+  /**
+   * Reads items written under schema `version` (0: before the list had a schema) and
+   * converts them with `convert`; when {@link get} converts any item, it writes the whole
+   * list back under the current schema, so each key migrates once.
+   * @param {number} version
+   * @param {(old: *) => *} convert
+   * @param {import("./text.js").Codec} [codec] how the old items were encoded (default: the state's)
+   * @returns {this}
+   */
+  migrateFrom(version, convert, codec) {
+    this._schema.addMigration(version, convert, codec);
+    return this;
+  }
+
+  /**
+   * All items of the current key, oldest first (an empty array if none). Items stored
+   * under another schema version are converted with their migrations, and then the
+   * whole list is written back under the current schema.
+   * @throws {StateDecodeError} if an item cannot be decoded, or its version has no migration
+   */
   get() {
     requireCall();
-    return stateHost.listGet(this._id).map((bytes) => decodeWith(this._name, this._codec, bytes));
+    const schema = this._schema;
+    let converted = false;
+    const items = stateHost.listGet(this._id).map((bytes) => {
+      if (!converted && !schema.isCurrent(bytes)) converted = true;
+      return schema.decode(bytes);
+    });
+    if (converted) this.set(items);
+    return items;
   }
 
-  /** Appends one item, without reading the others. */
+  /** Appends one item, under the current schema, without reading the others. */
   append(item) {
     requireCall();
-    stateHost.listAppend(this._id, encodeWith(this._name, this._codec, item));
+    stateHost.listAppend(this._id, this._schema.encode(item));
   }
 
-  /** Replaces all items; an empty array clears the list. */
+  /** Replaces all items, under the current schema; an empty array clears the list. */
   set(items) {
     requireCall();
     if (!Array.isArray(items)) throw new TypeError(`state \`${this._name}\`: set(items) takes an array`);
     stateHost.listSet(
       this._id,
-      items.map((item) => encodeWith(this._name, this._codec, item)),
+      items.map((item) => this._schema.encode(item)),
     );
   }
 
@@ -389,6 +492,8 @@ export class ListState {
  * A map per key (Flink's `MapState`): `ctx.mapState(name, {key: codec, value: codec})`.
  * Keys are stored encoded (JSON by default), and {@link entries} comes in the order of
  * those bytes: strings in code-point order, but numbers as text (`10` before `9`).
+ * Each value is stored as a value state's value is, so the values can have a schema
+ * version and migrations; the keys never carry one (another key type is another state).
  */
 export class MapState {
   /** @hideconstructor */
@@ -396,35 +501,71 @@ export class MapState {
     this._id = id;
     this._name = name;
     this._keyCodec = keyCodec;
-    this._valueCodec = valueCodec;
+    this._schema = new Schema(name, valueCodec);
   }
 
   get name() {
     return this._name;
   }
 
+  /**
+   * Writes values under schema `version` (1 to 255), each behind the tag
+   * `fe ed VERSION`, as {@link ValueState#schema} does; say with {@link migrateFrom} how to
+   * read values of the earlier versions. Keys are not tagged. Without it, values are
+   * written untagged (version 0).
+   * @param {number} version
+   * @returns {this}
+   * @throws {RangeError} if `version` is not a whole number from 1 to 255
+   */
+  schema(version) {
+    this._schema.setVersion(version);
+    return this;
+  }
+
+  /**
+   * Reads values written under schema `version` (0: before the map had a schema) and
+   * converts them with `convert`; a converted value is written back under the current
+   * schema when {@link get} or {@link entries} first reads it, so each entry migrates once.
+   * @param {number} version
+   * @param {(old: *) => *} convert
+   * @param {import("./text.js").Codec} [codec] how the old values were encoded (default: the state's value codec)
+   * @returns {this}
+   */
+  migrateFrom(version, convert, codec) {
+    this._schema.addMigration(version, convert, codec);
+    return this;
+  }
+
   _key(key) {
     return encodeWith(this._name, this._keyCodec, key);
   }
 
-  /** The value under `key`, or `undefined`. */
+  /**
+   * The value under `key`, or `undefined`. A value stored under another schema version
+   * is converted with its migration and written back.
+   * @throws {StateDecodeError} if the value cannot be decoded, or its version has no migration
+   */
   get(key) {
     requireCall();
-    const bytes = stateHost.mapGet(this._id, this._key(key));
-    return bytes === null || bytes === undefined ? undefined : decodeWith(this._name, this._valueCodec, bytes);
+    const keyBytes = this._key(key);
+    const bytes = stateHost.mapGet(this._id, keyBytes);
+    if (bytes === null || bytes === undefined) return undefined;
+    const value = this._schema.decode(bytes);
+    if (!this._schema.isCurrent(bytes)) stateHost.mapPut(this._id, keyBytes, this._schema.encode(value));
+    return value;
   }
 
-  /** Whether `key` has a value. */
+  /** Whether `key` has a value (without decoding it: nothing is converted). */
   has(key) {
     requireCall();
     const bytes = stateHost.mapGet(this._id, this._key(key));
     return bytes !== null && bytes !== undefined;
   }
 
-  /** Inserts or replaces the value under `key`. */
+  /** Inserts or replaces the value under `key`, under the current schema. */
   put(key, value) {
     requireCall();
-    stateHost.mapPut(this._id, this._key(key), encodeWith(this._name, this._valueCodec, value));
+    stateHost.mapPut(this._id, this._key(key), this._schema.encode(value));
   }
 
   /** Removes `key` (a no-op if it is missing). */
@@ -433,20 +574,33 @@ export class MapState {
     stateHost.mapRemove(this._id, this._key(key));
   }
 
-  /** All `[key, value]` pairs, ordered by the encoded key bytes. */
+  /**
+   * All `[key, value]` pairs, ordered by the encoded key bytes. Values stored under
+   * another schema version are converted with their migrations, and each converted one
+   * is written back once every entry has been read (a failed read writes nothing).
+   * @throws {StateDecodeError} if a key or value cannot be decoded, or a value's version has no migration
+   */
   entries() {
     requireCall();
-    return stateHost
-      .mapEntries(this._id)
-      .map(([k, v]) => [decodeWith(this._name, this._keyCodec, k), decodeWith(this._name, this._valueCodec, v)]);
+    const schema = this._schema;
+    // Every entry is read before any is written back, so a failed read writes nothing.
+    const read = stateHost.mapEntries(this._id).map(([k, v]) => {
+      const value = schema.decode(v);
+      return { k, key: decodeWith(this._name, this._keyCodec, k), value, converted: !schema.isCurrent(v) };
+    });
+    for (const { k, value, converted } of read) {
+      if (converted) stateHost.mapPut(this._id, k, schema.encode(value));
+    }
+    return read.map(({ key, value }) => [key, value]);
   }
 
-  /** All keys, in the order of {@link entries}. */
+  /** All keys, in the order of {@link entries} (without decoding the values: nothing is converted). */
   keys() {
-    return this.entries().map((entry) => entry[0]);
+    requireCall();
+    return stateHost.mapEntries(this._id).map(([k]) => decodeWith(this._name, this._keyCodec, k));
   }
 
-  /** All values, in the order of {@link entries}. */
+  /** All values, in the order of {@link entries} (converted, and written back, as there). */
   values() {
     return this.entries().map((entry) => entry[1]);
   }

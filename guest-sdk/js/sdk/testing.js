@@ -759,14 +759,93 @@ export class TestHost {
    * the UDF left it, to test a migration or a state-decode error.
    */
   setStateBytes(key, name, bytes) {
-    const id = this.#world.states.findIndex((s) => s.name === name);
-    if (id < 0 || this.#world.states[id].kind !== "value") {
-      throw new Error(`TestHost: no value state \`${name}\` was declared`);
+    const id = this.#declared(name, "value");
+    this.#store(key, id, checkBytes(bytes, "TestHost.setStateBytes"));
+  }
+
+  /**
+   * The stored items of list state `name` for `key` (as the host keeps them, oldest
+   * first): an array of `Uint8Array`, empty if the key has none. Throws if no list state
+   * `name` was declared.
+   * @returns {Uint8Array[]}
+   */
+  listStateBytes(key, name) {
+    const items = this.#stored(key, this.#declared(name, "list"));
+    return items === undefined ? [] : items.map((item) => item.slice());
+  }
+
+  /**
+   * Sets the stored items of list state `name` for `key` (each a `Uint8Array`; an empty
+   * array removes the list): a list as an earlier version of the UDF left it, to test a
+   * migration or a state-decode error.
+   * @param {Uint8Array[]} items
+   */
+  setListStateBytes(key, name, items) {
+    const id = this.#declared(name, "list");
+    if (!Array.isArray(items)) throw new TypeError("TestHost.setListStateBytes: items is an array of Uint8Array");
+    const copied = items.map((item) => checkBytes(item, "TestHost.setListStateBytes"));
+    this.#store(key, id, copied.length === 0 ? undefined : copied);
+  }
+
+  /**
+   * The stored entries of map state `name` for `key` (as the host keeps them): `[key
+   * bytes, value bytes]` pairs of `Uint8Array`, in key byte order, empty if the key has
+   * none. Throws if no map state `name` was declared.
+   * @returns {Array<[Uint8Array, Uint8Array]>}
+   */
+  mapStateBytes(key, name) {
+    const map = this.#stored(key, this.#declared(name, "map"));
+    if (map === undefined) return [];
+    return [...map.keys()].sort().map((k) => [unbinary(k), map.get(k).slice()]);
+  }
+
+  /**
+   * Sets the stored entries of map state `name` for `key`, replacing any: `[key bytes,
+   * value bytes]` pairs (an array of pairs or a `Map`; none removes the map), the keys as
+   * the state's key codec encodes them (JSON by default: `"a"` with its quotes). A map as
+   * an earlier version of the UDF left it, to test a migration or a state-decode error.
+   * @param {Iterable<[Uint8Array, Uint8Array]>} entries
+   */
+  setMapStateBytes(key, name, entries) {
+    const id = this.#declared(name, "map");
+    if (entries === null || typeof entries !== "object" || typeof entries[Symbol.iterator] !== "function") {
+      throw new TypeError("TestHost.setMapStateBytes: entries is an array of [key bytes, value bytes] pairs, or a Map");
     }
+    const map = new Map();
+    for (const entry of entries) {
+      if (!Array.isArray(entry) || entry.length !== 2) {
+        throw new TypeError("TestHost.setMapStateBytes: each entry is a [key bytes, value bytes] pair");
+      }
+      map.set(binary(checkBytes(entry[0], "TestHost.setMapStateBytes")), checkBytes(entry[1], "TestHost.setMapStateBytes"));
+    }
+    this.#store(key, id, map.size === 0 ? undefined : map);
+  }
+
+  /** The id of the state `name` declared as a `kind` state; throws if there is none. */
+  #declared(name, kind) {
+    const id = this.#world.states.findIndex((s) => s.name === name);
+    if (id < 0 || this.#world.states[id].kind !== kind) {
+      throw new Error(`TestHost: no ${kind} state \`${name}\` was declared`);
+    }
+    return id;
+  }
+
+  /** What state `id` holds for `key` (a test's key), or `undefined`. */
+  #stored(key, id) {
+    const slots = this.#world.data.get(binary(keyBytes(key)));
+    return slots === undefined ? undefined : slots.get(id);
+  }
+
+  /** Makes state `id` of `key` (a test's key) hold `value`; `undefined` removes it. */
+  #store(key, id, value) {
     const k = binary(keyBytes(key));
+    if (value === undefined) {
+      this.#world.removeSlot(k, id);
+      return;
+    }
     let slots = this.#world.data.get(k);
     if (slots === undefined) this.#world.data.set(k, (slots = new Map()));
-    slots.set(id, checkBytes(bytes, "TestHost.setStateBytes"));
+    slots.set(id, value);
   }
 
   /** Everything the UDF logged so far: `{level, key, message}` (`key` null in init). */

@@ -475,6 +475,279 @@ test("a schema migration converts old values on first read", () => {
   assert.deepEqual([...v2.stateBytes("k", "count").subarray(0, 3)], [0xfe, 0xed, 1]);
 });
 
+const utf8 = (text) => new TextEncoder().encode(text);
+const fromUtf8 = (bytes) => new TextDecoder().decode(bytes);
+/** Bytes stored under schema `version`: the tag fe ed, the version, then `json`. */
+const tagged = (version, json) => Uint8Array.of(0xfe, 0xed, version, ...utf8(json));
+/** [version, body as text] of stored bytes. */
+const untag = (bytes) =>
+  bytes[0] === 0xfe && bytes[1] === 0xed ? [bytes[2], fromUtf8(bytes.subarray(3))] : [0, fromUtf8(bytes)];
+
+/**
+ * Version 1 of a UDF kept plain numbers in a list; version 2 keeps objects under schema 1,
+ * and counts the items it converts in `calls`.
+ */
+const readings = (version, calls = { converted: 0 }) =>
+  weir.processFunction(
+    class {
+      init(ctx) {
+        this.items =
+          version === 1
+            ? ctx.listState("items")
+            : ctx
+                .listState("items")
+                .schema(1)
+                .migrateFrom(0, (n) => {
+                  calls.converted += 1;
+                  return { n, migrated: true };
+                });
+        this.out = ctx.mainOutput();
+      }
+      processElement(ctx, el) {
+        const cmd = el.json();
+        if (cmd.append !== undefined) this.items.append(version === 1 ? cmd.append : { n: cmd.append, migrated: false });
+        if (cmd.read) this.out.emit(this.items.get());
+        if (cmd.set !== undefined) this.items.set(cmd.set.map((n) => ({ n, migrated: false })));
+      }
+    },
+  );
+
+test("a list state's schema migration converts old items on read and writes the list back", () => {
+  // An earlier version of the UDF stored untagged items.
+  const v1 = new TestHost(readings(1));
+  v1.process("main", "k", { append: 1 }, 1);
+  v1.process("main", "k", { append: 2 }, 2);
+  const stored = v1.listStateBytes("k", "items");
+  assert.deepEqual(stored.map(fromUtf8), ["1", "2"]);
+
+  const calls = { converted: 0 };
+  const v2 = new TestHost(readings(2, calls));
+  v2.setListStateBytes("k", "items", stored);
+  assert.deepEqual(v2.listStateBytes("k", "items").map(fromUtf8), ["1", "2"]);
+  // append writes under the current schema without reading (or converting) the others.
+  v2.process("main", "k", { append: 3 }, 3);
+  assert.deepEqual(v2.listStateBytes("k", "items").map(untag), [[0, "1"], [0, "2"], [1, '{"n":3,"migrated":false}']]);
+  assert.equal(calls.converted, 0);
+
+  v2.process("main", "k", { read: true }, 4);
+  const converted = [
+    { n: 1, migrated: true },
+    { n: 2, migrated: true },
+    { n: 3, migrated: false },
+  ];
+  assert.deepEqual(v2.takeOutputs("main").map((o) => o.value), [converted]);
+  assert.equal(calls.converted, 2);
+  // Written back, every item under schema 1: the tag fe ed 01, then the JSON.
+  const after = v2.listStateBytes("k", "items");
+  for (const item of after) assert.deepEqual([...item.subarray(0, 3)], [0xfe, 0xed, 0x01]);
+  assert.deepEqual(after.map(untag), [
+    [1, '{"n":1,"migrated":true}'],
+    [1, '{"n":2,"migrated":true}'],
+    [1, '{"n":3,"migrated":false}'],
+  ]);
+  // Each key migrates once.
+  v2.process("main", "k", { read: true }, 5);
+  assert.deepEqual(v2.takeOutputs("main").map((o) => o.value), [converted]);
+  assert.equal(calls.converted, 2);
+  // set writes under the current schema; a new key is written tagged from the start.
+  v2.process("main", "k", { set: [7] }, 6);
+  assert.deepEqual(v2.listStateBytes("k", "items").map(untag), [[1, '{"n":7,"migrated":false}']]);
+  v2.process("main", "new", { append: 1 }, 7);
+  assert.deepEqual(v2.listStateBytes("new", "items").map(untag), [[1, '{"n":1,"migrated":false}']]);
+  // An empty list is no state; listStateBytes of a key without one is empty.
+  v2.setListStateBytes("new", "items", []);
+  assert.deepEqual(v2.listStateBytes("new", "items"), []);
+  assert.ok(!v2.hasState("new"));
+  assert.throws(() => v2.listStateBytes("k", "nope"), { message: "TestHost: no list state `nope` was declared" });
+});
+
+/**
+ * Version 1 of a UDF kept text labels (weir.codecs.text) in a map; version 2 keeps JSON
+ * objects under schema 1, converting with a migration that reads the old values as text.
+ */
+const labels = (calls) =>
+  weir.processFunction(
+    class {
+      init(ctx) {
+        this.labels = ctx
+          .mapState("labels")
+          .schema(1)
+          .migrateFrom(
+            0,
+            (text) => {
+              calls.converted += 1;
+              return { label: text, migrated: true };
+            },
+            weir.codecs.text,
+          );
+        this.out = ctx.mainOutput();
+      }
+      processElement(ctx, el) {
+        const cmd = el.json();
+        if (cmd.has !== undefined) this.out.emit({ has: this.labels.has(cmd.has), keys: this.labels.keys() });
+        if (cmd.get !== undefined) this.out.emit(this.labels.get(cmd.get) ?? null);
+        if (cmd.entries) this.out.emit(this.labels.entries());
+        if (cmd.values) this.out.emit(this.labels.values());
+        if (cmd.put !== undefined) this.labels.put(cmd.put, { label: cmd.put.toUpperCase(), migrated: false });
+      }
+    },
+  );
+
+test("a map state's schema migration converts old values on read and writes each back", () => {
+  const calls = { converted: 0 };
+  const h = new TestHost(labels(calls));
+  // As the earlier version left it: JSON keys (never tagged), untagged text values.
+  h.setMapStateBytes("k", "labels", [
+    [utf8('"b"'), utf8("bee")],
+    [utf8('"a"'), utf8("ay")],
+    [utf8('"c"'), utf8("sea")],
+  ]);
+  const storedMap = () => h.mapStateBytes("k", "labels").map(([k, v]) => [fromUtf8(k), untag(v)]);
+  assert.deepEqual(storedMap(), [
+    ['"a"', [0, "ay"]],
+    ['"b"', [0, "bee"]],
+    ['"c"', [0, "sea"]],
+  ]);
+
+  // has and keys do not decode the values: nothing is converted.
+  h.process("main", "k", { has: "a" }, 1);
+  h.process("main", "k", { has: "z" }, 1);
+  assert.deepEqual(h.takeOutputs("main").map((o) => o.value), [
+    { has: true, keys: ["a", "b", "c"] },
+    { has: false, keys: ["a", "b", "c"] },
+  ]);
+  assert.equal(calls.converted, 0);
+  assert.deepEqual(storedMap()[0], ['"a"', [0, "ay"]]);
+
+  // get converts one value and writes it back.
+  h.process("main", "k", { get: "a" }, 2);
+  h.process("main", "k", { get: "a" }, 3);
+  h.process("main", "k", { get: "zzz" }, 3);
+  assert.deepEqual(h.takeOutputs("main").map((o) => o.value), [
+    { label: "ay", migrated: true },
+    { label: "ay", migrated: true },
+    null,
+  ]);
+  assert.equal(calls.converted, 1);
+  const a = h.mapStateBytes("k", "labels")[0];
+  assert.equal(fromUtf8(a[0]), '"a"', "the key is not tagged");
+  assert.deepEqual([...a[1].subarray(0, 3)], [0xfe, 0xed, 0x01]);
+  assert.deepEqual(storedMap(), [
+    ['"a"', [1, '{"label":"ay","migrated":true}']],
+    ['"b"', [0, "bee"]],
+    ['"c"', [0, "sea"]],
+  ]);
+
+  // put writes under the current schema; entries converts the rest, and writes each back.
+  h.process("main", "k", { put: "d" }, 4);
+  h.process("main", "k", { entries: true }, 5);
+  const entries = [
+    ["a", { label: "ay", migrated: true }],
+    ["b", { label: "bee", migrated: true }],
+    ["c", { label: "sea", migrated: true }],
+    ["d", { label: "D", migrated: false }],
+  ];
+  assert.deepEqual(h.takeOutputs("main").map((o) => o.value), [entries]);
+  assert.equal(calls.converted, 3);
+  for (const [, value] of h.mapStateBytes("k", "labels")) assert.deepEqual([...value.subarray(0, 3)], [0xfe, 0xed, 0x01]);
+  assert.deepEqual(storedMap(), [
+    ['"a"', [1, '{"label":"ay","migrated":true}']],
+    ['"b"', [1, '{"label":"bee","migrated":true}']],
+    ['"c"', [1, '{"label":"sea","migrated":true}']],
+    ['"d"', [1, '{"label":"D","migrated":false}']],
+  ]);
+  // Each entry migrates once.
+  h.process("main", "k", { values: true }, 6);
+  assert.deepEqual(h.takeOutputs("main").map((o) => o.value), [entries.map((e) => e[1])]);
+  assert.equal(calls.converted, 3);
+  // A Map of entries does too; none removes the map.
+  h.setMapStateBytes("m", "labels", new Map([[utf8('"x"'), utf8("ex")]]));
+  h.process("main", "m", { values: true }, 7);
+  assert.deepEqual(h.takeOutputs("main")[0].value, [{ label: "ex", migrated: true }]);
+  h.setMapStateBytes("m", "labels", []);
+  assert.deepEqual(h.mapStateBytes("m", "labels"), []);
+  assert.ok(!h.hasState("m"));
+  assert.throws(() => h.setMapStateBytes("m", "nope", []), { message: "TestHost: no map state `nope` was declared" });
+});
+
+/** A value, a list and a map state under schema 1 with a migration from 0 only; reads one of them. */
+const schemaOne = weir.processFunction(
+  class {
+    init(ctx) {
+      const toObject = (n) => ({ n });
+      this.value = ctx.valueState("value").schema(1).migrateFrom(0, toObject);
+      this.list = ctx.listState("list").schema(1).migrateFrom(0, toObject);
+      this.map = ctx.mapState("map").schema(1).migrateFrom(0, toObject);
+    }
+    processElement(ctx, el) {
+      const read = el.json();
+      if (read === "value") this.value.get();
+      if (read === "list") this.list.get();
+      if (read === "map get") this.map.get("a");
+      if (read === "map entries") this.map.entries();
+    }
+  },
+);
+
+test("a stored value under a schema version without a migration is a StateDecodeError", () => {
+  const h = new TestHost(schemaOne);
+  const noMigration = (name, version) => (e) =>
+    e instanceof weir.StateDecodeError &&
+    e.message ===
+      `state \`${name}\`: the stored value has schema version ${version}, this version of the UDF reads version 1 and has no migration from ${version}`;
+  h.setStateBytes("k", "value", tagged(7, "1"));
+  // One item of the list under an unknown version fails the whole read; the list stays as it was.
+  h.setListStateBytes("k", "list", [utf8("1"), tagged(1, '{"n":2}'), tagged(7, "3")]);
+  h.setMapStateBytes("k", "map", [
+    [utf8('"a"'), tagged(9, "1")],
+    [utf8('"b"'), utf8("2")],
+  ]);
+  assert.throws(() => h.process("main", "k", '"value"', 1), noMigration("value", 7));
+  assert.throws(() => h.process("main", "k", '"list"', 1), noMigration("list", 7));
+  assert.deepEqual(h.listStateBytes("k", "list").map(untag), [[0, "1"], [1, '{"n":2}'], [7, "3"]]);
+  assert.throws(() => h.process("main", "k", '"map get"', 1), noMigration("map", 9));
+  assert.throws(() => h.process("main", "k", '"map entries"', 1), noMigration("map", 9));
+  // A value under a version that is neither the current one nor migrated from: 2 here.
+  h.setStateBytes("k", "value", tagged(2, "1"));
+  assert.throws(() => h.process("main", "k", '"value"', 1), noMigration("value", 2));
+  // Under the current version, a body its codec cannot read is the codec's error.
+  h.setListStateBytes("k", "list", [tagged(1, "{not json")]);
+  assert.throws(
+    () => h.process("main", "k", '"list"', 1),
+    (e) => e instanceof weir.StateDecodeError && e.message.startsWith("state `list`: cannot decode stored value as json ("),
+  );
+});
+
+test("schema versions are 1 to 255, migrations from 0 to 255", () => {
+  const declare = weir.processFunction(
+    class {
+      init(ctx) {
+        const kind = ctx.configValue("kind");
+        const state =
+          kind === "value" ? ctx.valueState("s") : kind === "list" ? ctx.listState("s") : ctx.mapState("s");
+        const version = JSON.parse(ctx.configValue("version"));
+        if (ctx.configBool("migrate", false)) state.migrateFrom(version, (old) => old);
+        else assert.equal(state.schema(version), state);
+      }
+      processElement() {}
+    },
+  );
+  const declared = (kind, version, migrate = false) =>
+    new TestHost(declare, { config: { kind, version: JSON.stringify(version), migrate } });
+  for (const kind of ["value", "list", "map"]) {
+    for (const version of [0, 256, -1, 1.5, "1"]) {
+      assert.throws(() => declared(kind, version), {
+        name: "RangeError",
+        message: `state \`s\`: a schema version is 1 to 255, not ${typeof version === "string" ? JSON.stringify(version) : version}`,
+      });
+    }
+    declared(kind, 1);
+    declared(kind, 255);
+    assert.throws(() => declared(kind, 256, true), RangeError);
+    declared(kind, 0, true);
+  }
+});
+
 test("inputs, config, keys, timestamps and logs", () => {
   const inputs = weir.processFunction(
     class {

@@ -521,6 +521,226 @@ class StateTest(unittest.TestCase):
         self.assertEqual(v2.state_bytes("k", "count")[:3], b"\xfe\xed\x01")
         self.assertEqual(v2.state("k", "count"), {"n": 4, "migrated": True})
 
+    def test_a_list_state_migrates_its_items_on_first_read(self):
+        class Readings(weir.ProcessFunction):
+            def init(self, ctx):
+                self.readings = (
+                    ctx.list_state("readings")
+                    .schema(1)
+                    .migrate_from(0, lambda celsius: {"celsius": celsius, "migrated": True})
+                )
+                self.out = ctx.main_output()
+
+            def process_element(self, ctx, el):
+                command = el.json()
+                if "append" in command:
+                    self.readings.append({"celsius": command["append"], "migrated": False})
+                self.out.emit(self.readings.get())
+
+        h = TestHost(Readings)
+        # As an earlier version without a schema left it: untagged JSON numbers.
+        h.set_list_state_bytes("k", "readings", [b"21", b"22.5"])
+        self.assertEqual(h.list_state_bytes("k", "readings"), [b"21", b"22.5"])
+        # Appending writes the new item under schema 1 without reading (or converting)
+        # the old ones: the list is mixed until it is read.
+        h.process("main", "k", {"append": 30}, 1)
+        expected = [
+            {"celsius": 21, "migrated": True},
+            {"celsius": 22.5, "migrated": True},
+            {"celsius": 30, "migrated": False},
+        ]
+        self.assertEqual(h.take_outputs("main"), [Emitted(expected, 1)])
+        # The whole list was written back under schema 1: the tag, then the JSON.
+        self.assertEqual(
+            h.list_state_bytes("k", "readings"),
+            [
+                b'\xfe\xed\x01{"celsius":21,"migrated":true}',
+                b'\xfe\xed\x01{"celsius":22.5,"migrated":true}',
+                b'\xfe\xed\x01{"celsius":30,"migrated":false}',
+            ],
+        )
+        self.assertEqual(h.state("k", "readings"), expected)
+        # Read again: nothing left to convert, so nothing is written.
+        with mock.patch.object(
+            weir._native.World, "list_set", autospec=True, side_effect=weir._native.World.list_set
+        ) as list_set:
+            h.process("main", "k", {}, 2)
+        self.assertEqual(h.take_outputs("main"), [Emitted(expected, 2)])
+        list_set.assert_not_called()
+        # A key with only current items is not written either, and one with none stays empty.
+        with mock.patch.object(
+            weir._native.World, "list_set", autospec=True, side_effect=weir._native.World.list_set
+        ) as list_set:
+            h.process("main", "new", {"append": 5}, 3)
+            h.process("main", "none", {}, 4)
+        list_set.assert_not_called()
+        self.assertEqual(
+            h.list_state_bytes("new", "readings"), [b'\xfe\xed\x01{"celsius":5,"migrated":false}']
+        )
+        self.assertFalse(h.has_state("none"))
+
+    def test_a_map_state_migrates_its_values_on_first_read(self):
+        class Colors(weir.ProcessFunction):
+            def init(self, ctx):
+                # An earlier version stored plain text values (weir.TEXT), this one JSON.
+                self.colors = (
+                    ctx.map_state("colors")
+                    .schema(1)
+                    .migrate_from(0, lambda name: {"name": name}, codec=weir.TEXT)
+                )
+                self.out = ctx.main_output()
+
+            def process_element(self, ctx, el):
+                command = el.json()
+                if command["op"] == "get":
+                    self.out.emit(
+                        {
+                            "a": self.colors.get("a"),
+                            "missing": self.colors.get("zzz", "none"),
+                            "has_b": self.colors.contains_key("b"),
+                        }
+                    )
+                elif command["op"] == "put":
+                    self.colors.put(command["key"], command["value"])
+                else:
+                    self.out.emit(self.colors.entries())
+
+        h = TestHost(Colors)
+        old = {b'"a"': b"red", b'"b"': b"green", b'"c"': b"blue"}  # keys: JSON strings
+        h.set_map_state_bytes("k", "colors", old)
+        self.assertEqual(h.map_state_bytes("k", "colors"), old)
+        h.process("main", "k", {"op": "get"}, 1)
+        self.assertEqual(
+            h.take_outputs("main")[0].value,
+            {"a": {"name": "red"}, "missing": "none", "has_b": True},
+        )
+        # get("a") wrote its value back under schema 1; contains_key("b") decoded nothing
+        # and "c" was not read, so both are still as the earlier version left them.
+        self.assertEqual(
+            h.map_state_bytes("k", "colors"),
+            {b'"a"': b'\xfe\xed\x01{"name":"red"}', b'"b"': b"green", b'"c"': b"blue"},
+        )
+        h.process("main", "k", {"op": "put", "key": "c", "value": {"name": "navy"}}, 2)
+        self.assertEqual(h.map_state_bytes("k", "colors")[b'"c"'], b'\xfe\xed\x01{"name":"navy"}')
+        h.process("main", "k", {"op": "entries"}, 3)
+        self.assertEqual(
+            h.take_outputs("main")[0].value,
+            [["a", {"name": "red"}], ["b", {"name": "green"}], ["c", {"name": "navy"}]],
+        )
+        # Every value now carries the tag; the keys never do.
+        self.assertEqual(
+            h.map_state_bytes("k", "colors"),
+            {
+                b'"a"': b'\xfe\xed\x01{"name":"red"}',
+                b'"b"': b'\xfe\xed\x01{"name":"green"}',
+                b'"c"': b'\xfe\xed\x01{"name":"navy"}',
+            },
+        )
+        self.assertEqual(
+            h.state("k", "colors"),
+            [("a", {"name": "red"}), ("b", {"name": "green"}), ("c", {"name": "navy"})],
+        )
+
+    def test_a_schema_version_without_a_migration_is_a_state_decode_error(self):
+        class Versioned(weir.ProcessFunction):
+            def init(self, ctx):
+                # Reads version 2 and can convert version 1, not 0 or 7.
+                def old(n):
+                    return {"n": n}
+
+                self.value = ctx.value_state("value").schema(2).migrate_from(1, old)
+                self.list = ctx.list_state("list").schema(2).migrate_from(1, old)
+                self.map = ctx.map_state("map").schema(2).migrate_from(1, old)
+
+            def process_element(self, ctx, el):
+                state = el.json()
+                if state == "value":
+                    self.value.get()
+                elif state == "list":
+                    self.list.get()
+                elif state == "map.get":
+                    self.map.get("x")
+                else:
+                    self.map.entries()
+
+        h = TestHost(Versioned)
+        h.set_state_bytes("k", "value", b"\xfe\xed\x071")
+        # The first item converts (version 1), the second has no migration.
+        h.set_list_state_bytes("k", "list", [b"\xfe\xed\x011", b"\xfe\xed\x072"])
+        h.set_map_state_bytes("k", "map", {b'"a"': b"\xfe\xed\x011", b'"x"': b"3"})
+        cases = [
+            ("value", "value", 7),
+            ("list", "list", 7),
+            ("map.get", "map", 0),
+            ("map.entries", "map", 0),
+        ]
+        for command, name, version in cases:
+            with self.subTest(command):
+                with self.assertRaises(weir.StateDecodeError) as caught:
+                    h.process("main", "k", f'"{command}"', 1)
+                self.assertEqual(
+                    str(caught.exception),
+                    f"state `{name}`: the stored value has schema version {version}, this "
+                    f"version of the UDF reads version 2 and has no migration from {version}",
+                )
+        # Nothing was written back: the item and the entry that could be converted too.
+        self.assertEqual(h.state_bytes("k", "value"), b"\xfe\xed\x071")
+        self.assertEqual(h.list_state_bytes("k", "list"), [b"\xfe\xed\x011", b"\xfe\xed\x072"])
+        self.assertEqual(
+            h.map_state_bytes("k", "map"), {b'"a"': b"\xfe\xed\x011", b'"x"': b"3"}
+        )
+
+    def test_schema_versions_are_1_to_255(self):
+        for state in (weir.ValueState(0, "s"), weir.ListState(0, "s"), weir.MapState(0, "s")):
+            with self.subTest(type(state).__name__):
+                for version in (0, 256, -1):
+                    with self.assertRaises(ValueError) as caught:
+                        state.schema(version)
+                    self.assertEqual(
+                        str(caught.exception), "state `s`: schema version must be 1 to 255"
+                    )
+                self.assertIs(state.schema(1), state)
+                self.assertIs(state.schema(255), state)
+                self.assertIs(state.migrate_from(0, lambda old: old), state)
+
+    def test_two_bytes_like_the_tag_are_an_untagged_value(self):
+        # A tagged value has the two tag bytes and a version byte; shorter is untagged.
+        class Raw(weir.ProcessFunction):
+            def init(self, ctx):
+                self.value = ctx.value_state("raw", weir.RAW)
+                self.out = ctx.main_output()
+
+            def process_element(self, ctx, el):
+                self.out.emit(list(self.value.get()))
+
+        h = TestHost(Raw)
+        h.set_state_bytes("k", "raw", b"\xfe\xed")
+        h.process("main", "k", {}, 1)
+        self.assertEqual(h.take_outputs("main")[0].value, [0xFE, 0xED])
+
+    def test_raw_list_and_map_state_bytes_follow_the_host_rules(self):
+        h = TestHost(Script)
+        h.set_list_state_bytes("k", "seen", [b"1"])
+        h.set_map_state_bytes("k", "chains", [(b"10", b"20")])
+        self.assertEqual(h.state("k", "seen"), [1])
+        self.assertEqual(h.state("k", "chains"), [(10, 20)])
+        # Empty is no state, as in the host.
+        h.set_list_state_bytes("k", "seen", [])
+        h.set_map_state_bytes("k", "chains", {})
+        self.assertFalse(h.has_state("k"))
+        self.assertEqual(h.list_state_bytes("k", "seen"), [])
+        self.assertEqual(h.map_state_bytes("k", "chains"), {})
+        with self.assertRaisesRegex(ValueError, "state `text` is not a list state"):
+            h.set_list_state_bytes("k", "text", [b"1"])
+        with self.assertRaisesRegex(ValueError, "state `seen` is not a map state"):
+            h.map_state_bytes("k", "seen")
+        with self.assertRaisesRegex(ValueError, "state `chains` is not a value state"):
+            h.set_state_bytes("k", "chains", b"1")
+        with self.assertRaisesRegex(ValueError, "no state `nope` was declared"):
+            h.list_state_bytes("k", "nope")
+        with self.assertRaisesRegex(TypeError, "takes bytes as items, got str"):
+            h.set_list_state_bytes("k", "seen", ["1"])
+
 
 @dataclass
 class Point:

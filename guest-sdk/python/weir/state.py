@@ -8,6 +8,12 @@ the codec cannot decode raises `StateDecodeError`, which the SDK reports to the 
 `state-decode` error: the host sends that element to the dead-letter output and goes on,
 instead of stopping the pipeline (the value was written by another version of the UDF,
 as another type).
+
+When the stored type changes, a state gets a schema version (`schema(1)`) and says how to
+read the earlier ones (`migrate_from(0, convert)`): a value state's value, each item of a
+list state and each value of a map state (never its keys) is then stored behind a tag
+with the version, and a value stored under an earlier version is converted when read and
+written back, so each key migrates once.
 """
 
 from . import _bindings as _host
@@ -41,84 +47,150 @@ def _encode(name, codec, value):
         raise TypeError(f"state `{name}`: cannot encode value: {e}") from e
 
 
+def _split(data):
+    """The schema version a stored value was written under (0: untagged), and its body."""
+    if len(data) >= 3 and data.startswith(_SCHEMA_TAG):
+        return data[2], data[3:]
+    return 0, data
+
+
+class _Schema:
+    """How one state stores its values (a value state's value, a list state's items, a
+    map state's values): the codec, the schema version they are written under (0:
+    untagged) and the migrations from earlier versions. The one implementation of the
+    tag for the three state classes."""
+
+    __slots__ = ("name", "codec", "version", "migrations")
+
+    def __init__(self, name, codec):
+        self.name = name
+        self.codec = codec
+        self.version = 0
+        self.migrations = {}  # version -> (codec, convert)
+
+    def set_version(self, version):
+        if not 1 <= version <= 255:
+            raise ValueError(f"state `{self.name}`: schema version must be 1 to 255")
+        self.version = version
+
+    def add_migration(self, version, convert, codec):
+        self.migrations[version] = (codec or self.codec, convert)
+
+    def encode(self, value):
+        """`value` as stored under the current schema: behind the tag unless it is 0."""
+        data = _encode(self.name, self.codec, value)
+        if self.version:
+            data = _SCHEMA_TAG + bytes([self.version]) + data
+        return data
+
+    def decode(self, data):
+        """Stored bytes as `(value, converted)`: decoded directly under the current
+        schema, converted by the migration from another version (`converted` is then
+        True: the caller writes the value back). Raises `StateDecodeError` for a version
+        without a migration or bytes the codec cannot read."""
+        version, body = _split(data)
+        if version == self.version:
+            return _decode(self.name, self.codec, body), False
+        migration = self.migrations.get(version)
+        if migration is None:
+            raise StateDecodeError(
+                f"state `{self.name}`: the stored value has schema version {version}, this "
+                f"version of the UDF reads version {self.version} and has no migration "
+                f"from {version}"
+            )
+        codec, convert = migration
+        return convert(_decode(self.name, codec, body)), True
+
+
 class ValueState:
     """One value per key. `get()` gives `default` (None) when the key has none."""
 
-    __slots__ = ("_id", "name", "_codec", "_schema", "_migrations")
+    __slots__ = ("_id", "name", "_schema")
 
     def __init__(self, state_id, name, codec=JSON):
         self._id = state_id
         self.name = name
-        self._codec = codec
-        self._schema = 0
-        self._migrations = {}
+        self._schema = _Schema(name, codec)
 
     def schema(self, version):
         """Writes values under schema `version` (1 to 255): raise it when the stored
         type changes, and say with `migrate_from` how to read earlier versions."""
-        if not 1 <= version <= 255:
-            raise ValueError(f"state `{self.name}`: schema version must be 1 to 255")
-        self._schema = version
+        self._schema.set_version(version)
         return self
 
     def migrate_from(self, version, convert, codec=None):
         """Reads values written under schema `version` (0: before the state had a
         schema) with `codec` (default: the state's), then `convert(old) -> new`. A
         converted value is written back when first read, so each key migrates once."""
-        self._migrations[version] = (codec or self._codec, convert)
+        self._schema.add_migration(version, convert, codec)
         return self
 
     def get(self, default=None):
+        """The current key's value, or `default`. A value written under another schema
+        version is converted by its migration and written back."""
         data = _host.state.value_get(self._id)
         if data is None:
             return default
-        if self._schema == 0 and not data.startswith(_SCHEMA_TAG):
-            return _decode(self.name, self._codec, data)
-        version, body = (data[2], data[3:]) if data.startswith(_SCHEMA_TAG) else (0, data)
-        if version == self._schema:
-            return _decode(self.name, self._codec, body)
-        if version not in self._migrations:
-            raise StateDecodeError(
-                f"state `{self.name}`: the stored value has schema version {version}, this "
-                f"version of the UDF reads version {self._schema} and has no migration "
-                f"from {version}"
-            )
-        codec, convert = self._migrations[version]
-        value = convert(_decode(self.name, codec, body))
-        self.set(value)
+        value, converted = self._schema.decode(data)
+        if converted:
+            self.set(value)
         return value
 
     def set(self, value):
-        data = _encode(self.name, self._codec, value)
-        if self._schema:
-            data = _SCHEMA_TAG + bytes([self._schema]) + data
-        _host.state.value_set(self._id, data)
+        """Replaces the current key's value (written under the current schema)."""
+        _host.state.value_set(self._id, self._schema.encode(value))
 
     def clear(self):
         _host.state.clear(self._id)
 
 
 class ListState:
-    """An ordered list of values per key, oldest first."""
+    """An ordered list of values per key, oldest first. With a schema, each item is
+    stored (and migrated) as a value state's value is."""
 
-    __slots__ = ("_id", "name", "_codec")
+    __slots__ = ("_id", "name", "_schema")
 
     def __init__(self, state_id, name, codec=JSON):
         self._id = state_id
         self.name = name
-        self._codec = codec
+        self._schema = _Schema(name, codec)
+
+    def schema(self, version):
+        """Writes items under schema `version` (1 to 255): raise it when the item type
+        changes, and say with `migrate_from` how to read earlier versions."""
+        self._schema.set_version(version)
+        return self
+
+    def migrate_from(self, version, convert, codec=None):
+        """Reads items written under schema `version` (0: before the state had a
+        schema) with `codec` (default: the state's), then `convert(old) -> new`. When
+        `get()` converted any item it writes the whole list back, so each key migrates
+        once."""
+        self._schema.add_migration(version, convert, codec)
+        return self
 
     def get(self):
-        """All items (an empty list if none)."""
-        return [_decode(self.name, self._codec, d) for d in _host.state.list_get(self._id)]
+        """All items (an empty list if none). Items written under another schema version
+        are converted by their migrations; if any was, the list is written back under
+        the current schema. One without a migration raises `StateDecodeError`, and
+        nothing is written."""
+        items, converted = [], False
+        for data in _host.state.list_get(self._id):
+            item, was_converted = self._schema.decode(data)
+            items.append(item)
+            converted = converted or was_converted
+        if converted:
+            self.set(items)
+        return items
 
     def append(self, item):
-        """Appends one item, without reading the others."""
-        _host.state.list_append(self._id, _encode(self.name, self._codec, item))
+        """Appends one item (under the current schema), without reading the others."""
+        _host.state.list_append(self._id, self._schema.encode(item))
 
     def set(self, items):
-        """Replaces all items; an empty list clears the state."""
-        _host.state.list_set(self._id, [_encode(self.name, self._codec, i) for i in items])
+        """Replaces all items (written under the current schema); an empty list clears
+        the state."""
+        _host.state.list_set(self._id, [self._schema.encode(i) for i in items])
 
     def clear(self):
         _host.state.clear(self._id)
@@ -126,39 +198,72 @@ class ListState:
 
 class MapState:
     """A map per key. Keys and values have their own codecs (JSON by default);
-    `entries()` comes in the order of the encoded key bytes."""
+    `entries()` comes in the order of the encoded key bytes. A schema applies to the
+    values only: keys are never tagged (a different key type is a different state)."""
 
-    __slots__ = ("_id", "name", "_key_codec", "_codec")
+    __slots__ = ("_id", "name", "_key_codec", "_schema")
 
     def __init__(self, state_id, name, key_codec=JSON, codec=JSON):
         self._id = state_id
         self.name = name
         self._key_codec = key_codec
-        self._codec = codec
+        self._schema = _Schema(name, codec)
+
+    def schema(self, version):
+        """Writes values under schema `version` (1 to 255): raise it when the value type
+        changes, and say with `migrate_from` how to read earlier versions."""
+        self._schema.set_version(version)
+        return self
+
+    def migrate_from(self, version, convert, codec=None):
+        """Reads values written under schema `version` (0: before the state had a
+        schema) with `codec` (default: the state's value codec), then
+        `convert(old) -> new`. A converted value is written back when `get` or
+        `entries` first reads it, so each entry migrates once."""
+        self._schema.add_migration(version, convert, codec)
+        return self
 
     def _key(self, key):
         return _encode(self.name, self._key_codec, key)
 
     def get(self, key, default=None):
-        data = _host.state.map_get(self._id, self._key(key))
-        return default if data is None else _decode(self.name, self._codec, data)
+        """The value under `key`, or `default`. A value written under another schema
+        version is converted by its migration and written back."""
+        k = self._key(key)
+        data = _host.state.map_get(self._id, k)
+        if data is None:
+            return default
+        value, converted = self._schema.decode(data)
+        if converted:
+            _host.state.map_put(self._id, k, self._schema.encode(value))
+        return value
 
     def contains_key(self, key):
+        """Whether `key` has a value (which is not decoded)."""
         return _host.state.map_get(self._id, self._key(key)) is not None
 
     def put(self, key, value):
-        _host.state.map_put(self._id, self._key(key), _encode(self.name, self._codec, value))
+        """Sets the value under `key` (written under the current schema)."""
+        _host.state.map_put(self._id, self._key(key), self._schema.encode(value))
 
     def remove(self, key):
         """Removes `key` (a no-op if absent)."""
         _host.state.map_remove(self._id, self._key(key))
 
     def entries(self):
-        """All `(key, value)` pairs, ordered by encoded key bytes."""
-        return [
-            (_decode(self.name, self._key_codec, k), _decode(self.name, self._codec, v))
-            for k, v in _host.state.map_entries(self._id)
-        ]
+        """All `(key, value)` pairs, ordered by encoded key bytes. Values written under
+        another schema version are converted by their migrations, and each converted
+        one is written back once all entries are read; one without a migration raises
+        `StateDecodeError`, and nothing is written."""
+        entries, converted = [], []
+        for k, data in _host.state.map_entries(self._id):
+            value, was_converted = self._schema.decode(data)
+            if was_converted:
+                converted.append((k, value))
+            entries.append((_decode(self.name, self._key_codec, k), value))
+        for k, value in converted:
+            _host.state.map_put(self._id, k, self._schema.encode(value))
+        return entries
 
     def clear(self):
         _host.state.clear(self._id)

@@ -42,13 +42,12 @@ from ._export import ProcessFunction
 from ._native import Emitted, HostTrap, LogLine, TimeDomain, key_hash
 from .codec import to_json
 from .context import Context, Element, InitContext, Timer
+from .state import _split
 
 __all__ = ["TestHost", "Emitted", "LogLine", "HostTrap", "key_hash"]
 
 #: How many timers may fire in one advance before the TestHost calls it a loop.
 FIRING_LIMIT = 1_000_000
-
-_SCHEMA_TAG = b"\xfe\xed"
 
 
 def _key_bytes(key):
@@ -267,24 +266,49 @@ class TestHost:
             raise ValueError(f"TestHost: no state `{name}` was declared; declared: {declared}")
         return state_id
 
+    def _state_id_of_kind(self, name, kind):
+        state_id = self._state_id(name)
+        if self._world.states[state_id][1] is not kind:
+            kind_name = _native._KIND_NAMES[kind]
+            raise ValueError(f"TestHost: state `{name}` is not a {kind_name} state")
+        return state_id
+
+    def _set_slot(self, key, state_id, data):
+        """Stores `data` as `key`'s state `state_id`; empty, it removes it, as the host
+        keeps no empty list or map."""
+        key = _key_bytes(key)
+        if data:
+            self._world.data.setdefault(key, {})[state_id] = data
+            return
+        slots = self._world.data.get(key)
+        if slots is not None:
+            slots.pop(state_id, None)
+            if not slots:
+                del self._world.data[key]
+
     def state(self, key, name):
         """The content of state `name` for `key`, decoded as JSON (the SDK's default
-        codec; a dataclass state comes back as a dict): a value state's value or None, a
-        list state's items, a map state's `(key, value)` pairs in key-byte order. For
-        other codecs, read `state_bytes`."""
+        codec; a dataclass state comes back as a dict) whatever schema version it was
+        written under: a value state's value or None, a list state's items, a map state's
+        `(key, value)` pairs in key-byte order. For other codecs, read `state_bytes`,
+        `list_state_bytes` or `map_state_bytes`."""
         state_id = self._state_id(name)
         kind = self._world.states[state_id][1]
         data = self._world.data.get(_key_bytes(key), {}).get(state_id)
+        reader = {
+            _native.StateKind.VALUE: "state_bytes",
+            _native.StateKind.LIST: "list_state_bytes",
+            _native.StateKind.MAP: "map_state_bytes",
+        }[kind]
 
         def decode(raw):
-            if raw.startswith(_SCHEMA_TAG):
-                raw = raw[3:]  # the tag and the schema version
+            _, raw = _split(raw)  # without the schema tag and version, if any
             try:
                 return json.loads(raw)
             except ValueError as e:
                 raise ValueError(
                     f"TestHost: state `{name}` holds bytes that are not JSON ({e}); read "
-                    "them with state_bytes"
+                    f"them with {reader}"
                 ) from None
 
         if kind is _native.StateKind.VALUE:
@@ -302,7 +326,37 @@ class TestHost:
     def set_state_bytes(self, key, name, data):
         """Sets the stored bytes of value state `name` for `key`: state as an earlier
         version of the UDF left it, to test a migration."""
-        state_id = self._state_id(name)
-        if self._world.states[state_id][1] is not _native.StateKind.VALUE:
-            raise ValueError(f"TestHost: state `{name}` is not a value state")
+        state_id = self._state_id_of_kind(name, _native.StateKind.VALUE)
         self._world.data.setdefault(_key_bytes(key), {})[state_id] = bytes(data)
+
+    def list_state_bytes(self, key, name):
+        """The stored items of list state `name` for `key`, as bytes, oldest first (an
+        empty list if none)."""
+        state_id = self._state_id_of_kind(name, _native.StateKind.LIST)
+        return list(self._world.data.get(_key_bytes(key), {}).get(state_id, ()))
+
+    def set_list_state_bytes(self, key, name, items):
+        """Sets the stored items (`bytes` each) of list state `name` for `key`: state as
+        an earlier version of the UDF left it, to test a migration. An empty list
+        clears it."""
+        state_id = self._state_id_of_kind(name, _native.StateKind.LIST)
+        call = "TestHost.set_list_state_bytes"
+        self._set_slot(key, state_id, [_native._check_bytes(call, "items", i) for i in items])
+
+    def map_state_bytes(self, key, name):
+        """The stored entries of map state `name` for `key`, as a dict from key bytes to
+        value bytes, in key-byte order (empty if none)."""
+        state_id = self._state_id_of_kind(name, _native.StateKind.MAP)
+        return dict(sorted(self._world.data.get(_key_bytes(key), {}).get(state_id, {}).items()))
+
+    def set_map_state_bytes(self, key, name, entries):
+        """Sets the stored entries of map state `name` for `key` (a dict, or
+        `(key bytes, value bytes)` pairs): state as an earlier version of the UDF left
+        it, to test a migration. No entries clears it."""
+        state_id = self._state_id_of_kind(name, _native.StateKind.MAP)
+        call = "TestHost.set_map_state_bytes"
+        items = entries.items() if isinstance(entries, dict) else entries
+        self._set_slot(key, state_id, {
+            _native._check_bytes(call, "a key", k): _native._check_bytes(call, "a value", v)
+            for k, v in items
+        })
