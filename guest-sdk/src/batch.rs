@@ -64,8 +64,9 @@ enum Change {
     Clean,
     /// Written whole.
     Replaced,
-    /// Changed only by these list and map operations (cached path), in order.
-    Ops(Vec<Op>),
+    /// Changed only by these list and map operations (cached path), in order. Boxed, so
+    /// that the slots every cached key keeps stay small.
+    Ops(Box<Vec<Op>>),
 }
 
 enum Op {
@@ -91,7 +92,7 @@ impl Slot {
 
     fn op(&mut self, op: Op) {
         match &mut self.change {
-            Change::Clean => self.change = Change::Ops(vec![op]),
+            Change::Clean => self.change = Change::Ops(Box::new(vec![op])),
             Change::Ops(ops) if ops.len() < MAX_OPS => ops.push(op),
             Change::Ops(_) => self.change = Change::Replaced,
             Change::Replaced => {}
@@ -105,6 +106,8 @@ struct KeyState<'b> {
     key: &'b [u8],
     /// `None`: the host says the cache's copy is current.
     slots: Option<Vec<Slot>>,
+    /// Whether the cache keeps the key after the batch (cached path).
+    keep: bool,
 }
 
 /// The guest-side view of host state and the effects of the batch so far.
@@ -470,15 +473,21 @@ fn decode(buf: &[u8], path: Path) -> Result<Batch<'_>, WireError> {
             Path::Cached => r.u32()?,
         };
         let key = r.bytes()?;
-        let slots = match path {
-            Path::Plain => Some(decode_slots(&mut r, buf)?),
+        let (slots, keep) = match path {
+            Path::Plain => (Some(decode_slots(&mut r, buf)?), false),
             Path::Cached => match r.u8()? {
-                weir_wire::KEY_CACHED => None,
-                weir_wire::KEY_SENT => Some(decode_slots(&mut r, buf)?),
+                weir_wire::KEY_CACHED => (None, true),
+                weir_wire::KEY_SENT => (Some(decode_slots(&mut r, buf)?), true),
+                weir_wire::KEY_SENT_ONCE => (Some(decode_slots(&mut r, buf)?), false),
                 _ => return Err(WireError("unknown key tag")),
             },
         };
-        keys.push(KeyState { id, key, slots });
+        keys.push(KeyState {
+            id,
+            key,
+            slots,
+            keep,
+        });
     }
     let n_entries = r.count(21)?;
     let mut entries = Vec::with_capacity(n_entries);
@@ -577,7 +586,7 @@ pub(crate) fn run<T: ProcessFunction>(
         }
     }
     let key_bytes: Vec<&[u8]> = keys.iter().map(|k| k.key).collect();
-    let key_ids: Vec<u32> = keys.iter().map(|k| k.id).collect();
+    let kept: Vec<(u32, bool)> = keys.iter().map(|k| (k.id, k.keep)).collect();
     let overlay = Overlay {
         buf: Rc::clone(&buf),
         tainted: false,
@@ -615,13 +624,17 @@ pub(crate) fn run<T: ProcessFunction>(
     if path == Path::Cached {
         let Overlay { slots, buf, .. } = overlay;
         CACHE.with_borrow_mut(|cache| {
-            for (&id, mut slots) in key_ids.iter().zip(slots) {
+            for (&(id, keep), mut slots) in kept.iter().zip(slots) {
+                slots.retain(|s| !matches!(s.contents, Contents::Absent));
+                // A key without state is never said to be cached: nothing to keep.
+                if !keep || slots.is_empty() {
+                    continue;
+                }
                 for slot in &mut slots {
                     if let Contents::Stored(range) = &slot.contents {
                         slot.contents = Contents::Value(buf[range.clone()].to_vec());
                     }
                 }
-                slots.retain(|s| !matches!(s.contents, Contents::Absent));
                 cache.keys.insert(id, slots);
             }
         });
@@ -717,7 +730,7 @@ fn encode(
             match std::mem::replace(&mut slot.change, Change::Clean) {
                 Change::Clean => continue,
                 Change::Ops(ops) if path == Path::Cached => {
-                    for op in ops {
+                    for op in *ops {
                         w.u32(key as u32);
                         w.u32(slot.state);
                         match op {

@@ -12,6 +12,7 @@
 //! output instead of stopping the pipeline.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use anyhow::anyhow;
 use serde::{de::DeserializeOwned, Serialize};
@@ -52,7 +53,8 @@ struct Decoded<T> {
     /// `None` only while [`ValueState::modify`]'s closure has cleared it.
     value: Option<T>,
     schema: u8,
-    name: Box<str>,
+    /// Shared with the state handle, so keeping a value allocates only its box.
+    name: Arc<str>,
 }
 
 impl<T: Serialize + 'static> CachedValue for Decoded<T> {
@@ -116,7 +118,7 @@ type Migration<T> = Box<dyn Fn(&[u8]) -> Result<T>>;
 /// stored: the schema version they are written under, and how to read the earlier ones.
 /// One implementation for the three kinds of state.
 struct Versions<T> {
-    name: Box<str>,
+    name: Arc<str>,
     /// The schema version values are written under (0: untagged, as before versions).
     schema: u8,
     migrations: Vec<(u8, Migration<T>)>,

@@ -35,14 +35,17 @@
 //!
 //! ```text
 //! cached  := epoch:u64 processing_time:i64  n_keys:u32 ckey*  n_entries:u32 entry*
-//! ckey    := id:u32 bytes (0 | 1 n_slots:u32 (state:u32 slot)*)
+//! ckey    := id:u32 bytes (0 | (1 | 2) n_slots:u32 (state:u32 slot)*)
 //! ```
 //!
 //! `id` is the host's number for the key while it is live (the guest files its copies
 //! under it, so finding one costs no hashing of key bytes; a number the host gives to
-//! another key later comes with tag 1). A key with tag 0 comes without its state: the
-//! guest's copy, from an earlier batch of the same `epoch`, is current. With tag 1 the state comes whole and replaces the
-//! guest's copy. When `epoch` differs from the one of the guest's copies, the guest drops
+//! another key later comes with tag 1 or 2). A key with tag 0 comes without its state:
+//! the guest's copy, from an earlier batch of the same `epoch`, is current. With tag 1 the
+//! state comes whole and the guest keeps its copy after the batch; with tag 2 it comes
+//! whole and the guest drops it after the batch (the host keeps a key from the second
+//! batch that touches it on, so that keys touched once cost the guest nothing). A key
+//! without state is never tag 0. When `epoch` differs from the one of the guest's copies, the guest drops
 //! them all first; the host starts a new epoch whenever it cannot vouch for them (a new
 //! instance, a failed batch, or enough state sent that the guest's memory needs it back).
 //! A tag-0 key the guest holds no copy of is an error. Writes may be operations (2, 3, 4)
@@ -91,6 +94,7 @@ pub const WRITE_MAP_REMOVE: u8 = 4;
 /// Key tags of the cached batch.
 pub const KEY_CACHED: u8 = 0;
 pub const KEY_SENT: u8 = 1;
+pub const KEY_SENT_ONCE: u8 = 2;
 
 /// Timer operation codes.
 pub const REGISTER: u8 = 0;

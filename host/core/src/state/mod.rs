@@ -65,9 +65,11 @@ pub struct KeyEntry {
     in_use: bool,
     /// Changed since the last checkpoint (and listed in [`KeyTable::changed`]).
     dirty: bool,
-    /// The UDF instance cache epoch in which the guest holds a current copy of this
-    /// key's state (0: none); any change to the state here clears it.
+    /// The UDF instance cache epoch in which the guest last saw this key's state
+    /// current (0: none); any change to the state here clears it.
     cached_in: u32,
+    /// Whether the guest kept that copy (else it saw the key once and dropped it).
+    kept: bool,
 }
 
 impl KeyEntry {
@@ -154,10 +156,11 @@ impl KeyEntry {
         !self.slots.is_empty()
     }
 
-    /// The cache epoch in which a UDF instance holds a current copy of the key's state,
-    /// as last [marked](KeyTable::mark_cached_in); 0 once the state changed here since.
-    pub fn cached_in(&self) -> u32 {
-        self.cached_in
+    /// The cache epoch in which a UDF instance last saw the key's state current, as last
+    /// [marked](KeyTable::mark_cached_in), and whether it kept a copy; epoch 0 once the
+    /// state changed here since.
+    pub fn cached_in(&self) -> (u32, bool) {
+        (self.cached_in, self.kept)
     }
 }
 
@@ -310,11 +313,14 @@ impl KeyTable {
         }
     }
 
-    /// Records that the UDF instance of cache epoch `epoch` now holds a current copy of
-    /// key `id`'s state (not a change of the key). The engine calls this after it has
-    /// applied a cached batch's writes; any later change to the state clears the mark.
-    pub fn mark_cached_in(&mut self, id: KeyId, epoch: u32) {
-        self.entries[id as usize].cached_in = epoch;
+    /// Records that the UDF instance of cache epoch `epoch` saw key `id`'s state as it
+    /// is now, and whether it `kept` a copy (not a change of the key). The engine calls
+    /// this after it has applied a cached batch's writes; any later change to the state
+    /// clears the mark.
+    pub fn mark_cached_in(&mut self, id: KeyId, epoch: u32, kept: bool) {
+        let entry = &mut self.entries[id as usize];
+        entry.cached_in = epoch;
+        entry.kept = kept;
     }
 
     /// From now on, remembers which keys change, for [`take_changes`](Self::take_changes).

@@ -17,6 +17,8 @@ use weir_wire::{Reader, SlotRef, WireError, Writer};
 pub struct BatchKeys {
     ids: Vec<KeyId>,
     index: HashMap<KeyId, u32>,
+    /// Per key (cached path): whether the guest keeps its copy after the batch.
+    kept: Vec<bool>,
 }
 
 impl BatchKeys {
@@ -27,6 +29,10 @@ impl BatchKeys {
         })
     }
 }
+
+/// Guest memory a cached key costs beyond its state's bytes (its cache entry, slots and
+/// decoded value), counted against `state_cache`.
+const GUEST_BYTES_PER_KEY: usize = 256;
 
 /// An encoded batch: the buffer, its keys, and how many bytes of state it carries.
 pub struct Encoded {
@@ -91,12 +97,23 @@ pub fn encode(
             w.u32(id);
         }
         w.bytes(entry.key());
+        // A key's copy is kept from the second batch that touches it in an epoch on, so
+        // that keys seen once (an order opened and closed, a one-off click) cost the
+        // guest nothing; a key without state is sent empty rather than kept.
+        let mut keep = false;
         if let Some(epoch) = epoch {
-            if entry.cached_in() == epoch {
+            let (seen_in, kept) = entry.cached_in();
+            if seen_in == epoch && kept && entry.has_state() {
                 w.u8(weir_wire::KEY_CACHED);
+                keys.kept.push(true);
                 continue;
             }
-            w.u8(weir_wire::KEY_SENT);
+            keep = seen_in == epoch;
+            w.u8(if keep {
+                weir_wire::KEY_SENT
+            } else {
+                weir_wire::KEY_SENT_ONCE
+            });
         }
         let start = w.buf.len();
         let count = w.placeholder();
@@ -111,8 +128,13 @@ pub fn encode(
             n += 1;
         }
         w.patch_u32(count, n);
-        // The guest keeps the key too, and some bookkeeping per key.
-        state_bytes += w.buf.len() - start + entry.key().len() + 64;
+        keys.kept.push(keep || epoch.is_none());
+        if keep {
+            // What the guest spends on a key's copy beyond its bytes: its entry in the
+            // cache, a slot per state, a decoded value's box (measured: ~250 bytes for a
+            // one-value key of the order timeout).
+            state_bytes += w.buf.len() - start + GUEST_BYTES_PER_KEY;
+        }
     }
     w.u32(entries.len() as u32);
     w.buf.extend_from_slice(&body.buf);
@@ -351,8 +373,8 @@ pub fn apply(
         }
     }
     if let Some(epoch) = epoch {
-        for &key in &keys.ids {
-            host.keys.mark_cached_in(key, epoch);
+        for (&key, &kept) in keys.ids.iter().zip(&keys.kept) {
+            host.keys.mark_cached_in(key, epoch, kept);
         }
     }
     for (key, domain, register, at) in effects.timer_ops {
