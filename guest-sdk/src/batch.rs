@@ -64,9 +64,8 @@ enum Change {
     Clean,
     /// Written whole.
     Replaced,
-    /// Changed only by these list and map operations (cached path), in order. Boxed, so
-    /// that the slots every cached key keeps stay small.
-    Ops(Box<Vec<Op>>),
+    /// Changed only by these list and map operations (cached path), in order.
+    Ops(Vec<Op>),
 }
 
 enum Op {
@@ -92,7 +91,7 @@ impl Slot {
 
     fn op(&mut self, op: Op) {
         match &mut self.change {
-            Change::Clean => self.change = Change::Ops(Box::new(vec![op])),
+            Change::Clean => self.change = Change::Ops(vec![op]),
             Change::Ops(ops) if ops.len() < MAX_OPS => ops.push(op),
             Change::Ops(_) => self.change = Change::Replaced,
             Change::Replaced => {}
@@ -730,7 +729,7 @@ fn encode(
             match std::mem::replace(&mut slot.change, Change::Clean) {
                 Change::Clean => continue,
                 Change::Ops(ops) if path == Path::Cached => {
-                    for op in *ops {
+                    for op in ops {
                         w.u32(key as u32);
                         w.u32(slot.state);
                         match op {
