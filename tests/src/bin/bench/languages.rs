@@ -90,6 +90,7 @@ pub fn per_element(data: &Path, clicks_2m: &Path) -> anyhow::Result<Vec<Language
             timestamp: "clicked_at",
             out_of_orderness: "5s",
             udf: &udf,
+            udf_lines: "",
         }
         .spec(data)
     };
@@ -102,6 +103,7 @@ pub fn per_element(data: &Path, clicks_2m: &Path) -> anyhow::Result<Vec<Language
             timestamp: "timestamp",
             out_of_orderness: "0s",
             udf: &udf,
+            udf_lines: "",
         }
         .spec(data)
     };

@@ -81,7 +81,7 @@ fn main() -> anyhow::Result<()> {
     weir_engine::runtime::wasm::precompiled::configure(Some(data.join("compile-cache/components")));
 
     let clicks = data.join("clicks-2m-10ms.jsonl");
-    ensure_clicks(&clicks)?;
+    ensure_clicks(&clicks, ADS)?;
     let spec = counter_pipeline(&data, &clicks)?;
     // `weir-bench native|wasm|checkpoints|kafka`: one part only.
     if let Some(only) = std::env::args().nth(1) {
@@ -386,14 +386,15 @@ fn best_of(mut f: impl FnMut() -> anyhow::Result<RunReport>) -> anyhow::Result<R
     Ok(best.expect("at least one run"))
 }
 
-fn ensure_clicks(path: &Path) -> anyhow::Result<()> {
+/// The bench's 2,000,000 clicks over `ads` ads at `path`, unless already there. About
+/// 10 ms of event time per click (100 clicks/s, 5.5 hours): a 5-minute window holds
+/// ~30,000 clicks, ~3 per ad over 10,000 ads.
+fn ensure_clicks(path: &Path, ads: u64) -> anyhow::Result<()> {
     if path.exists() {
         return Ok(());
     }
     eprintln!("generating {}", path.display());
-    // About 10 ms of event time per click (100 clicks/s over 10,000 ads, 5.5 hours):
-    // a 5-minute window holds ~3 clicks per ad.
-    let clicks = gen::clicks(CLICKS, ADS, 42, 20, 4_000, 0.001, 0.0);
+    let clicks = gen::clicks(CLICKS, ads, 42, 20, 4_000, 0.001, 0.0);
     let mut out = BufWriter::new(std::fs::File::create(path)?);
     for c in &clicks {
         writeln!(
@@ -416,6 +417,7 @@ fn counter_pipeline(data: &Path, clicks: &Path) -> anyhow::Result<PipelineSpec> 
         timestamp: "clicked_at",
         out_of_orderness: "5s",
         udf: &component("change-only-counter"),
+        udf_lines: "",
     }
     .spec(data)
 }
@@ -430,10 +432,13 @@ struct DiscardPipeline<'a> {
     timestamp: &'a str,
     out_of_orderness: &'a str,
     udf: &'a Path,
+    /// More `[udf]` lines (a `[udf.config]` table), or nothing.
+    udf_lines: &'a str,
 }
 
 impl DiscardPipeline<'_> {
-    fn spec(&self, data: &Path) -> anyhow::Result<PipelineSpec> {
+    /// Writes the pipeline file; returns its path.
+    fn write(&self, data: &Path) -> anyhow::Result<PathBuf> {
         let toml = format!(
             r#"
 [[source]]
@@ -447,7 +452,7 @@ out_of_orderness = "{out_of_orderness}"
 
 [udf]
 path = "{udf}"
-
+{udf_lines}
 [[sink]]
 output = "main"
 type = "discard"
@@ -457,10 +462,17 @@ type = "discard"
             key = self.key,
             timestamp = self.timestamp,
             out_of_orderness = self.out_of_orderness,
-            udf = self.udf.display()
+            udf = self.udf.display(),
+            udf_lines = self.udf_lines,
         );
         let path = data.join(format!("{}.toml", self.name));
         std::fs::write(&path, toml)?;
+        Ok(path)
+    }
+
+    /// Writes the pipeline file and loads it.
+    fn spec(&self, data: &Path) -> anyhow::Result<PipelineSpec> {
+        let path = self.write(data)?;
         let overrides = Overrides {
             dead_letter: Some(data.join(format!("{}.dead-letter.jsonl", self.name))),
             no_checkpoints: true,
@@ -532,13 +544,16 @@ fn peak_rss_of_run(data: &Path, input: &Path) -> anyhow::Result<u64> {
         input.display(),
         started.elapsed().as_secs_f64()
     );
-    // weir reports its own peak RSS (VmHWM) in its summary.
-    let megabytes: f64 = summary
+    Ok((peak_rss_mb(&summary)? * 1e6) as u64)
+}
+
+/// The peak RSS in MB that `weir run` reports (its VmHWM) in the summary on stderr.
+fn peak_rss_mb(summary: &str) -> anyhow::Result<f64> {
+    summary
         .lines()
         .find_map(|l| l.trim().strip_prefix("peak memory (RSS): "))
         .and_then(|v| v.trim_end_matches(" MB").parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no peak memory in the summary:\n{summary}"))?;
-    Ok((megabytes * 1e6) as u64)
+        .ok_or_else(|| anyhow::anyhow!("no peak memory in the summary:\n{summary}"))
 }
 
 /// The change-only counter written natively against the host services: the same state

@@ -23,6 +23,7 @@
 //! hot-key-timers timers=400000 total_ms=T ns_per_timer=N
 //! ```
 
+use crate::{ensure_clicks, peak_rss_mb, DiscardPipeline};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,7 +32,6 @@ use weir_core::state::KeyTable;
 use weir_core::time::timers::{TimeDomain, TimerService};
 use weir_e2e::{component, datetime_millis, gen, weir_bin};
 
-const CLICKS: usize = 2_000_000;
 /// Ads per case: ~3, 30, 300 and 3,000 clicks per ad in the window.
 const ADS: [(u64, u64); 4] = [(3, 10_000), (30, 1_000), (300, 100), (3_000, 10)];
 const ORDER_EVENTS: u64 = 1_000_000;
@@ -67,9 +67,7 @@ pub fn matrix(data: &Path, only: Option<&str>) -> anyhow::Result<Vec<StateSizeRu
                 data,
                 &format!("state-clicks-{per_key}"),
                 &input,
-                "ad_id",
-                "clicked_at",
-                "5s",
+                ("ad_id", "clicked_at", "5s"),
                 "change-only-counter",
                 "",
             )?;
@@ -84,9 +82,7 @@ pub fn matrix(data: &Path, only: Option<&str>) -> anyhow::Result<Vec<StateSizeRu
                 data,
                 &format!("state-orders-{items}"),
                 &input,
-                "orderId",
-                "timestamp",
-                "0s",
+                ("orderId", "timestamp", "0s"),
                 "order-timeout",
                 "[udf.config]\ntimeout = \"1m\"\n",
             )?;
@@ -96,42 +92,26 @@ pub fn matrix(data: &Path, only: Option<&str>) -> anyhow::Result<Vec<StateSizeRu
     Ok(runs)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A file -> discard pipeline of one case, written to `<data>/<name>.toml`.
 fn pipeline(
     data: &Path,
     name: &str,
     input: &Path,
-    key: &str,
-    timestamp: &str,
-    out_of_orderness: &str,
+    (key, timestamp, out_of_orderness): (&str, &str, &str),
     udf: &str,
-    udf_config: &str,
+    udf_lines: &str,
 ) -> anyhow::Result<PathBuf> {
-    let toml = format!(
-        r#"name = "{name}"
-
-[[source]]
-name = "input"
-type = "file"
-path = "{input}"
-key = "{key}"
-timestamp = "{timestamp}"
-timestamp_format = "datetime"
-out_of_orderness = "{out_of_orderness}"
-
-[udf]
-path = "{udf}"
-{udf_config}
-[[sink]]
-output = "main"
-type = "discard"
-"#,
-        input = input.display(),
-        udf = component(udf).display(),
-    );
-    let path = data.join(format!("{name}.toml"));
-    std::fs::write(&path, toml)?;
-    Ok(path)
+    DiscardPipeline {
+        name,
+        source: "input",
+        input,
+        key,
+        timestamp,
+        out_of_orderness,
+        udf: &component(udf),
+        udf_lines,
+    }
+    .write(data)
 }
 
 fn run_case(
@@ -186,11 +166,7 @@ fn run_case(
             rest.strip_suffix(" records/s)")?.parse().ok()
         })
         .ok_or_else(|| anyhow::anyhow!("no records/s in the summary:\n{summary}"))?;
-    let peak_rss_mb = summary
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("peak memory (RSS): "))
-        .and_then(|v| v.trim_end_matches(" MB").parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no peak memory in the summary:\n{summary}"))?;
+    let peak_rss_mb = peak_rss_mb(&summary)?;
     let run = StateSizeRun {
         udf,
         per_key,
@@ -199,26 +175,6 @@ fn run_case(
     };
     eprintln!("  {}", run.line());
     Ok(run)
-}
-
-fn ensure_clicks(path: &Path, ads: u64) -> anyhow::Result<()> {
-    if path.exists() {
-        return Ok(());
-    }
-    eprintln!("generating {}", path.display());
-    // The same stream as the bench's counter input, over fewer ads.
-    let clicks = gen::clicks(CLICKS, ads, 42, 20, 4_000, 0.001, 0.0);
-    let mut out = BufWriter::new(std::fs::File::create(path)?);
-    for c in &clicks {
-        writeln!(
-            out,
-            r#"{{"ad_id":"{}","clicked_at":"{}"}}"#,
-            c.ad,
-            datetime_millis(c.ts)
-        )?;
-    }
-    out.flush()?;
-    Ok(())
 }
 
 /// Order events 1 ms apart; each goes to one of the `OPEN_ORDERS` open orders at random,
