@@ -332,10 +332,10 @@ class Schema {
 }
 
 /**
- * One value per key (Flink's `ValueState`). Declared in `init` with
- * `ctx.valueState(name, codec?)`.
+ * What the three kinds of state share: the handle, the name, the schema of what they
+ * store (a value state's value, a list's items, a map's values) and `clear`.
  */
-export class ValueState {
+class State {
   /** @hideconstructor */
   constructor(id, name, codec) {
     this._id = id;
@@ -349,10 +349,10 @@ export class ValueState {
   }
 
   /**
-   * Writes values under schema `version` (1 to 255): raise it when the shape of the
-   * value changes, and say with {@link migrateFrom} how to read the earlier versions.
-   * Without it, values are written untagged (version 0). The same tagging as the Rust SDK:
-   * the bytes `fe ed`, the version, then the encoded value.
+   * Writes under schema `version` (1 to 255): each value (a list's item, a map's value)
+   * behind the tag `fe ed VERSION`, as the Rust SDK does; say with {@link migrateFrom}
+   * how to read what the earlier versions wrote. Without it, values are written untagged
+   * (version 0). Map keys are never tagged.
    * @param {number} version
    * @returns {this}
    * @throws {RangeError} if `version` is not a whole number from 1 to 255
@@ -363,19 +363,32 @@ export class ValueState {
   }
 
   /**
-   * Reads values written under schema `version` (0: before the state had a schema) and
-   * converts them with `convert`; a converted value is written back under the current
-   * schema when first read (by {@link get}), so each key migrates once.
+   * Reads what was written under schema `version` (0: before the state had a schema)
+   * and converts it with `convert`; what is converted is written back under the current
+   * schema when first read (each class says when), so each key migrates once.
    * @param {number} version
    * @param {(old: *) => *} convert
    * @param {import("./text.js").Codec} [codec] how the old values were encoded (default: the state's)
    * @returns {this}
+   * @throws {RangeError} if `version` is not a whole number from 0 to 255
    */
   migrateFrom(version, convert, codec) {
     this._schema.addMigration(version, convert, codec);
     return this;
   }
 
+  /** Removes the current key's contents of this state. */
+  clear() {
+    requireCall();
+    stateHost.clear(this._id);
+  }
+}
+
+/**
+ * One value per key (Flink's `ValueState`). Declared in `init` with
+ * `ctx.valueState(name, codec?)`.
+ */
+export class ValueState extends State {
   /**
    * The current key's value, or `undefined` if it has none. A value stored under another
    * schema version is converted with its migration and written back.
@@ -395,12 +408,6 @@ export class ValueState {
     requireCall();
     stateHost.valueSet(this._id, this._schema.encode(value));
   }
-
-  /** Removes the current key's value. */
-  clear() {
-    requireCall();
-    stateHost.clear(this._id);
-  }
 }
 
 /**
@@ -408,45 +415,7 @@ export class ValueState {
  * Each item is stored as a value state's value is, so a list can have a schema version
  * and migrations too: they apply to each item.
  */
-export class ListState {
-  /** @hideconstructor */
-  constructor(id, name, codec) {
-    this._id = id;
-    this._name = name;
-    this._schema = new Schema(name, codec);
-  }
-
-  get name() {
-    return this._name;
-  }
-
-  /**
-   * Writes items under schema `version` (1 to 255), each behind the tag `fe ed VERSION`,
-   * as {@link ValueState#schema} does values; say with {@link migrateFrom} how to read
-   * items of the earlier versions. Without it, items are written untagged (version 0).
-   * @param {number} version
-   * @returns {this}
-   * @throws {RangeError} if `version` is not a whole number from 1 to 255
-   */
-  schema(version) {
-    this._schema.setVersion(version);
-    return this;
-  }
-
-  /**
-   * Reads items written under schema `version` (0: before the list had a schema) and
-   * converts them with `convert`; when {@link get} converts any item, it writes the whole
-   * list back under the current schema, so each key migrates once.
-   * @param {number} version
-   * @param {(old: *) => *} convert
-   * @param {import("./text.js").Codec} [codec] how the old items were encoded (default: the state's)
-   * @returns {this}
-   */
-  migrateFrom(version, convert, codec) {
-    this._schema.addMigration(version, convert, codec);
-    return this;
-  }
-
+export class ListState extends State {
   /**
    * All items of the current key, oldest first (an empty array if none). Items stored
    * under another schema version are converted with their migrations, and then the
@@ -480,12 +449,6 @@ export class ListState {
       items.map((item) => this._schema.encode(item)),
     );
   }
-
-  /** Removes all of the current key's items. */
-  clear() {
-    requireCall();
-    stateHost.clear(this._id);
-  }
 }
 
 /**
@@ -495,45 +458,11 @@ export class ListState {
  * Each value is stored as a value state's value is, so the values can have a schema
  * version and migrations; the keys never carry one (another key type is another state).
  */
-export class MapState {
+export class MapState extends State {
   /** @hideconstructor */
   constructor(id, name, keyCodec, valueCodec) {
-    this._id = id;
-    this._name = name;
+    super(id, name, valueCodec);
     this._keyCodec = keyCodec;
-    this._schema = new Schema(name, valueCodec);
-  }
-
-  get name() {
-    return this._name;
-  }
-
-  /**
-   * Writes values under schema `version` (1 to 255), each behind the tag
-   * `fe ed VERSION`, as {@link ValueState#schema} does; say with {@link migrateFrom} how to
-   * read values of the earlier versions. Keys are not tagged. Without it, values are
-   * written untagged (version 0).
-   * @param {number} version
-   * @returns {this}
-   * @throws {RangeError} if `version` is not a whole number from 1 to 255
-   */
-  schema(version) {
-    this._schema.setVersion(version);
-    return this;
-  }
-
-  /**
-   * Reads values written under schema `version` (0: before the map had a schema) and
-   * converts them with `convert`; a converted value is written back under the current
-   * schema when {@link get} or {@link entries} first reads it, so each entry migrates once.
-   * @param {number} version
-   * @param {(old: *) => *} convert
-   * @param {import("./text.js").Codec} [codec] how the old values were encoded (default: the state's value codec)
-   * @returns {this}
-   */
-  migrateFrom(version, convert, codec) {
-    this._schema.addMigration(version, convert, codec);
-    return this;
   }
 
   _key(key) {
@@ -603,12 +532,6 @@ export class MapState {
   /** All values, in the order of {@link entries} (converted, and written back, as there). */
   values() {
     return this.entries().map((entry) => entry[1]);
-  }
-
-  /** Removes every entry of the current key. */
-  clear() {
-    requireCall();
-    stateHost.clear(this._id);
   }
 }
 

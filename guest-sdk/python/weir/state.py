@@ -102,28 +102,44 @@ class _Schema:
         return convert(_decode(self.name, codec, body)), True
 
 
-class ValueState:
-    """One value per key. `get()` gives `default` (None) when the key has none."""
+class _State:
+    """What the three kinds of state share: the handle, the name, the schema of what
+    they store (a value state's value, a list's items, a map's values), and `clear`."""
 
     __slots__ = ("_id", "name", "_schema")
 
-    def __init__(self, state_id, name, codec=JSON):
+    def __init__(self, state_id, name, codec):
         self._id = state_id
         self.name = name
         self._schema = _Schema(name, codec)
 
     def schema(self, version):
-        """Writes values under schema `version` (1 to 255): raise it when the stored
-        type changes, and say with `migrate_from` how to read earlier versions."""
+        """Writes under schema `version` (1 to 255): raise it when the stored type
+        changes, and say with `migrate_from` how to read earlier versions."""
         self._schema.set_version(version)
         return self
 
     def migrate_from(self, version, convert, codec=None):
-        """Reads values written under schema `version` (0: before the state had a
-        schema) with `codec` (default: the state's), then `convert(old) -> new`. A
-        converted value is written back when first read, so each key migrates once."""
+        """Reads what was written under schema `version` (0: before the state had a
+        schema) with `codec` (default: the state's), then `convert(old) -> new`. What
+        is converted is written back when first read (the class says how), so each key
+        migrates once."""
         self._schema.add_migration(version, convert, codec)
         return self
+
+    def clear(self):
+        """Removes the current key's contents of this state."""
+        _host.state.clear(self._id)
+
+
+class ValueState(_State):
+    """One value per key. `get()` gives `default` (None) when the key has none. A value
+    converted by a migration is written back when first read."""
+
+    __slots__ = ()
+
+    def __init__(self, state_id, name, codec=JSON):
+        super().__init__(state_id, name, codec)
 
     def get(self, default=None):
         """The current key's value, or `default`. A value written under another schema
@@ -140,34 +156,17 @@ class ValueState:
         """Replaces the current key's value (written under the current schema)."""
         _host.state.value_set(self._id, self._schema.encode(value))
 
-    def clear(self):
-        _host.state.clear(self._id)
 
 
-class ListState:
+class ListState(_State):
     """An ordered list of values per key, oldest first. With a schema, each item is
-    stored (and migrated) as a value state's value is."""
+    stored (and migrated) as a value state's value is; when `get()` converted any item
+    it writes the whole list back."""
 
-    __slots__ = ("_id", "name", "_schema")
+    __slots__ = ()
 
     def __init__(self, state_id, name, codec=JSON):
-        self._id = state_id
-        self.name = name
-        self._schema = _Schema(name, codec)
-
-    def schema(self, version):
-        """Writes items under schema `version` (1 to 255): raise it when the item type
-        changes, and say with `migrate_from` how to read earlier versions."""
-        self._schema.set_version(version)
-        return self
-
-    def migrate_from(self, version, convert, codec=None):
-        """Reads items written under schema `version` (0: before the state had a
-        schema) with `codec` (default: the state's), then `convert(old) -> new`. When
-        `get()` converted any item it writes the whole list back, so each key migrates
-        once."""
-        self._schema.add_migration(version, convert, codec)
-        return self
+        super().__init__(state_id, name, codec)
 
     def get(self):
         """All items (an empty list if none). Items written under another schema version
@@ -192,36 +191,19 @@ class ListState:
         the state."""
         _host.state.list_set(self._id, [self._schema.encode(i) for i in items])
 
-    def clear(self):
-        _host.state.clear(self._id)
 
 
-class MapState:
+class MapState(_State):
     """A map per key. Keys and values have their own codecs (JSON by default);
     `entries()` comes in the order of the encoded key bytes. A schema applies to the
-    values only: keys are never tagged (a different key type is a different state)."""
+    values only: keys are never tagged (a different key type is a different state). A
+    converted value is written back when `get` or `entries` first reads it."""
 
-    __slots__ = ("_id", "name", "_key_codec", "_schema")
+    __slots__ = ("_key_codec",)
 
     def __init__(self, state_id, name, key_codec=JSON, codec=JSON):
-        self._id = state_id
-        self.name = name
+        super().__init__(state_id, name, codec)
         self._key_codec = key_codec
-        self._schema = _Schema(name, codec)
-
-    def schema(self, version):
-        """Writes values under schema `version` (1 to 255): raise it when the value type
-        changes, and say with `migrate_from` how to read earlier versions."""
-        self._schema.set_version(version)
-        return self
-
-    def migrate_from(self, version, convert, codec=None):
-        """Reads values written under schema `version` (0: before the state had a
-        schema) with `codec` (default: the state's value codec), then
-        `convert(old) -> new`. A converted value is written back when `get` or
-        `entries` first reads it, so each entry migrates once."""
-        self._schema.add_migration(version, convert, codec)
-        return self
 
     def _key(self, key):
         return _encode(self.name, self._key_codec, key)
@@ -265,5 +247,3 @@ class MapState:
             _host.state.map_put(self._id, k, self._schema.encode(value))
         return entries
 
-    def clear(self):
-        _host.state.clear(self._id)
