@@ -96,7 +96,7 @@ fn the_host_stays_healthy_after_traps_timeouts_and_memory_bombs() {
     };
     function.init(&mut host, &info).unwrap();
     let state = host
-        .declare_state("probe", weir_core::state::StateKind::Value)
+        .declare_state("probe", weir_core::state::StateKind::Value, None)
         .unwrap();
 
     let mut call = |host: &mut HostServices, value: &Value| {

@@ -26,6 +26,9 @@
 //!            op 2 bytes                   appends an item to a list     (cached only)
 //!            op 3 bytes bytes             puts a map entry              (cached only)
 //!            op 4 bytes                   removes a map entry           (cached only)
+//!            op 5                         the state was read whole      (time-to-live only)
+//!            op 6 bytes                   a map entry was read          (time-to-live only)
+//!            op | 0x80 at:i64 ...         the same, done by a call at time `at`
 //! timer_op:= key:u32 domain:u8 op:u8 ts:i64          op 0 registers, 1 deletes
 //! emit    := output:u32 ts:i64 (0 | 1 bytes) bytes   optional key, then value
 //! log     := key:u32 level:u8 bytes
@@ -50,6 +53,14 @@
 //! instance, a failed batch, or enough state sent that the guest's memory needs it back).
 //! A tag-0 key the guest holds no copy of is an error. Writes may be operations (2, 3, 4)
 //! instead of whole slots; either way the host's copy is current after every batch.
+//!
+//! Writes to a state declared with a time-to-live carry the time of the call that did
+//! them (`op | 0x80`, then `at`): the stamp the host keeps with what they wrote, from
+//! which the entries' time-to-live runs. For such states the SDK writes lists and maps
+//! as operations on both paths, so that each item keeps its own stamp, and reports the
+//! reads (5, 6) of states whose time-to-live reads refresh; the host ignores both for
+//! other states. The state the host sends never holds an expired entry: it removes them
+//! before each batch, and cuts a batch where the watermark would pass an expiry.
 //!
 //! `watermark` is the watermark while the entry is processed; `watermark_after` is the
 //! watermark once an element has been processed. Timer entries are still pending in the
@@ -90,6 +101,12 @@ pub const WRITE_SET: u8 = 1;
 pub const WRITE_LIST_APPEND: u8 = 2;
 pub const WRITE_MAP_PUT: u8 = 3;
 pub const WRITE_MAP_REMOVE: u8 = 4;
+/// The state was read whole (a value get, a list get, a map iteration).
+pub const WRITE_READ: u8 = 5;
+/// One map entry was read.
+pub const WRITE_MAP_READ: u8 = 6;
+/// Flag on a write's op: the time of the call that did it follows (`at:i64`).
+pub const WRITE_AT: u8 = 0x80;
 
 /// Key tags of the cached batch.
 pub const KEY_CACHED: u8 = 0;

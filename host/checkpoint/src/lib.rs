@@ -102,6 +102,10 @@ pub struct DeclaredState {
     pub name: String,
     /// Its kind's label: `Value`, `List` or `Map`.
     pub kind: String,
+    /// Its time-to-live (`600000ms event-time on-write`), if it had one: then each of
+    /// its entries carries its stamp. Absent in checkpoints of states without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
 }
 
 /// One input (a file, stdin, or one Kafka partition): where to read on, and its watermark.

@@ -5,10 +5,16 @@
 //! what the parent had). Restoring applies a full section and then each increment in
 //! order. Keys travel as bytes and states by their index in the checkpoint's list of
 //! declared states, so key ids and state ids are free to differ after a restart.
+//!
+//! The entries of a state with a time-to-live carry their stamps (see
+//! `weir_core::state::ttl`); expired ones are removed before a checkpoint is taken. A
+//! restore into a UDF that declares such a state with or without a time-to-live where
+//! the checkpoint had the other adds or drops the stamps ([`RestoreTo`]).
 
 use crate::runtime::HostServices;
 use weir_core::codec::{Reader, Writer};
-use weir_core::state::{ByteMap, KeyId, KeyTable, Slot, StateId};
+use weir_core::state::ttl;
+use weir_core::state::{ByteMap, KeyId, KeyTable, Slot, StampChange, StateId};
 use weir_core::time::timers::TimeDomain;
 
 const REMOVED: u8 = 0;
@@ -84,12 +90,32 @@ fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) {
     }
 }
 
-/// Applies a section to `host`. `states[i]` is the current id of the checkpoint's state
-/// `i` (`None`: the UDF no longer declares it, so its slots are dropped).
+/// Where a checkpointed state goes on restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreTo {
+    /// The id the running UDF declared the state with.
+    pub id: StateId,
+    /// Whether its entries gain stamps (stamped now: the state has a time-to-live the
+    /// checkpoint's had not) or lose them.
+    pub stamps: StampChange,
+}
+
+impl From<StateId> for RestoreTo {
+    fn from(id: StateId) -> Self {
+        RestoreTo {
+            id,
+            stamps: StampChange::Unchanged,
+        }
+    }
+}
+
+/// Applies a section to `host`. `states[i]` says where the checkpoint's state `i` goes
+/// (`None`: the UDF no longer declares it, so its slots are dropped). The caller lists
+/// the keys for expiry afterwards ([`HostServices::schedule_all_expiry`]).
 pub fn apply(
     host: &mut HostServices,
     section: &[u8],
-    states: &[Option<StateId>],
+    states: &[Option<RestoreTo>],
 ) -> anyhow::Result<()> {
     let mut r = Reader::new(section);
     while !r.is_empty() {
@@ -103,14 +129,17 @@ pub fn apply(
                 let slots = r.u32()?;
                 for _ in 0..slots {
                     let state = r.u32()? as usize;
-                    let slot = read_slot(&mut r)?;
+                    let mut slot = read_slot(&mut r)?;
                     let target = states.get(state).copied().ok_or_else(|| {
                         anyhow::anyhow!(
                             "a slot names state #{state}, which the checkpoint does not declare"
                         )
                     })?;
                     if let Some(target) = target {
-                        host.keys.entry_mut(id).set_slot(target, slot);
+                        let ttl = host.states.ttl(target.id);
+                        let now = ttl.map_or(0, |ttl| host.clock(ttl.domain));
+                        ttl::change_stamps(&mut slot, target.stamps, now);
+                        host.keys.entry_mut(id).set_slot(target.id, slot);
                     }
                 }
                 let timers = r.u32()?;
@@ -230,8 +259,8 @@ mod tests {
         let delta = encode_changes(&mut host.keys);
 
         let mut restored = HostServices::new(0);
-        apply(&mut restored, &full, &[Some(0)]).unwrap();
-        apply(&mut restored, &delta, &[Some(0)]).unwrap();
+        apply(&mut restored, &full, &[Some(0.into())]).unwrap();
+        apply(&mut restored, &delta, &[Some(0.into())]).unwrap();
         assert_eq!(dump(&restored), dump(&host));
         assert_eq!(restored.timers.pending(EventTime), 1);
         assert_eq!(restored.timers.pending(ProcessingTime), 0);
@@ -248,6 +277,6 @@ mod tests {
         let mut restored = HostServices::new(0);
         apply(&mut restored, &full, &[None]).unwrap();
         assert!(restored.keys.is_empty());
-        assert!(apply(&mut restored, &full[..full.len() - 1], &[Some(0)]).is_err());
+        assert!(apply(&mut restored, &full[..full.len() - 1], &[Some(0.into())]).is_err());
     }
 }

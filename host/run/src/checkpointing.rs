@@ -9,9 +9,11 @@ use weir_checkpoint::{
 };
 use weir_core::identity::UdfIdentity;
 use weir_core::position::Position;
+use weir_core::state::StampChange;
+use weir_core::time::timers::TimeDomain;
 use weir_core::time::wall_clock_ms;
 use weir_engine::operator::{KeyedOperator, OperatorCounters};
-use weir_engine::snapshot;
+use weir_engine::snapshot::{self, RestoreTo};
 use weir_io::sink::{DeadLetters, SinkState};
 use weir_io::source::Source;
 use weir_pipeline::{PipelineSpec, SourceSpec};
@@ -130,13 +132,27 @@ impl Restored {
                             declared.name
                         );
                     }
-                    found.map(|(id, _)| id)
+                    found.map(|(id, _)| {
+                        // The label names the clock: `600000ms event-time on-write`.
+                        let clock = |label: &str| {
+                            if label.contains("processing-time") {
+                                TimeDomain::ProcessingTime
+                            } else {
+                                TimeDomain::EventTime
+                            }
+                        };
+                        let before = declared.ttl.as_deref().map(clock);
+                        let after = host.states().ttl(id).map(|ttl| ttl.domain);
+                        let stamps = StampChange::between(before, after);
+                        RestoreTo { id, stamps }
+                    })
                 })
                 .collect();
             snapshot::apply(host, &file.keyed, &mapping).map_err(|e| {
                 anyhow::anyhow!("checkpoint {}: keyed state: {e:#}", file.meta.epoch)
             })?;
         }
+        operator.host_mut().schedule_all_expiry();
         let meta = &chain.newest().meta;
         let watermarks: Vec<_> = inputs
             .iter()
@@ -248,6 +264,8 @@ impl Checkpoints {
         };
         let checkpointer = self.checkpointer.as_mut().expect("checked above");
         let plan = checkpointer.plan();
+        // No checkpoint keeps an expired state entry.
+        operator.expire_state(wall_clock_ms());
         let host = operator.host_mut();
         let keyed = match plan.parent {
             None => {
@@ -258,10 +276,11 @@ impl Checkpoints {
             Some(_) => snapshot::encode_changes(host.keys_mut()),
         };
         let states = (0..host.states().len() as u32)
-            .filter_map(|id| host.states().get(id))
-            .map(|(name, kind)| DeclaredState {
+            .filter_map(|id| host.states().get(id).map(|(name, kind)| (id, name, kind)))
+            .map(|(id, name, kind)| DeclaredState {
                 name: name.to_string(),
                 kind: kind.label().to_string(),
+                ttl: host.states().ttl(id).map(|ttl| ttl.label()),
             })
             .collect();
         let mut positions = Vec::with_capacity(inputs.sources().len());

@@ -9,13 +9,18 @@
 //! as declared by name in the [`StateRegistry`]. The bytes are the guest's encoding.
 //! The table also knows each key's pending timers, so a checkpoint can save a key whole.
 //!
+//! A state declared with a time-to-live keeps a stamp with each entry ([`ttl`]); the
+//! table lists the keys whose entries can expire by the time the first one does, per
+//! clock, so that the engine can remove them between calls.
+//!
 //! For incremental checkpoints the table [tracks changes](KeyTable::track_changes): every
 //! key whose state or timers changed since the last checkpoint, and every key released
 //! since, so a checkpoint writes only those.
 
 mod registry;
+pub mod ttl;
 
-pub use registry::{StateId, StateKind, StateRegistry};
+pub use registry::{StampChange, StateId, StateKind, StateRegistry, StateTtl, TtlRefresh};
 
 use crate::key::tie_order;
 pub use crate::key::{Key, KeyId};
@@ -181,6 +186,16 @@ pub struct KeyTable {
     /// The timers of keys with more than [`FEW_TIMERS`], in a set each, so that adding
     /// or removing one of a hot key's thousands costs what it costs for a key with one.
     crowded: hashbrown::HashMap<KeyId, hashbrown::HashSet<(TimeDomain, Timestamp)>>,
+    /// Keys with entries of states with a time-to-live, by when the first expires: on
+    /// the watermark, and on processing time.
+    expiry: [ttl::ExpiryQueue; 2],
+}
+
+fn clock(domain: TimeDomain) -> usize {
+    match domain {
+        TimeDomain::EventTime => 0,
+        TimeDomain::ProcessingTime => 1,
+    }
 }
 
 /// Up to this many timers a key keeps them in a list of its own.
@@ -321,6 +336,24 @@ impl KeyTable {
         let entry = &mut self.entries[id as usize];
         entry.cached_in = epoch;
         entry.kept = kept;
+    }
+
+    /// Lists key `id` to have its expired entries removed once `domain`'s clock reaches
+    /// `at` (the time its first entry of a state with a time-to-live on that clock
+    /// expires). The engine calls this whenever it stamps an entry.
+    pub fn schedule_expiry(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
+        self.expiry[clock(domain)].schedule(id, at);
+    }
+
+    /// The next key listed to have expired entries removed by the time `domain`'s clock
+    /// reads `now`, taken off the list.
+    pub fn pop_expiring(&mut self, domain: TimeDomain, now: Timestamp) -> Option<KeyId> {
+        self.expiry[clock(domain)].pop_due(now)
+    }
+
+    /// When the first listed key's entries on `domain`'s clock expire.
+    pub fn next_expiry(&self, domain: TimeDomain) -> Option<Timestamp> {
+        self.expiry[clock(domain)].next_due()
     }
 
     /// From now on, remembers which keys change, for [`take_changes`](Self::take_changes).

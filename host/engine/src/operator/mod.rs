@@ -26,7 +26,7 @@ use weir_core::output::{Sink, SinkState};
 use weir_core::state::KeyId;
 use weir_core::time::timers::{EventTimer, TimeDomain};
 use weir_core::time::watermark::{BoundedOutOfOrderness, PipelineWatermark};
-use weir_core::time::{Timestamp, END_OF_TIME};
+use weir_core::time::{wall_clock_ms, Timestamp, END_OF_TIME};
 
 /// What the operator was doing when a UDF call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -350,6 +350,9 @@ impl KeyedOperator {
         if element.timestamp <= self.watermark.current() {
             self.counters.late += 1;
         }
+        if self.host.states.any_ttl() {
+            self.expire_state(wall_clock_ms());
+        }
         let key = self.host.keys.intern(element.key);
         self.host.enter(key, element.timestamp);
         let result = self.function.process_element(&mut self.host, element);
@@ -418,6 +421,26 @@ impl KeyedOperator {
         start: usize,
     ) -> Result<usize, (usize, OperatorError)> {
         let limit = self.batch_limit;
+        // Expired state goes before the batch's keys are interned (it may release some).
+        self.expire_state(wall_clock_ms());
+        // No entry of the batch may see an entry that expires on the way: the batch ends
+        // at the element whose watermark advance reaches the first listed expiry, or the
+        // shortest event-time time-to-live past the watermark now (for what the batch
+        // writes itself), and the timers of that advance fire in the next batch, after
+        // the host has removed what expired.
+        let ttl_limit = {
+            let listed = self.host.keys.next_expiry(TimeDomain::EventTime);
+            let written = self
+                .host
+                .states
+                .shortest_ttl(TimeDomain::EventTime)
+                .map(|ttl| self.host.watermark.saturating_add(ttl));
+            listed
+                .into_iter()
+                .chain(written)
+                .min()
+                .unwrap_or(END_OF_TIME)
+        };
         let mut entries = Vec::with_capacity(limit.min(2 * (elements.len() - start) + 8));
         let mut watermark = self.watermark.clone();
         let mut last_timer = None;
@@ -443,6 +466,9 @@ impl KeyedOperator {
                 watermark_after: after,
             });
             taken += 1;
+            if after >= ttl_limit && after > before {
+                break;
+            }
             if after > before {
                 self.push_due_timers(&mut entries, &mut last_timer, after);
             }
@@ -636,6 +662,7 @@ impl KeyedOperator {
     /// pending, and whenever no record is ready; after recovering from a timer's failure
     /// it calls it again with the same `now`.
     pub fn fire_processing_timers(&mut self, now: Timestamp) -> Result<(), OperatorError> {
+        self.expire_state(now);
         while let Some((at, key)) = self.host.timers.pop_processing_due(now) {
             self.fire(TimeDomain::ProcessingTime, at, key)?;
         }
@@ -720,6 +747,10 @@ impl KeyedOperator {
     }
 
     fn fire(&mut self, domain: TimeDomain, at: Timestamp, key: KeyId) -> Result<(), OperatorError> {
+        // While the timer is still listed on its key, which keeps the key.
+        if self.host.states.any_ttl() {
+            self.expire_state(wall_clock_ms());
+        }
         self.host.keys.timer_removed(key, domain, at);
         match domain {
             TimeDomain::EventTime => self.counters.event_timers += 1,
@@ -748,6 +779,17 @@ impl KeyedOperator {
         }))?;
         self.passed_calls(1);
         Ok(())
+    }
+
+    /// Removes the state entries that have expired by the watermark or by `now`, the
+    /// processing time the next call or batch runs at (see
+    /// [`HostServices::expire_state`](crate::runtime::services::Services::expire_state)).
+    /// Called before every call and batch, so that none sees an expired entry.
+    pub fn expire_state(&mut self, now: Timestamp) {
+        self.host.processing_time = now;
+        if self.host.states.any_ttl() {
+            self.host.expire_state(now);
+        }
     }
 
     /// Sends what the last call emitted to the sinks, unless the call failed: a failed

@@ -72,7 +72,7 @@ impl ProcessFunction for Counter {
 
     fn init(&mut self, host: &mut HostServices, _info: &InitInfo) -> Result<(), CallError> {
         self.count = host
-            .declare_state("count", StateKind::Value)
+            .declare_state("count", StateKind::Value, None)
             .map_err(CallError::Returned)?;
         self.main = host.declare_output("main").map_err(CallError::Returned)?;
         if let Some(extra) = self.extra_output {
@@ -341,7 +341,8 @@ impl ProcessFunction for Scribbler {
 
     fn init(&mut self, host: &mut HostServices, _info: &InitInfo) -> Result<(), CallError> {
         let declare = |host: &mut HostServices, name, kind| {
-            host.declare_state(name, kind).map_err(CallError::Returned)
+            host.declare_state(name, kind, None)
+                .map_err(CallError::Returned)
         };
         self.value = declare(host, "value", StateKind::Value)?;
         self.list = declare(host, "list", StateKind::List)?;

@@ -6,17 +6,21 @@
 //! state as the wrong kind, or an undeclared output is a [`ContractError`] (a trap for a
 //! wasm UDF).
 
-use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut, Range};
 use weir_core::output::OutputRecord;
+use weir_core::state::ttl::{self, stamped, unstamped};
+use weir_core::state::ByteMap;
 use weir_core::state::{
-    ByteMap, KeyEntry, KeyId, KeyTable, Slot, StateId, StateKind, StateRegistry,
+    KeyEntry, KeyId, KeyTable, Slot, StampChange, StateId, StateKind, StateRegistry, StateTtl,
 };
 use weir_core::time::timers::{TimeDomain, TimerService};
 use weir_core::time::{wall_clock_ms, Timestamp, MIN_WATERMARK};
 
 /// An output's id: its index in declaration order.
 pub type OutputId = u32;
+
+/// A map state's entry as the host hands it to the UDF: key bytes and value bytes.
+pub type MapEntry<'a> = (&'a [u8], &'a [u8]);
 
 /// A broken rule of the contract; the message says which.
 pub type ContractError = anyhow::Error;
@@ -121,6 +125,9 @@ pub struct Services {
     pub(crate) emitted: Emitted,
     pub(crate) scope: Option<Scope>,
     pub(crate) watermark: Timestamp,
+    /// The processing time the operator read before the current batch (the time the
+    /// batch runs at, and expired state was removed by).
+    pub(crate) processing_time: Timestamp,
     /// How to take back what the current call changed, should it fail.
     journal: Vec<Undo>,
 }
@@ -189,6 +196,7 @@ impl HostServices {
             emitted: Emitted::default(),
             scope: None,
             watermark: MIN_WATERMARK,
+            processing_time: now,
             journal: Vec::new(),
         }))
     }
@@ -288,7 +296,7 @@ impl Services {
                     previous,
                 } => {
                     let entry = self.keys.entry_mut(key);
-                    let now_empty = match entry.slot_or_insert(state, || Slot::Map(BTreeMap::new()))
+                    let now_empty = match entry.slot_or_insert(state, || Slot::Map(ByteMap::new()))
                     {
                         Slot::Map(map) => {
                             match previous {
@@ -359,11 +367,193 @@ impl Services {
     // a scope it is a `ContractError`, and so is using a state never declared or as
     // another kind than it was declared with.
 
-    /// The `state.declare` import: declares the state `name` of `kind`, or returns its
-    /// id if it is declared so already; an error for an empty name or a name declared
-    /// with another kind. Needs no scope.
-    pub fn declare_state(&mut self, name: &str, kind: StateKind) -> Result<StateId, String> {
-        self.states.declare(name, kind)
+    /// The `state.declare` and `state.declare-with-ttl` imports: declares the state
+    /// `name` of `kind` with time-to-live `ttl` (or none), or returns its id if it is
+    /// declared already; an error for an empty name, a name declared with another kind,
+    /// or a time-to-live of 0. The last declaration sets the time-to-live: when a state
+    /// gains one, its entries are stamped now; when it loses one, their stamps go.
+    /// Needs no scope.
+    pub fn declare_state(
+        &mut self,
+        name: &str,
+        kind: StateKind,
+        ttl: Option<StateTtl>,
+    ) -> Result<StateId, String> {
+        let (id, change) = self.states.declare(name, kind, ttl)?;
+        if change != StampChange::Unchanged {
+            let stamp = ttl.map(|ttl| self.clock(ttl.domain));
+            let keys: Vec<KeyId> = self.keys.iter().map(|(key, _)| key).collect();
+            for key in keys {
+                let entry = self.keys.entry_mut(key);
+                if let Some(slot) = entry.slot_mut(id) {
+                    ttl::change_stamps(slot, change, stamp.unwrap_or_default());
+                }
+                self.schedule_expiry(key);
+            }
+        }
+        Ok(id)
+    }
+
+    // ---- time-to-live ----------------------------------------------------------------
+
+    /// What `domain`'s clock reads for state time-to-live now: the watermark, or the wall
+    /// clock.
+    pub(crate) fn clock(&self, domain: TimeDomain) -> Timestamp {
+        match domain {
+            TimeDomain::EventTime => self.watermark,
+            TimeDomain::ProcessingTime => wall_clock_ms(),
+        }
+    }
+
+    /// The stamp an entry of a state with time-to-live `ttl` gets when the current call
+    /// writes (or, refreshed on read, reads) it: the call's element or timer timestamp or
+    /// the watermark, whichever is later, or the processing time.
+    fn stamp(&self, ttl: &StateTtl) -> Timestamp {
+        match ttl.domain {
+            TimeDomain::EventTime => {
+                let at = self.scope.map_or(self.watermark, |s| s.timestamp);
+                at.max(self.watermark)
+            }
+            TimeDomain::ProcessingTime => wall_clock_ms(),
+        }
+    }
+
+    /// Lists `key` for removal of its expired entries at the time the first of its
+    /// entries of states with a time-to-live expires, on each clock. The engine calls
+    /// this after it has stamped entries of the key (a write, a batch, a restore).
+    pub fn schedule_expiry(&mut self, key: KeyId) {
+        let entry = self.keys.entry(key);
+        let mut next = [None::<Timestamp>; 2];
+        for (state, slot) in entry.slots() {
+            if let Some(ttl) = self.states.ttl(state) {
+                let at = ttl::next_expiry(slot, &ttl);
+                let clock = &mut next[usize::from(ttl.domain == TimeDomain::ProcessingTime)];
+                *clock = match (*clock, at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+        for (domain, at) in [TimeDomain::EventTime, TimeDomain::ProcessingTime]
+            .into_iter()
+            .zip(next)
+        {
+            if let Some(at) = at {
+                self.keys.schedule_expiry(key, domain, at);
+            }
+        }
+    }
+
+    /// Lists every key for removal of its expired entries (after a restore).
+    pub fn schedule_all_expiry(&mut self) {
+        if !self.states.any_ttl() {
+            return;
+        }
+        let keys: Vec<KeyId> = self.keys.iter().map(|(key, _)| key).collect();
+        for key in keys {
+            self.schedule_expiry(key);
+        }
+    }
+
+    /// Removes every entry that has expired by the watermark (event-time time-to-live)
+    /// or by `processing_time`, without calling the UDF; a key left with nothing is
+    /// released. Returns how many keys lost entries. The operator calls this before
+    /// every call or batch (so that no call sees an expired entry), when processing time
+    /// is checked, and before a checkpoint is taken (so that none keeps one).
+    pub fn expire_state(&mut self, processing_time: Timestamp) -> usize {
+        let mut changed = 0;
+        for (domain, now) in [
+            (TimeDomain::EventTime, self.watermark),
+            (TimeDomain::ProcessingTime, processing_time),
+        ] {
+            while let Some(key) = self.keys.pop_expiring(domain, now) {
+                changed += usize::from(self.purge_key(key, domain, now));
+            }
+        }
+        changed
+    }
+
+    /// Drops the expired entries of `key`'s states on `domain`'s clock, which reads
+    /// `now`, lists the key again for its next expiry, and releases it if it is left
+    /// with nothing; whether anything expired.
+    fn purge_key(&mut self, key: KeyId, domain: TimeDomain, now: Timestamp) -> bool {
+        if !self.keys.entry(key).has_state() {
+            return false;
+        }
+        let states: Vec<(StateId, StateTtl)> = self
+            .keys
+            .entry(key)
+            .slots()
+            .filter_map(|(state, _)| self.states.ttl(state).map(|ttl| (state, ttl)))
+            .filter(|(_, ttl)| ttl.domain == domain)
+            .collect();
+        let mut dropped = false;
+        for (state, ttl) in states {
+            let expired = self
+                .keys
+                .entry(key)
+                .slot(state)
+                .is_some_and(|slot| ttl::next_expiry(slot, &ttl).is_some_and(|at| at <= now));
+            if !expired {
+                continue;
+            }
+            let entry = self.keys.entry_mut(key);
+            let Some(slot) = entry.slot_mut(state) else {
+                continue;
+            };
+            let purged = ttl::purge(slot, &ttl, now);
+            dropped |= purged.dropped;
+            if purged.empty {
+                entry.clear(state);
+            }
+        }
+        self.schedule_expiry(key);
+        self.keys.release_if_unused(key);
+        dropped
+    }
+
+    /// The time-to-live of `state` if reads refresh it, for the read imports.
+    fn refreshed_on_read(&self, state: StateId) -> Option<StateTtl> {
+        self.states.ttl(state).filter(StateTtl::refreshed_on_read)
+    }
+
+    /// Restamps every entry of the current key's `state` (a read that refreshes its
+    /// time-to-live), or only the map entry `map_key`; journaled like a write.
+    fn refresh(&mut self, state: StateId, ttl: StateTtl, map_key: Option<&[u8]>) {
+        let stamp = self.stamp(&ttl);
+        let Some(scope) = self.scope else { return };
+        let previous = self.keys.entry(scope.key).slot(state).cloned();
+        let entry = self.keys.entry_mut(scope.key);
+        let Some(slot) = entry.slot_mut(state) else {
+            return;
+        };
+        match (slot, map_key) {
+            (Slot::Map(map), Some(k)) => {
+                if let Some(v) = map.get_mut(k) {
+                    ttl::restamp(v, stamp);
+                }
+            }
+            (slot, _) => ttl::for_each_entry(slot, |e| ttl::restamp(e, stamp)),
+        }
+        self.replaced(state, previous);
+        self.keys
+            .schedule_expiry(scope.key, ttl.domain, ttl.expiry(stamp));
+    }
+
+    /// The bytes to store for `bytes` written to `state` by the current call: stamped if
+    /// the state has a time-to-live (and the key listed for its expiry).
+    fn stored(&mut self, state: StateId, bytes: Vec<u8>) -> Vec<u8> {
+        match self.states.ttl(state) {
+            None => bytes,
+            Some(ttl) => {
+                let stamp = self.stamp(&ttl);
+                if let Some(scope) = self.scope {
+                    self.keys
+                        .schedule_expiry(scope.key, ttl.domain, ttl.expiry(stamp));
+                }
+                stamped(stamp, &bytes)
+            }
+        }
     }
 
     /// Checks that `state` is declared with `kind`.
@@ -383,7 +573,12 @@ impl Services {
     /// if it has one.
     pub fn value_get(&mut self, state: StateId) -> Result<Option<&[u8]>, ContractError> {
         self.check(state, StateKind::Value)?;
+        if let Some(ttl) = self.refreshed_on_read(state) {
+            self.refresh(state, ttl, None);
+        }
+        let stamped = self.states.ttl(state).is_some();
         Ok(match self.entry_to_read()?.slot(state) {
+            Some(Slot::Value(bytes)) if stamped => Some(unstamped(bytes)),
             Some(Slot::Value(bytes)) => Some(bytes.as_slice()),
             _ => None,
         })
@@ -393,6 +588,8 @@ impl Services {
     /// `state`.
     pub fn value_set(&mut self, state: StateId, value: Vec<u8>) -> Result<(), ContractError> {
         self.check(state, StateKind::Value)?;
+        self.scope()?;
+        let value = self.stored(state, value);
         let entry = self.entry()?;
         let previous = entry.take_slot(state);
         entry.set_slot(state, Slot::Value(value));
@@ -402,11 +599,16 @@ impl Services {
 
     /// The `state.list-get` import: the current key's items of list state `state`,
     /// oldest first (none if it has none).
-    pub fn list_get(&mut self, state: StateId) -> Result<&[Vec<u8>], ContractError> {
+    pub fn list_get(&mut self, state: StateId) -> Result<Vec<&[u8]>, ContractError> {
         self.check(state, StateKind::List)?;
+        if let Some(ttl) = self.refreshed_on_read(state) {
+            self.refresh(state, ttl, None);
+        }
+        let stamped = self.states.ttl(state).is_some();
         Ok(match self.entry_to_read()?.slot(state) {
-            Some(Slot::List(items)) => items.as_slice(),
-            _ => &[],
+            Some(Slot::List(items)) if stamped => items.iter().map(|i| unstamped(i)).collect(),
+            Some(Slot::List(items)) => items.iter().map(Vec::as_slice).collect(),
+            _ => Vec::new(),
         })
     }
 
@@ -414,6 +616,8 @@ impl Services {
     /// `state`.
     pub fn list_append(&mut self, state: StateId, item: Vec<u8>) -> Result<(), ContractError> {
         self.check(state, StateKind::List)?;
+        self.scope()?;
+        let item = self.stored(state, item);
         if let Slot::List(items) = self
             .entry()?
             .slot_or_insert(state, || Slot::List(Vec::new()))
@@ -429,6 +633,11 @@ impl Services {
     /// `state`; an empty `items` clears the state.
     pub fn list_set(&mut self, state: StateId, items: Vec<Vec<u8>>) -> Result<(), ContractError> {
         self.check(state, StateKind::List)?;
+        self.scope()?;
+        let items: Vec<Vec<u8>> = items
+            .into_iter()
+            .map(|item| self.stored(state, item))
+            .collect();
         let entry = self.entry()?;
         let previous = entry.take_slot(state);
         if !items.is_empty() {
@@ -442,7 +651,12 @@ impl Services {
     /// state `state`, if any.
     pub fn map_get(&mut self, state: StateId, key: &[u8]) -> Result<Option<&[u8]>, ContractError> {
         self.check(state, StateKind::Map)?;
+        if let Some(ttl) = self.refreshed_on_read(state) {
+            self.refresh(state, ttl, Some(key));
+        }
+        let stamped = self.states.ttl(state).is_some();
         Ok(match self.entry_to_read()?.slot(state) {
+            Some(Slot::Map(map)) if stamped => map.get(key).map(|v| unstamped(v)),
             Some(Slot::Map(map)) => map.get(key).map(Vec::as_slice),
             _ => None,
         })
@@ -457,9 +671,11 @@ impl Services {
         value: Vec<u8>,
     ) -> Result<(), ContractError> {
         self.check(state, StateKind::Map)?;
+        self.scope()?;
+        let value = self.stored(state, value);
         if let Slot::Map(map) = self
             .entry()?
-            .slot_or_insert(state, || Slot::Map(BTreeMap::new()))
+            .slot_or_insert(state, || Slot::Map(ByteMap::new()))
         {
             let previous = map.insert(key.clone(), value);
             let scope = self.scope()?.key;
@@ -497,13 +713,23 @@ impl Services {
         Ok(())
     }
 
-    /// The `state.map-entries` import: the current key's map state `state`, in byte
-    /// order of its keys, or `None` if it holds no entry.
-    pub fn map_entries(&mut self, state: StateId) -> Result<Option<&ByteMap>, ContractError> {
+    /// The `state.map-entries` import: the current key's entries of map state `state`,
+    /// in byte order of their keys (none if it holds none).
+    pub fn map_entries(&mut self, state: StateId) -> Result<Vec<MapEntry<'_>>, ContractError> {
         self.check(state, StateKind::Map)?;
+        if let Some(ttl) = self.refreshed_on_read(state) {
+            self.refresh(state, ttl, None);
+        }
+        let stamped = self.states.ttl(state).is_some();
         Ok(match self.entry_to_read()?.slot(state) {
-            Some(Slot::Map(map)) => Some(map),
-            _ => None,
+            Some(Slot::Map(map)) => map
+                .iter()
+                .map(|(k, v)| {
+                    let v = if stamped { unstamped(v) } else { v.as_slice() };
+                    (k.as_slice(), v)
+                })
+                .collect(),
+            _ => Vec::new(),
         })
     }
 
@@ -651,8 +877,8 @@ mod tests {
     #[test]
     fn state_is_scoped_to_the_current_key_and_checked_by_kind() {
         let mut host = HostServices::new(0);
-        let count = host.declare_state("count", StateKind::Value).unwrap();
-        let items = host.declare_state("items", StateKind::List).unwrap();
+        let count = host.declare_state("count", StateKind::Value, None).unwrap();
+        let items = host.declare_state("items", StateKind::List, None).unwrap();
         let err = host.value_get(count).unwrap_err().to_string();
         assert!(err.contains("not in init"), "{err}");
 
@@ -676,7 +902,7 @@ mod tests {
 
         host.enter(a, 12);
         assert_eq!(host.value_get(count).unwrap(), Some(&[1u8][..]));
-        assert_eq!(host.list_get(items).unwrap(), &[vec![7u8]]);
+        assert_eq!(host.list_get(items).unwrap(), [&[7u8][..]]);
         host.clear_all().unwrap();
         host.register_timer(TimeDomain::EventTime, 100).unwrap();
         host.leave();
@@ -710,5 +936,115 @@ mod tests {
         host.emit(1, b"{}".to_vec(), None, None).unwrap();
         assert!(host.emit(2, b"{}".to_vec(), None, None).is_err());
         assert_eq!(host.emitted.iter().next().unwrap().1.timestamp, 42);
+    }
+
+    #[test]
+    fn expired_entries_are_never_returned_and_go_without_a_call() {
+        use weir_core::state::{ttl::stamp_of, TtlRefresh};
+        let mut host = HostServices::new(0);
+        let ttl = StateTtl {
+            millis: 100,
+            domain: TimeDomain::EventTime,
+            refresh: TtlRefresh::OnReadAndWrite,
+        };
+        let seen = host
+            .declare_state("seen", StateKind::Map, Some(ttl))
+            .unwrap();
+        let a = host.keys.intern(b"a");
+        let stamp = |host: &HostServices, k: &[u8]| match host.keys.entry(a).slot(seen) {
+            Some(Slot::Map(map)) => map.get(k).map(|v| stamp_of(v)),
+            _ => None,
+        };
+        host.watermark = 1_000;
+        host.enter(a, 1_050);
+        host.map_put(seen, b"x".to_vec(), b"1".to_vec()).unwrap();
+        host.map_put(seen, b"y".to_vec(), b"2".to_vec()).unwrap();
+        host.leave();
+        assert_eq!(stamp(&host, b"x"), Some(1_050), "the element's time");
+
+        // A late element's read restamps with the watermark; a failed call's does not.
+        host.watermark = 1_100;
+        host.enter(a, 900);
+        assert_eq!(host.map_get(seen, b"x").unwrap(), Some(&b"1"[..]));
+        host.undo_call();
+        host.leave();
+        assert_eq!(stamp(&host, b"x"), Some(1_050), "undone with its call");
+        host.enter(a, 900);
+        host.map_get(seen, b"x").unwrap();
+        host.leave();
+        assert_eq!(stamp(&host, b"x"), Some(1_100));
+
+        host.watermark = 1_149;
+        assert_eq!(host.expire_state(0), 0, "y lives until 1150");
+        host.watermark = 1_150;
+        assert_eq!(host.expire_state(0), 1);
+        host.enter(a, 1_150);
+        assert_eq!(host.map_entries(seen).unwrap(), [(&b"x"[..], &b"1"[..])]);
+        host.leave();
+        assert_eq!(
+            stamp(&host, b"x"),
+            Some(1_150),
+            "iterating reads every entry"
+        );
+        let checkpoint = crate::snapshot::encode_full(&host.keys);
+        host.watermark = 1_249;
+        assert_eq!(host.expire_state(0), 0);
+        host.watermark = 1_250;
+        host.expire_state(0);
+        assert_eq!(host.keys.find(b"a"), None, "released with its last entry");
+
+        // Restored, x comes back with its stamp and goes at the same watermark.
+        let mut restored = HostServices::new(0);
+        restored
+            .declare_state("seen", StateKind::Map, Some(ttl))
+            .unwrap();
+        crate::snapshot::apply(&mut restored, &checkpoint, &[Some(seen.into())]).unwrap();
+        restored.schedule_all_expiry();
+        restored.watermark = 1_249;
+        assert_eq!(restored.expire_state(0), 0);
+        restored.watermark = 1_250;
+        assert_eq!(restored.expire_state(0), 1);
+        assert!(restored.keys.is_empty());
+    }
+
+    #[test]
+    fn a_time_to_live_added_or_dropped_by_a_new_declaration_stamps_or_unstamps() {
+        let mut host = HostServices::new(0);
+        let count = host.declare_state("count", StateKind::Value, None).unwrap();
+        let a = host.keys.intern(b"a");
+        host.enter(a, 10);
+        host.value_set(count, b"7".to_vec()).unwrap();
+        host.leave();
+        let ttl = StateTtl {
+            millis: 50,
+            domain: TimeDomain::ProcessingTime,
+            refresh: weir_core::state::TtlRefresh::OnWrite,
+        };
+        host.declare_state("count", StateKind::Value, Some(ttl))
+            .unwrap();
+        let stored = match host.keys.entry(a).slot(count) {
+            Some(Slot::Value(v)) => v.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(unstamped(&stored), b"7");
+        let stamp = ttl::stamp_of(&stored);
+        host.enter(a, 11);
+        assert_eq!(host.value_get(count).unwrap(), Some(&b"7"[..]));
+        host.leave();
+        assert_eq!(host.expire_state(stamp + 49), 0);
+        host.declare_state("count", StateKind::Value, None).unwrap();
+        assert_eq!(
+            host.keys.entry(a).slot(count),
+            Some(&Slot::Value(b"7".to_vec())),
+            "no time-to-live, no stamp: the value stays"
+        );
+        host.declare_state("count", StateKind::Value, Some(ttl))
+            .unwrap();
+        let stamp = match host.keys.entry(a).slot(count) {
+            Some(Slot::Value(v)) => ttl::stamp_of(v),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(host.expire_state(stamp + 50), 1);
+        assert_eq!(host.keys.find(b"a"), None);
     }
 }

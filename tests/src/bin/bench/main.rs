@@ -627,7 +627,7 @@ impl ProcessFunction for NativeChangeOnlyCounter {
     fn init(&mut self, host: &mut HostServices, _info: &InitInfo) -> Result<(), CallError> {
         self.window = 300_000;
         self.clicks = host
-            .declare_state("clicks", StateKind::Value)
+            .declare_state("clicks", StateKind::Value, None)
             .map_err(CallError::Returned)?;
         self.main = host.declare_output("main").map_err(CallError::Returned)?;
         Ok(())

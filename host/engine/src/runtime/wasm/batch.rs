@@ -8,7 +8,8 @@
 
 use crate::runtime::{BatchEntry, HostServices, OutputId};
 use std::collections::{BTreeMap, HashMap};
-use weir_core::state::{KeyId, Slot, StateKind};
+use weir_core::state::ttl::{self, stamped, unstamped};
+use weir_core::state::{KeyId, Slot, StateKind, StateTtl};
 use weir_core::time::timers::TimeDomain;
 use weir_wire::{Reader, SlotRef, WireError, Writer};
 
@@ -120,10 +121,22 @@ pub fn encode(
         let mut n = 0;
         for (state, slot) in entry.slots() {
             w.u32(state);
+            // A state with a time-to-live keeps a stamp in front of each entry: the guest
+            // gets its own bytes.
+            let stamped = host.states.ttl(state).is_some();
+            fn cut(bytes: &[u8], stamped: bool) -> &[u8] {
+                if stamped {
+                    unstamped(bytes)
+                } else {
+                    bytes
+                }
+            }
             match slot {
-                Slot::Value(v) => w.value_slot(v),
-                Slot::List(items) => w.list_slot(items.iter().map(Vec::as_slice)),
-                Slot::Map(map) => w.map_slot(map.iter().map(|(k, v)| (k.as_slice(), v.as_slice()))),
+                Slot::Value(v) => w.value_slot(cut(v, stamped)),
+                Slot::List(items) => w.list_slot(items.iter().map(|i| cut(i, stamped))),
+                Slot::Map(map) => {
+                    w.map_slot(map.iter().map(|(k, v)| (k.as_slice(), cut(v, stamped))))
+                }
             }
             n += 1;
         }
@@ -167,6 +180,10 @@ enum Write<'a> {
     ListAppend(&'a [u8]),
     MapPut(&'a [u8], &'a [u8]),
     MapRemove(&'a [u8]),
+    /// The state was read whole (time-to-live refreshed on read).
+    Read,
+    /// A map entry was read (time-to-live refreshed on read).
+    MapRead(&'a [u8]),
 }
 
 /// What the guest's effects say, decoded and checked before anything is applied.
@@ -174,7 +191,8 @@ pub struct Effects<'a> {
     pub consumed: usize,
     /// Consumed timer entries that did not fire (the UDF deleted them first).
     pub skipped: usize,
-    writes: Vec<(KeyId, u32, Write<'a>)>,
+    /// Each write with the time of the call that did it, if the guest said.
+    writes: Vec<(KeyId, u32, Option<i64>, Write<'a>)>,
     timer_ops: Vec<(KeyId, TimeDomain, bool, i64)>,
     emits: Vec<EmitRef<'a>>,
     logs: Vec<(KeyId, u8, String)>,
@@ -212,7 +230,12 @@ pub fn decode<'a>(
                 "effects write state id {state}, which was never declared"
             ));
         };
-        let write = match r.u8().map_err(bad)? {
+        let op = r.u8().map_err(bad)?;
+        let at = match op & weir_wire::WRITE_AT {
+            0 => None,
+            _ => Some(r.i64().map_err(bad)?),
+        };
+        let write = match op & !weir_wire::WRITE_AT {
             weir_wire::WRITE_CLEAR => Write::Clear,
             weir_wire::WRITE_SET => Write::Set(r.slot().map_err(bad)?),
             weir_wire::WRITE_LIST_APPEND => Write::ListAppend(r.bytes().map_err(bad)?),
@@ -220,10 +243,12 @@ pub fn decode<'a>(
                 Write::MapPut(r.bytes().map_err(bad)?, r.bytes().map_err(bad)?)
             }
             weir_wire::WRITE_MAP_REMOVE => Write::MapRemove(r.bytes().map_err(bad)?),
+            weir_wire::WRITE_READ => Write::Read,
+            weir_wire::WRITE_MAP_READ => Write::MapRead(r.bytes().map_err(bad)?),
             _ => return Err("unknown write op".into()),
         };
         let matches = match (&write, kind) {
-            (Write::Clear, _) => true,
+            (Write::Clear | Write::Read, _) => true,
             (Write::Set(slot), kind) => matches!(
                 (slot, kind),
                 (SlotRef::Value(_), StateKind::Value)
@@ -231,14 +256,16 @@ pub fn decode<'a>(
                     | (SlotRef::Map(_), StateKind::Map)
             ),
             (Write::ListAppend(_), kind) => kind == StateKind::List,
-            (Write::MapPut(..) | Write::MapRemove(_), kind) => kind == StateKind::Map,
+            (Write::MapPut(..) | Write::MapRemove(_) | Write::MapRead(_), kind) => {
+                kind == StateKind::Map
+            }
         };
         if !matches {
             return Err(format!(
                 "effects write state {name:?} as another kind than its {kind:?}"
             ));
         }
-        writes.push((k, state, write));
+        writes.push((k, state, at, write));
     }
 
     let mut timer_ops = Vec::new();
@@ -313,6 +340,7 @@ pub fn apply(
     keys: &BatchKeys,
     udf: &str,
     epoch: Option<u32>,
+    processing_time: i64,
 ) {
     for entry in &entries[..effects.consumed] {
         if let BatchEntry::Timer {
@@ -325,7 +353,27 @@ pub fn apply(
             host.timer_for(key, domain, timestamp, false);
         }
     }
-    for (key, state, write) in effects.writes {
+    // The time of the last entry the guest consumed: the stamp of a write to a state with
+    // a time-to-live that comes without its own (an SDK that does not send them).
+    let last = |domain| {
+        let entry = entries[..effects.consumed].last();
+        match (domain, entry) {
+            (TimeDomain::ProcessingTime, _) | (_, None) => processing_time,
+            (
+                _,
+                Some(BatchEntry::Element {
+                    element, watermark, ..
+                }),
+            ) => element.timestamp.max(*watermark),
+            (_, Some(BatchEntry::Timer { watermark, .. })) => *watermark,
+        }
+    };
+    for (key, state, at, write) in effects.writes {
+        if let Some(ttl) = host.states.ttl(state) {
+            let stamp = at.unwrap_or_else(|| last(ttl.domain));
+            apply_stamped(host, key, state, &ttl, stamp, write);
+            continue;
+        }
         let entry = host.keys.entry_mut(key);
         match write {
             // Reuse the value's buffer: most writes replace a value of the same size.
@@ -370,6 +418,8 @@ pub fn apply(
                     entry.clear(state);
                 }
             }
+            // Reads matter only to a time-to-live refreshed on read.
+            Write::Read | Write::MapRead(_) => {}
         }
     }
     if let Some(epoch) = epoch {
@@ -389,4 +439,70 @@ pub fn apply(
     for &key in &keys.ids {
         host.keys.release_if_unused(key);
     }
+}
+
+/// Applies one write to a state with time-to-live `ttl`: what it writes is stamped
+/// `stamp`, a read restamps what it read if reads refresh the time-to-live, and the key is
+/// listed for the expiry of what it wrote.
+fn apply_stamped(
+    host: &mut HostServices,
+    key: KeyId,
+    state: u32,
+    ttl: &StateTtl,
+    stamp: i64,
+    write: Write<'_>,
+) {
+    let entry = host.keys.entry_mut(key);
+    match write {
+        Write::Clear => entry.clear(state),
+        Write::Set(SlotRef::Value(v)) => entry.set_slot(state, Slot::Value(stamped(stamp, v))),
+        Write::Set(SlotRef::List(items)) => entry.set_slot(
+            state,
+            Slot::List(items.into_iter().map(|i| stamped(stamp, i)).collect()),
+        ),
+        Write::Set(SlotRef::Map(pairs)) => {
+            let map = pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_vec(), stamped(stamp, v)));
+            entry.set_slot(state, Slot::Map(map.collect::<BTreeMap<_, _>>()))
+        }
+        Write::ListAppend(item) => match entry.slot_or_insert(state, || Slot::List(Vec::new())) {
+            Slot::List(items) => items.push(stamped(stamp, item)),
+            _ => unreachable!("checked against the state's kind"),
+        },
+        Write::MapPut(k, v) => match entry.slot_or_insert(state, || Slot::Map(BTreeMap::new())) {
+            Slot::Map(map) => {
+                map.insert(k.to_vec(), stamped(stamp, v));
+            }
+            _ => unreachable!("checked against the state's kind"),
+        },
+        Write::MapRemove(k) => {
+            let now_empty = match entry.slot_mut(state) {
+                Some(Slot::Map(map)) => {
+                    map.remove(k);
+                    map.is_empty()
+                }
+                _ => false,
+            };
+            if now_empty {
+                entry.clear(state);
+            }
+            return;
+        }
+        Write::Read | Write::MapRead(_) if !ttl.refreshed_on_read() => return,
+        Write::Read => {
+            if let Some(slot) = entry.slot_mut(state) {
+                ttl::for_each_entry(slot, |e| ttl::restamp(e, stamp));
+            }
+        }
+        Write::MapRead(k) => {
+            if let Some(Slot::Map(map)) = entry.slot_mut(state) {
+                if let Some(v) = map.get_mut(k) {
+                    ttl::restamp(v, stamp);
+                }
+            }
+        }
+    }
+    host.keys
+        .schedule_expiry(key, ttl.domain, ttl.expiry(stamp));
 }

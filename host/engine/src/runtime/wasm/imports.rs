@@ -5,7 +5,7 @@
 use super::bindings::weir::udf::{logging, output, state, timers, types};
 use super::StoreData;
 use wasmtime::Result;
-use weir_core::state::StateKind;
+use weir_core::state::{StateKind, StateTtl, TtlRefresh};
 use weir_core::time::timers::TimeDomain;
 
 fn domain(d: types::TimeDomain) -> TimeDomain {
@@ -21,24 +21,55 @@ fn trap(e: anyhow::Error) -> wasmtime::Error {
 
 impl types::Host for StoreData {}
 
+fn state_kind(kind: types::StateKind) -> StateKind {
+    match kind {
+        types::StateKind::Value => StateKind::Value,
+        types::StateKind::List => StateKind::List,
+        types::StateKind::Map => StateKind::Map,
+    }
+}
+
+impl StoreData {
+    fn declare_state(
+        &mut self,
+        name: &str,
+        kind: types::StateKind,
+        ttl: Option<StateTtl>,
+    ) -> Result<u32, types::Error> {
+        self.host
+            .declare_state(name, state_kind(kind), ttl)
+            .map_err(|message| types::Error {
+                message,
+                kind: types::ErrorKind::Failed,
+            })
+    }
+}
+
 impl state::Host for StoreData {
     fn declare(
         &mut self,
         name: String,
         kind: types::StateKind,
     ) -> Result<Result<u32, types::Error>> {
-        let kind = match kind {
-            types::StateKind::Value => StateKind::Value,
-            types::StateKind::List => StateKind::List,
-            types::StateKind::Map => StateKind::Map,
+        Ok(self.declare_state(&name, kind, None))
+    }
+
+    fn declare_with_ttl(
+        &mut self,
+        name: String,
+        kind: types::StateKind,
+        ttl: types::StateTtl,
+    ) -> Result<Result<u32, types::Error>> {
+        let ttl = StateTtl {
+            // Longer than any clock can run: never expires in practice.
+            millis: i64::try_from(ttl.millis).unwrap_or(i64::MAX),
+            domain: domain(ttl.domain),
+            refresh: match ttl.refresh {
+                types::TtlRefresh::OnWrite => TtlRefresh::OnWrite,
+                types::TtlRefresh::OnReadAndWrite => TtlRefresh::OnReadAndWrite,
+            },
         };
-        Ok(self
-            .host
-            .declare_state(&name, kind)
-            .map_err(|message| types::Error {
-                message,
-                kind: types::ErrorKind::Failed,
-            }))
+        Ok(self.declare_state(&name, kind, Some(ttl)))
     }
 
     fn value_get(&mut self, state: u32) -> Result<Option<Vec<u8>>> {
@@ -55,7 +86,7 @@ impl state::Host for StoreData {
     fn list_get(&mut self, state: u32) -> Result<Vec<Vec<u8>>> {
         self.host
             .list_get(state)
-            .map(<[Vec<u8>]>::to_vec)
+            .map(|items| items.into_iter().map(<[u8]>::to_vec).collect())
             .map_err(trap)
     }
 
@@ -85,8 +116,9 @@ impl state::Host for StoreData {
     fn map_entries(&mut self, state: u32) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let entries = self.host.map_entries(state).map_err(trap)?;
         Ok(entries
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default())
+            .into_iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect())
     }
 
     fn clear(&mut self, state: u32) -> Result<()> {

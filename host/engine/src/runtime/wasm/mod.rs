@@ -106,6 +106,15 @@ enum BatchPath {
 type BatchFunc = TypedFunc<(Vec<u8>,), (Result<Vec<u8>, types::Error>,)>;
 
 impl LoadedComponent {
+    /// The batched interface the component is called through, as a WIT name without its
+    /// version (`cached-batch` or `batch`), or `None` if it takes one call per element.
+    pub fn batch_interface(&self) -> Option<&'static str> {
+        self.batch.map(|(path, _)| match path {
+            BatchPath::Cached => "cached-batch",
+            BatchPath::Plain => "batch",
+        })
+    }
+
     /// Compiles a component file and checks it against the contract.
     pub fn from_file(name: &str, path: &Path) -> anyhow::Result<Self> {
         let bytes = std::fs::read(path)
@@ -141,14 +150,16 @@ impl LoadedComponent {
             .context("the component needs imports Weir does not provide (a UDF may import only the weir:udf interfaces and WASI)")?;
         let pre = bindings::KeyedProcessPre::new(instance_pre)
             .map_err(anyhow::Error::from)
-            .context("the component does not implement the weir:udf/keyed-process world (it must export weir:udf/process-function@0.1.0)")?;
+            .context("the component does not implement the weir:udf/keyed-process world (it must export weir:udf/process-function@0.1.1 or an earlier 0.1 version)")?;
+        // Looked up by the contract's version; wasmtime finds an export of an earlier
+        // 0.1.x version under it too (semver-compatible names).
         let export = |interface: &str| {
             let interface = component.get_export_index(None, interface)?;
             component.get_export_index(Some(&interface), "process-batch")
         };
-        let batch = export("weir:udf/cached-batch@0.1.0")
+        let batch = export("weir:udf/cached-batch@0.1.1")
             .map(|index| (BatchPath::Cached, index))
-            .or_else(|| export("weir:udf/batch@0.1.0").map(|index| (BatchPath::Plain, index)));
+            .or_else(|| export("weir:udf/batch@0.1.1").map(|index| (BatchPath::Plain, index)));
         Ok(Self {
             name: name.to_string(),
             sha256: weir_core::identity::hex(&sha256),
@@ -492,7 +503,9 @@ impl ProcessFunction for WasmFunction {
         self.instance(host)?;
         let cached = matches!(self.component.batch, Some((BatchPath::Cached, _)));
         let epoch = cached.then_some(self.epoch);
-        let encoded = batch::encode(host, entries, weir_core::time::wall_clock_ms(), epoch);
+        // The operator read the clock (and removed expired state by it) for this batch.
+        let processing_time = host.processing_time;
+        let encoded = batch::encode(host, entries, processing_time, epoch);
         let buffer = encoded.buffer;
         let result = self.run(host, |exports, store, _| {
             let func = exports
@@ -517,6 +530,7 @@ impl ProcessFunction for WasmFunction {
                 &encoded.keys,
                 &self.component.name,
                 epoch,
+                processing_time,
             );
             Ok(taken)
         });
