@@ -20,7 +20,7 @@
 //! is a no-op, exactly as if the host held it.
 
 use crate::backend::{CachedValue, ValueView};
-use crate::{Context, Element, LogLevel, ProcessFunction, TimeDomain, Timer};
+use crate::{Context, Element, LogLevel, ProcessFunction, StateTtl, TimeDomain, Timer};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -31,6 +31,20 @@ use weir_wire::{Reader, SlotRef, WireError, Writer};
 thread_local! {
     static OVERLAY: RefCell<Option<Overlay>> = const { RefCell::new(None) };
     static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+    /// The time-to-live of each declared state, by id, as the UDF declared it.
+    static TTLS: RefCell<Vec<Option<StateTtl>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Records the time-to-live `state` was declared with, so that batches stamp its writes
+/// and report its reads. The backend calls this on every declaration.
+pub(crate) fn declared(state: u32, ttl: Option<StateTtl>) {
+    TTLS.with_borrow_mut(|ttls| {
+        let index = state as usize;
+        if ttls.len() <= index {
+            ttls.resize(index + 1, None);
+        }
+        ttls[index] = ttl;
+    });
 }
 
 /// The state of the keys of earlier cached batches of one epoch, by the host's number
@@ -62,16 +76,23 @@ enum Contents {
 /// How a slot changed in this batch, which decides what its write to the host is.
 enum Change {
     Clean,
-    /// Written whole.
+    /// Written whole (for a state with a time-to-live: only a value state, at `stamp`).
     Replaced,
-    /// Changed only by these list and map operations (cached path), in order.
-    Ops(Vec<Op>),
+    /// Changed only by these list and map operations (cached path, or any state with a
+    /// time-to-live), in order, each with the time of the call that did it.
+    Ops(Vec<(Op, i64)>),
 }
 
 enum Op {
     Append(Vec<u8>),
     Put(Vec<u8>, Vec<u8>),
     Remove(Vec<u8>),
+    /// Cleared (a state with a time-to-live; items appended after are stamped anew).
+    Clear,
+    /// Read whole (a time-to-live refreshed on read).
+    Read,
+    /// One map entry read (a time-to-live refreshed on read).
+    ReadKey(Vec<u8>),
 }
 
 /// Past this many operations a slot is written whole.
@@ -81,18 +102,33 @@ struct Slot {
     state: u32,
     contents: Contents,
     change: Change,
+    /// A value state with a time-to-live: the time of the call that last wrote (or,
+    /// refreshed on read, read) it.
+    stamp: i64,
 }
 
 impl Slot {
+    fn new(state: u32, contents: Contents) -> Self {
+        Slot {
+            state,
+            contents,
+            change: Change::Clean,
+            stamp: i64::MIN,
+        }
+    }
+
     fn replaced(&mut self, contents: Contents) {
         self.contents = contents;
         self.change = Change::Replaced;
     }
 
-    fn op(&mut self, op: Op) {
+    /// Records an operation done at `at`. Without a time-to-live, past [`MAX_OPS`] the
+    /// slot is written whole instead; with one, every operation is kept, so that each
+    /// item and entry is stamped with its own time.
+    fn op(&mut self, op: Op, at: i64, ttl: bool) {
         match &mut self.change {
-            Change::Clean => self.change = Change::Ops(vec![op]),
-            Change::Ops(ops) if ops.len() < MAX_OPS => ops.push(op),
+            Change::Clean => self.change = Change::Ops(vec![(op, at)]),
+            Change::Ops(ops) if ttl || ops.len() < MAX_OPS => ops.push((op, at)),
             Change::Ops(_) => self.change = Change::Replaced,
             Change::Replaced => {}
         }
@@ -129,6 +165,8 @@ pub(crate) struct Overlay {
     skipped: Vec<bool>,
     /// The earliest event-time timer this batch registered.
     earliest_registered: i64,
+    /// The time-to-live of each state, by id (see [`declared`]).
+    ttls: Vec<Option<StateTtl>>,
     timer_ops: Writer,
     timer_op_count: u32,
     emits: Writer,
@@ -156,19 +194,84 @@ impl Overlay {
         let pos = match slots.iter().position(|s| s.state == state) {
             Some(pos) => pos,
             None => {
-                slots.push(Slot {
-                    state,
-                    contents: Contents::Absent,
-                    change: Change::Clean,
-                });
+                slots.push(Slot::new(state, Contents::Absent));
                 slots.len() - 1
             }
         };
         &mut slots[pos]
     }
 
+    /// The time-to-live of `state`, if it has one.
+    fn ttl(&self, state: u32) -> Option<StateTtl> {
+        self.ttls.get(state as usize).copied().flatten()
+    }
+
+    /// The current call's time on the clock of `ttl`, as the host stamps entries: the
+    /// element's or timer's timestamp or the watermark, whichever is later; or the
+    /// batch's processing time.
+    fn call_time(&self, ttl: &StateTtl) -> i64 {
+        match ttl.domain() {
+            TimeDomain::EventTime => self.timestamp.max(self.watermark),
+            TimeDomain::ProcessingTime => self.processing_time,
+        }
+    }
+
+    /// Records an operation on the current key's `state`, with the call's time if the
+    /// state has a time-to-live.
+    fn op(&mut self, state: u32, op: Op) {
+        let ttl = self.ttl(state);
+        let at = ttl.map_or(0, |ttl| self.call_time(&ttl));
+        self.slot_or_absent(state).op(op, at, ttl.is_some());
+    }
+
+    /// A read of the current key's `state` (only its entry `map_key`, if given), which
+    /// the host hears of if it refreshes the state's time-to-live.
+    fn read(&mut self, state: u32, map_key: Option<&[u8]>) {
+        let Some(ttl) = self.ttl(state).filter(StateTtl::is_refreshed_on_read) else {
+            return;
+        };
+        let at = self.call_time(&ttl);
+        let Some(slot) = self.slot(state) else { return };
+        if matches!(slot.contents, Contents::Absent) {
+            return;
+        }
+        match (&slot.change, map_key) {
+            // A value written whole is stamped once, at its last write or read.
+            (Change::Replaced, _) => slot.stamp = at,
+            (_, Some(key)) => slot.op(Op::ReadKey(key.to_vec()), at, true),
+            (_, None) => {
+                slot.stamp = at;
+                slot.op(Op::Read, at, true);
+            }
+        }
+    }
+
+    /// Replaces the current key's `state` whole. For a list or map with a time-to-live
+    /// this is a clear and the items appended again, each stamped now.
     fn set(&mut self, state: u32, contents: Contents) {
-        self.slot_or_absent(state).replaced(contents);
+        let Some(ttl) = self.ttl(state) else {
+            self.slot_or_absent(state).replaced(contents);
+            return;
+        };
+        let at = self.call_time(&ttl);
+        let slot = self.slot_or_absent(state);
+        match contents {
+            Contents::List(items) => {
+                slot.op(Op::Clear, at, true);
+                for item in &items {
+                    slot.op(Op::Append(item.clone()), at, true);
+                }
+                slot.contents = Contents::List(items);
+            }
+            Contents::Absent if !matches!(slot.change, Change::Replaced) => {
+                slot.op(Op::Clear, at, true);
+                slot.contents = Contents::Absent;
+            }
+            contents => {
+                slot.stamp = at;
+                slot.replaced(contents);
+            }
+        }
     }
 
     pub(crate) fn value_get(&mut self, state: u32) -> Option<Vec<u8>> {
@@ -181,7 +284,8 @@ impl Overlay {
         })
     }
 
-    pub(crate) fn value_view<R>(&self, state: u32, f: impl FnOnce(ValueView<'_>) -> R) -> R {
+    pub(crate) fn value_view<R>(&mut self, state: u32, f: impl FnOnce(ValueView<'_>) -> R) -> R {
+        self.read(state, None);
         let slot = self.slots[self.current].iter().find(|s| s.state == state);
         let view = match slot.map(|s| &s.contents) {
             None | Some(Contents::Absent) => ValueView::Absent,
@@ -203,6 +307,7 @@ impl Overlay {
     }
 
     pub(crate) fn value_take(&mut self, state: u32) -> Option<Box<dyn CachedValue>> {
+        self.read(state, None);
         match &mut self.slot(state)?.contents {
             Contents::Decoded(value) => value.take(),
             _ => None,
@@ -219,6 +324,7 @@ impl Overlay {
     }
 
     pub(crate) fn list_get(&mut self, state: u32) -> Vec<Vec<u8>> {
+        self.read(state, None);
         match self.slot(state).map(|s| &s.contents) {
             Some(Contents::List(items)) => items.clone(),
             None | Some(Contents::Absent) => Vec::new(),
@@ -233,7 +339,7 @@ impl Overlay {
             Contents::Absent => slot.contents = Contents::List(vec![item.to_vec()]),
             _ => panic!("state #{state} is not a list state"),
         }
-        slot.op(Op::Append(item.to_vec()));
+        self.op(state, Op::Append(item.to_vec()));
     }
 
     pub(crate) fn list_set(&mut self, state: u32, items: &[Vec<u8>]) {
@@ -246,6 +352,13 @@ impl Overlay {
     }
 
     pub(crate) fn map_get(&mut self, state: u32, key: &[u8]) -> Option<Vec<u8>> {
+        let found = match &self.slot(state)?.contents {
+            Contents::Map(map) => map.contains_key(key),
+            _ => false,
+        };
+        if found {
+            self.read(state, Some(key));
+        }
         match &self.slot(state)?.contents {
             Contents::Map(map) => map.get(key).cloned(),
             Contents::Absent => None,
@@ -264,10 +377,11 @@ impl Overlay {
             }
             _ => panic!("state #{state} is not a map state"),
         }
-        slot.op(Op::Put(key.to_vec(), value.to_vec()));
+        self.op(state, Op::Put(key.to_vec(), value.to_vec()));
     }
 
     pub(crate) fn map_remove(&mut self, state: u32, key: &[u8]) {
+        let ttl = self.ttl(state).is_some();
         let Some(slot) = self.slot(state) else { return };
         let now_empty = match &mut slot.contents {
             Contents::Map(map) => {
@@ -279,14 +393,18 @@ impl Overlay {
             Contents::Absent => return,
             _ => panic!("state #{state} is not a map state"),
         };
-        if now_empty {
+        if now_empty && !ttl {
             slot.replaced(Contents::Absent);
         } else {
-            slot.op(Op::Remove(key.to_vec()));
+            if now_empty {
+                slot.contents = Contents::Absent;
+            }
+            slot.op(Op::Remove(key.to_vec()), 0, ttl);
         }
     }
 
     pub(crate) fn map_entries(&mut self, state: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.read(state, None);
         match self.slot(state).map(|s| &s.contents) {
             Some(Contents::Map(map)) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             None | Some(Contents::Absent) => Vec::new(),
@@ -299,8 +417,9 @@ impl Overlay {
     }
 
     pub(crate) fn clear_all(&mut self) {
-        for slot in &mut self.slots[self.current] {
-            slot.replaced(Contents::Absent);
+        let states: Vec<u32> = self.slots[self.current].iter().map(|s| s.state).collect();
+        for state in states {
+            self.set(state, Contents::Absent);
         }
     }
 
@@ -448,11 +567,7 @@ fn decode_slots(r: &mut Reader<'_>, buf: &[u8]) -> Result<Vec<Slot>, WireError> 
                     .collect(),
             ),
         };
-        slots.push(Slot {
-            state,
-            contents,
-            change: Change::Clean,
-        });
+        slots.push(Slot::new(state, contents));
     }
     Ok(slots)
 }
@@ -598,6 +713,7 @@ pub(crate) fn run<T: ProcessFunction>(
         pending_per_key,
         skipped: vec![false; entries.len()],
         earliest_registered: i64::MAX,
+        ttls: TTLS.with_borrow(Clone::clone),
         timer_ops: Writer::with_capacity(entries.len() * 14),
         timer_op_count: 0,
         emits: Writer::with_capacity(entries.len() * 64),
@@ -724,26 +840,43 @@ fn encode(
     let writes = w.placeholder();
     let mut n_writes = 0;
     let buf = &overlay.buf;
+    let ttls = &overlay.ttls;
     for (key, slots) in overlay.slots.iter_mut().enumerate() {
         for slot in slots.iter_mut() {
+            let ttl = ttls.get(slot.state as usize).copied().flatten().is_some();
+            // A write to a state with a time-to-live says when it was done.
+            let op = |w: &mut Writer, op: u8, at: i64| {
+                if ttl {
+                    w.u8(op | weir_wire::WRITE_AT);
+                    w.i64(at);
+                } else {
+                    w.u8(op);
+                }
+            };
             match std::mem::replace(&mut slot.change, Change::Clean) {
                 Change::Clean => continue,
-                Change::Ops(ops) if path == Path::Cached => {
-                    for op in ops {
+                Change::Ops(ops) if path == Path::Cached || ttl => {
+                    for (o, at) in ops {
                         w.u32(key as u32);
                         w.u32(slot.state);
-                        match op {
+                        match o {
                             Op::Append(item) => {
-                                w.u8(weir_wire::WRITE_LIST_APPEND);
+                                op(&mut w, weir_wire::WRITE_LIST_APPEND, at);
                                 w.bytes(&item);
                             }
                             Op::Put(k, v) => {
-                                w.u8(weir_wire::WRITE_MAP_PUT);
+                                op(&mut w, weir_wire::WRITE_MAP_PUT, at);
                                 w.bytes(&k);
                                 w.bytes(&v);
                             }
                             Op::Remove(k) => {
-                                w.u8(weir_wire::WRITE_MAP_REMOVE);
+                                op(&mut w, weir_wire::WRITE_MAP_REMOVE, at);
+                                w.bytes(&k);
+                            }
+                            Op::Clear => op(&mut w, weir_wire::WRITE_CLEAR, at),
+                            Op::Read => op(&mut w, weir_wire::WRITE_READ, at),
+                            Op::ReadKey(k) => {
+                                op(&mut w, weir_wire::WRITE_MAP_READ, at);
                                 w.bytes(&k);
                             }
                         }
@@ -755,20 +888,21 @@ fn encode(
             }
             w.u32(key as u32);
             w.u32(slot.state);
+            let at = slot.stamp;
             match &slot.contents {
-                Contents::Absent => w.u8(weir_wire::WRITE_CLEAR),
+                Contents::Absent => op(&mut w, weir_wire::WRITE_CLEAR, at),
                 Contents::Value(v) => {
-                    w.u8(weir_wire::WRITE_SET);
+                    op(&mut w, weir_wire::WRITE_SET, at);
                     w.value_slot(v);
                 }
                 Contents::Stored(range) => {
-                    w.u8(weir_wire::WRITE_SET);
+                    op(&mut w, weir_wire::WRITE_SET, at);
                     w.value_slot(&buf[range.clone()]);
                 }
                 Contents::Decoded(value) => {
                     // Encoded straight into the effects buffer: no copy of a big value.
                     let value = value.as_ref().expect("handed back before the call ended");
-                    w.u8(weir_wire::WRITE_SET);
+                    op(&mut w, weir_wire::WRITE_SET, at);
                     w.u8(0);
                     let length = w.placeholder();
                     w.buf = value.encode_into(std::mem::take(&mut w.buf))?;
@@ -776,11 +910,11 @@ fn encode(
                     w.patch_u32(length, written as u32);
                 }
                 Contents::List(items) => {
-                    w.u8(weir_wire::WRITE_SET);
+                    op(&mut w, weir_wire::WRITE_SET, at);
                     w.list_slot(items.iter().map(Vec::as_slice));
                 }
                 Contents::Map(map) => {
-                    w.u8(weir_wire::WRITE_SET);
+                    op(&mut w, weir_wire::WRITE_SET, at);
                     w.map_slot(map.iter().map(|(k, v)| (k.as_slice(), v.as_slice())));
                 }
             }

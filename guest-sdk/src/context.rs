@@ -7,7 +7,7 @@ use anyhow::{anyhow, Context as _};
 use serde::de::{Deserialize, DeserializeOwned};
 
 use crate::backend::{Active, Backend, StateKind};
-use crate::{ListState, MapState, Output, Result, ValueState};
+use crate::{ListState, MapState, Output, Result, StateTtl, ValueState};
 
 /// Which clock a timer follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -104,32 +104,52 @@ impl InitContext {
         &self.inputs
     }
 
-    fn declare_state(&mut self, name: &str, kind: StateKind) -> Result<u32> {
-        Active::declare_state(name, kind).map_err(|e| anyhow!("cannot declare state `{name}`: {e}"))
+    fn declare_state(&mut self, name: &str, kind: StateKind, ttl: Option<StateTtl>) -> Result<u32> {
+        Active::declare_state(name, kind, ttl)
+            .map_err(|e| anyhow!("cannot declare state `{name}`: {e}"))
     }
 
     /// Declares a value state: one `T` per key.
     pub fn value_state<T>(&mut self, name: &str) -> Result<ValueState<T>> {
-        Ok(ValueState::new(
-            self.declare_state(name, StateKind::Value)?,
-            name,
-        ))
+        let id = self.declare_state(name, StateKind::Value, None)?;
+        Ok(ValueState::new(id, name))
+    }
+
+    /// Declares a value state whose value expires `ttl` after it was last written (see
+    /// [`StateTtl`]).
+    pub fn value_state_with_ttl<T>(&mut self, name: &str, ttl: StateTtl) -> Result<ValueState<T>> {
+        let id = self.declare_state(name, StateKind::Value, Some(ttl))?;
+        Ok(ValueState::new(id, name))
     }
 
     /// Declares a list state: an ordered list of `T` per key.
     pub fn list_state<T>(&mut self, name: &str) -> Result<ListState<T>> {
-        Ok(ListState::new(
-            self.declare_state(name, StateKind::List)?,
-            name,
-        ))
+        let id = self.declare_state(name, StateKind::List, None)?;
+        Ok(ListState::new(id, name))
+    }
+
+    /// Declares a list state whose items each expire `ttl` after they were last written
+    /// (see [`StateTtl`]).
+    pub fn list_state_with_ttl<T>(&mut self, name: &str, ttl: StateTtl) -> Result<ListState<T>> {
+        let id = self.declare_state(name, StateKind::List, Some(ttl))?;
+        Ok(ListState::new(id, name))
     }
 
     /// Declares a map state: a map from `K` to `V` per key.
     pub fn map_state<K, V>(&mut self, name: &str) -> Result<MapState<K, V>> {
-        Ok(MapState::new(
-            self.declare_state(name, StateKind::Map)?,
-            name,
-        ))
+        let id = self.declare_state(name, StateKind::Map, None)?;
+        Ok(MapState::new(id, name))
+    }
+
+    /// Declares a map state whose entries each expire `ttl` after they were last written
+    /// (see [`StateTtl`]).
+    pub fn map_state_with_ttl<K, V>(
+        &mut self,
+        name: &str,
+        ttl: StateTtl,
+    ) -> Result<MapState<K, V>> {
+        let id = self.declare_state(name, StateKind::Map, Some(ttl))?;
+        Ok(MapState::new(id, name))
     }
 
     /// Declares the main output (`main`).

@@ -49,6 +49,7 @@ mod duration;
 mod output;
 mod state;
 pub mod time;
+mod ttl;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
@@ -63,6 +64,7 @@ pub use context::{Context, Element, InitContext, LogLevel, TimeDomain, Timer};
 pub use duration::{Duration, ParseDurationError};
 pub use output::{Output, Record};
 pub use state::{ListState, MapState, StateDecodeError, ValueState};
+pub use ttl::StateTtl;
 
 /// The result type of UDF methods: any error, with context, becomes the UDF's error
 /// message (the whole `anyhow` chain, as `format!("{:#}", err)`).
@@ -72,7 +74,7 @@ pub type Result<T, E = anyhow::Error> = anyhow::Result<T, E>;
 pub mod prelude {
     pub use crate::{
         anyhow, bail, ensure, Context, Duration, Element, InitContext, ListState, LogLevel,
-        MapState, Output, ProcessFunction, Record, Result, TimeDomain, Timer, ValueState,
+        MapState, Output, ProcessFunction, Record, Result, StateTtl, TimeDomain, Timer, ValueState,
     };
     /// `.context(..)` / `.with_context(..)` on results and options, without clashing with
     /// [`Context`].

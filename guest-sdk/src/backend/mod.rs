@@ -11,7 +11,7 @@
 //! flushes them in [`Backend::call_finished`]) implements the same trait and replaces
 //! the `Active` alias; nothing public changes.
 
-use crate::{LogLevel, TimeDomain};
+use crate::{LogLevel, StateTtl, TimeDomain};
 use std::any::Any;
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -74,7 +74,8 @@ pub(crate) enum ValueView<'a> {
 /// message. State and timer calls act on the current key; outside a key scope the host
 /// traps (the native backend panics with the same meaning).
 pub(crate) trait Backend {
-    fn declare_state(name: &str, kind: StateKind) -> Result<u32, String>;
+    /// Declares a state (`state.declare`, or `state.declare-with-ttl` with a `ttl`).
+    fn declare_state(name: &str, kind: StateKind, ttl: Option<StateTtl>) -> Result<u32, String>;
     fn value_get(state: u32) -> Option<Vec<u8>>;
     fn value_set(state: u32, value: &[u8]);
     fn list_get(state: u32) -> Vec<Vec<u8>>;

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use super::{Backend, StateKind};
 use crate::testing::world::World;
-use crate::{LogLevel, TimeDomain};
+use crate::{LogLevel, StateTtl, TimeDomain};
 
 pub(crate) struct Native;
 
@@ -44,8 +44,8 @@ fn with<R>(f: impl FnOnce(&mut World) -> R) -> R {
 }
 
 impl Backend for Native {
-    fn declare_state(name: &str, kind: StateKind) -> Result<u32, String> {
-        with(|w| w.declare_state(name, kind))
+    fn declare_state(name: &str, kind: StateKind, ttl: Option<StateTtl>) -> Result<u32, String> {
+        with(|w| w.declare_state(name, kind, ttl))
     }
     fn value_get(state: u32) -> Option<Vec<u8>> {
         with(|w| w.value_get(state))

@@ -4,7 +4,7 @@
 use super::{Backend, CachedValue, StateKind, ValueView};
 use crate::__private::bindings::weir::udf::{logging, output, state, timers, types};
 use crate::batch;
-use crate::{LogLevel, TimeDomain};
+use crate::{LogLevel, StateTtl, TimeDomain};
 
 pub(crate) struct Wasm;
 
@@ -17,13 +17,29 @@ fn domain(d: TimeDomain) -> types::TimeDomain {
 }
 
 impl Backend for Wasm {
-    fn declare_state(name: &str, kind: StateKind) -> Result<u32, String> {
+    fn declare_state(name: &str, kind: StateKind, ttl: Option<StateTtl>) -> Result<u32, String> {
         let kind = match kind {
             StateKind::Value => types::StateKind::Value,
             StateKind::List => types::StateKind::List,
             StateKind::Map => types::StateKind::Map,
         };
-        state::declare(name, kind).map_err(|e| e.message)
+        let id = match ttl {
+            None => state::declare(name, kind),
+            Some(ttl) => {
+                let wit = types::StateTtl {
+                    millis: ttl.ttl().as_millis() as u64,
+                    domain: domain(ttl.domain()),
+                    refresh: match ttl.is_refreshed_on_read() {
+                        true => types::TtlRefresh::OnReadAndWrite,
+                        false => types::TtlRefresh::OnWrite,
+                    },
+                };
+                state::declare_with_ttl(name, kind, wit)
+            }
+        }
+        .map_err(|e| e.message)?;
+        batch::declared(id, ttl);
+        Ok(id)
     }
     #[inline]
     fn value_get(s: u32) -> Option<Vec<u8>> {

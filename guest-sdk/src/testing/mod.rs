@@ -213,6 +213,7 @@ impl<T: ProcessFunction> TestHost<T> {
         f: impl FnOnce(&mut T, &[String]) -> Result<()>,
     ) -> Result<()> {
         let _installed = native::install(self.world.clone());
+        self.world.borrow_mut().expire();
         self.world.borrow_mut().phase = Phase::Keyed {
             key: key.to_vec(),
             timestamp,
@@ -291,6 +292,7 @@ impl<T: ProcessFunction> TestHost<T> {
                 return Ok(());
             }
             world.watermark = watermark;
+            world.expire();
         }
         self.fire_due(TimeDomain::EventTime, watermark).map(drop)
     }
@@ -304,6 +306,7 @@ impl<T: ProcessFunction> TestHost<T> {
         let now = {
             let mut world = self.world.borrow_mut();
             world.processing_time = world.processing_time.max(now);
+            world.expire();
             world.processing_time
         };
         self.fire_due(TimeDomain::ProcessingTime, now).map(drop)

@@ -5,8 +5,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{Emitted, LogLine};
 use crate::backend::StateKind;
-use crate::{LogLevel, TimeDomain};
+use crate::{LogLevel, StateTtl, TimeDomain};
 use weir_core::key::{tie_order, KeyId};
+use weir_core::state::ttl::{self, stamped, unstamped};
+use weir_core::state::{StampChange, StateTtl as HostTtl, TtlRefresh};
 use weir_core::time::timers::{TimeDomain as HostDomain, TimerService};
 
 /// What the host is doing, which decides which calls are legal.
@@ -20,17 +22,18 @@ pub(crate) enum Phase {
     Keyed { key: Vec<u8>, timestamp: i64 },
 }
 
-enum StateData {
-    Value(Vec<u8>),
-    List(Vec<Vec<u8>>),
-    Map(BTreeMap<Vec<u8>, Vec<u8>>),
-}
+/// One state of one key, as the engine keeps it: the entries of a state with a
+/// time-to-live carry their stamps (`weir_core::state::ttl`).
+type StateData = weir_core::state::Slot;
+
+/// A declared state: its name, kind and time-to-live (the last declaration's).
+type Declared = (String, StateKind, Option<HostTtl>);
 
 pub(crate) struct World {
     pub(crate) phase: Phase,
     pub(crate) watermark: i64,
     pub(crate) processing_time: i64,
-    states: Vec<(String, StateKind)>,
+    states: Vec<Declared>,
     /// Only keys with at least one non-empty state are present.
     data: HashMap<Vec<u8>, HashMap<u32, StateData>>,
     outputs: Vec<String>,
@@ -83,8 +86,8 @@ impl World {
 
     fn check_state(&self, state: u32, kind: StateKind, call: &str) {
         match self.states.get(state as usize) {
-            Some((_, k)) if *k == kind => {}
-            Some((name, k)) => panic!(
+            Some((_, k, _)) if *k == kind => {}
+            Some((name, k, _)) => panic!(
                 "weir host: `{call}` on state `{name}`, which is a {} state (the host traps)",
                 k.as_str()
             ),
@@ -118,48 +121,168 @@ impl World {
         }
     }
 
-    pub(crate) fn declare_state(&mut self, name: &str, kind: StateKind) -> Result<u32, String> {
+    pub(crate) fn declare_state(
+        &mut self,
+        name: &str,
+        kind: StateKind,
+        ttl: Option<StateTtl>,
+    ) -> Result<u32, String> {
         if name.is_empty() {
             return Err("a state needs a non-empty name".into());
         }
-        if let Some(id) = self.states.iter().position(|(n, _)| n == name) {
-            let declared = self.states[id].1;
-            return if declared == kind {
-                Ok(id as u32)
-            } else {
-                Err(format!(
+        let ttl = ttl.map(|ttl| HostTtl {
+            millis: ttl.ttl().as_millis(),
+            domain: host_domain(ttl.domain()),
+            refresh: match ttl.is_refreshed_on_read() {
+                true => TtlRefresh::OnReadAndWrite,
+                false => TtlRefresh::OnWrite,
+            },
+        });
+        if ttl.is_some_and(|ttl| ttl.millis <= 0) {
+            return Err(format!(
+                "state `{name}`: a time-to-live must be longer than 0 ms"
+            ));
+        }
+        if let Some(id) = self.states.iter().position(|(n, ..)| n == name) {
+            let (_, declared, before) = self.states[id];
+            if declared != kind {
+                return Err(format!(
                     "state `{name}` is a {} state, declared again as a {} state",
                     declared.as_str(),
                     kind.as_str()
-                ))
-            };
+                ));
+            }
+            // The last declaration sets the time-to-live, as in the host.
+            let change = StampChange::between(before.map(|t| t.domain), ttl.map(|t| t.domain));
+            let now = ttl.map_or(0, |ttl| self.call_time(ttl.domain));
+            for slots in self.data.values_mut() {
+                if let Some(slot) = slots.get_mut(&(id as u32)) {
+                    ttl::change_stamps(slot, change, now);
+                }
+            }
+            self.states[id].2 = ttl;
+            return Ok(id as u32);
         }
-        self.states.push((name.to_owned(), kind));
+        self.states.push((name.to_owned(), kind, ttl));
         Ok((self.states.len() - 1) as u32)
     }
 
-    pub(crate) fn value_get(&self, state: u32) -> Option<Vec<u8>> {
+    fn ttl(&self, state: u32) -> Option<HostTtl> {
+        self.states.get(state as usize).and_then(|(.., ttl)| *ttl)
+    }
+
+    /// The time of the current call on `domain`'s clock, as the host stamps entries: the
+    /// element's or timer's timestamp or the watermark, whichever is later; or the
+    /// processing time.
+    fn call_time(&self, domain: HostDomain) -> i64 {
+        match domain {
+            HostDomain::EventTime => match &self.phase {
+                Phase::Keyed { timestamp, .. } => (*timestamp).max(self.watermark),
+                _ => self.watermark,
+            },
+            HostDomain::ProcessingTime => self.processing_time,
+        }
+    }
+
+    /// `bytes` as stored for `state`: stamped with the call's time if it has a
+    /// time-to-live.
+    fn stored(&self, state: u32, bytes: &[u8]) -> Vec<u8> {
+        match self.ttl(state) {
+            Some(ttl) => stamped(self.call_time(ttl.domain), bytes),
+            None => bytes.to_vec(),
+        }
+    }
+
+    /// The UDF's bytes of a stored entry of `state`.
+    fn loaded(&self, state: u32, entry: &[u8]) -> Vec<u8> {
+        match self.ttl(state) {
+            Some(_) => unstamped(entry).to_vec(),
+            None => entry.to_vec(),
+        }
+    }
+
+    /// A read of the current key's `state` (only its entry `map_key`, if given):
+    /// restamps what it reads if reads refresh the state's time-to-live.
+    fn read(&mut self, state: u32, map_key: Option<&[u8]>, call: &str) {
+        let Some(ttl) = self.ttl(state).filter(HostTtl::refreshed_on_read) else {
+            return;
+        };
+        let now = self.call_time(ttl.domain);
+        let key = self.key(call).to_vec();
+        let Some(slot) = self.data.get_mut(&key).and_then(|s| s.get_mut(&state)) else {
+            return;
+        };
+        match (slot, map_key) {
+            (StateData::Map(map), Some(k)) => {
+                if let Some(v) = map.get_mut(k) {
+                    ttl::restamp(v, now);
+                }
+            }
+            (slot, _) => ttl::for_each_entry(slot, |e| ttl::restamp(e, now)),
+        }
+    }
+
+    /// Removes every entry that has expired by the watermark or the processing time, as
+    /// the host does between calls; a key left with no state goes.
+    pub(crate) fn expire(&mut self) {
+        let ttls: Vec<(u32, HostTtl)> = (0..self.states.len() as u32)
+            .filter_map(|id| self.ttl(id).map(|ttl| (id, ttl)))
+            .collect();
+        if ttls.is_empty() {
+            return;
+        }
+        let (watermark, now) = (self.watermark, self.processing_time);
+        self.data.retain(|_, slots| {
+            for &(id, ttl) in &ttls {
+                let clock = match ttl.domain {
+                    HostDomain::EventTime => watermark,
+                    HostDomain::ProcessingTime => now,
+                };
+                if let Some(slot) = slots.get_mut(&id) {
+                    if ttl::purge(slot, &ttl, clock).empty {
+                        slots.remove(&id);
+                    }
+                }
+            }
+            !slots.is_empty()
+        });
+    }
+
+    pub(crate) fn value_get(&mut self, state: u32) -> Option<Vec<u8>> {
+        self.check_state(state, StateKind::Value, "state.value-get");
+        self.read(state, None, "state.value-get");
         match self.slot(state, StateKind::Value, "state.value-get")? {
-            StateData::Value(v) => Some(v.clone()),
+            StateData::Value(v) => Some(self.loaded(state, v)),
             _ => unreachable!(),
         }
     }
 
     pub(crate) fn value_set(&mut self, state: u32, value: &[u8]) {
-        let v = Some(StateData::Value(value.to_vec()));
+        self.check_state(state, StateKind::Value, "state.value-set");
+        let v = Some(StateData::Value(self.stored(state, value)));
         self.set_slot(state, StateKind::Value, "state.value-set", v);
     }
 
-    pub(crate) fn list_get(&self, state: u32) -> Vec<Vec<u8>> {
+    pub(crate) fn list_get(&mut self, state: u32) -> Vec<Vec<u8>> {
+        self.check_state(state, StateKind::List, "state.list-get");
+        self.read(state, None, "state.list-get");
         match self.slot(state, StateKind::List, "state.list-get") {
+            Some(StateData::List(items)) => items.iter().map(|i| self.loaded(state, i)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The stored items of the current key's list `state`.
+    fn stored_items(&self, state: u32, call: &str) -> Vec<Vec<u8>> {
+        match self.slot(state, StateKind::List, call) {
             Some(StateData::List(items)) => items.clone(),
             _ => Vec::new(),
         }
     }
 
     pub(crate) fn list_append(&mut self, state: u32, item: &[u8]) {
-        let mut items = self.list_get(state);
-        items.push(item.to_vec());
+        let mut items = self.stored_items(state, "state.list-append");
+        items.push(self.stored(state, item));
         self.set_slot(
             state,
             StateKind::List,
@@ -169,10 +292,13 @@ impl World {
     }
 
     pub(crate) fn list_set(&mut self, state: u32, items: &[Vec<u8>]) {
-        let v = (!items.is_empty()).then(|| StateData::List(items.to_vec()));
+        self.check_state(state, StateKind::List, "state.list-set");
+        let items: Vec<_> = items.iter().map(|i| self.stored(state, i)).collect();
+        let v = (!items.is_empty()).then_some(StateData::List(items));
         self.set_slot(state, StateKind::List, "state.list-set", v);
     }
 
+    /// The stored entries of the current key's map `state`.
     fn map(&self, state: u32, call: &str) -> BTreeMap<Vec<u8>, Vec<u8>> {
         match self.slot(state, StateKind::Map, call) {
             Some(StateData::Map(m)) => m.clone(),
@@ -180,16 +306,18 @@ impl World {
         }
     }
 
-    pub(crate) fn map_get(&self, state: u32, key: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) fn map_get(&mut self, state: u32, key: &[u8]) -> Option<Vec<u8>> {
+        self.check_state(state, StateKind::Map, "state.map-get");
+        self.read(state, Some(key), "state.map-get");
         match self.slot(state, StateKind::Map, "state.map-get")? {
-            StateData::Map(m) => m.get(key).cloned(),
+            StateData::Map(m) => m.get(key).map(|v| self.loaded(state, v)),
             _ => unreachable!(),
         }
     }
 
     pub(crate) fn map_put(&mut self, state: u32, key: &[u8], value: &[u8]) {
         let mut m = self.map(state, "state.map-put");
-        m.insert(key.to_vec(), value.to_vec());
+        m.insert(key.to_vec(), self.stored(state, value));
         self.set_slot(
             state,
             StateKind::Map,
@@ -205,8 +333,16 @@ impl World {
         self.set_slot(state, StateKind::Map, "state.map-remove", v);
     }
 
-    pub(crate) fn map_entries(&self, state: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.map(state, "state.map-entries").into_iter().collect()
+    pub(crate) fn map_entries(&mut self, state: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.check_state(state, StateKind::Map, "state.map-entries");
+        self.read(state, None, "state.map-entries");
+        self.map(state, "state.map-entries")
+            .into_iter()
+            .map(|(k, v)| {
+                let v = self.loaded(state, &v);
+                (k, v)
+            })
+            .collect()
     }
 
     pub(crate) fn clear(&mut self, state: u32) {
@@ -299,56 +435,65 @@ impl World {
         self.data.contains_key(key)
     }
 
-    /// The stored bytes of value state `name` for `key`.
+    fn state_id(&self, name: &str) -> Option<u32> {
+        self.states
+            .iter()
+            .position(|(n, ..)| n == name)
+            .map(|id| id as u32)
+    }
+
+    /// The stored bytes of value state `name` for `key` (without stamps).
     pub(crate) fn value_bytes(&self, key: &[u8], name: &str) -> Option<Vec<u8>> {
-        let id = self.states.iter().position(|(n, _)| n == name)? as u32;
+        let id = self.state_id(name)?;
         match self.data.get(key)?.get(&id)? {
-            StateData::Value(bytes) => Some(bytes.clone()),
+            StateData::Value(bytes) => Some(self.loaded(id, bytes)),
             _ => None,
         }
     }
 
     /// Puts bytes into value state `name` for `key`, as another version would have left them.
     pub(crate) fn set_value_bytes(&mut self, key: &[u8], name: &str, bytes: Vec<u8>) {
-        self.set_data(key, name, StateData::Value(bytes));
+        self.set_data(key, name, |w, id| StateData::Value(w.stored(id, &bytes)));
     }
 
     /// The stored items of list state `name` for `key`.
     pub(crate) fn list_bytes(&self, key: &[u8], name: &str) -> Vec<Vec<u8>> {
-        let Some(id) = self.states.iter().position(|(n, _)| n == name) else {
+        let Some(id) = self.state_id(name) else {
             return Vec::new();
         };
-        match self.data.get(key).and_then(|d| d.get(&(id as u32))) {
-            Some(StateData::List(items)) => items.clone(),
+        match self.data.get(key).and_then(|d| d.get(&id)) {
+            Some(StateData::List(items)) => items.iter().map(|i| self.loaded(id, i)).collect(),
             _ => Vec::new(),
         }
     }
 
     /// The stored entries of map state `name` for `key`, in key byte order.
     pub(crate) fn map_bytes(&self, key: &[u8], name: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let Some(id) = self.states.iter().position(|(n, _)| n == name) else {
+        let Some(id) = self.state_id(name) else {
             return Vec::new();
         };
-        match self.data.get(key).and_then(|d| d.get(&(id as u32))) {
-            Some(StateData::Map(map)) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        match self.data.get(key).and_then(|d| d.get(&id)) {
+            Some(StateData::Map(map)) => map
+                .iter()
+                .map(|(k, v)| (k.clone(), self.loaded(id, v)))
+                .collect(),
             _ => Vec::new(),
         }
     }
 
     /// Puts stored contents into state `name` for `key`, as another version would have
-    /// left them.
-    fn set_data(&mut self, key: &[u8], name: &str, data: StateData) {
-        let id = self
-            .states
-            .iter()
-            .position(|(n, _)| n == name)
-            .expect("a declared state") as u32;
+    /// left them (stamped now if the state has a time-to-live).
+    fn set_data(&mut self, key: &[u8], name: &str, data: impl FnOnce(&Self, u32) -> StateData) {
+        let id = self.state_id(name).expect("a declared state");
+        let data = data(self, id);
         self.data.entry(key.to_vec()).or_default().insert(id, data);
     }
 
     /// Puts items into list state `name` for `key`, as another version would have left them.
     pub(crate) fn set_list_bytes(&mut self, key: &[u8], name: &str, items: Vec<Vec<u8>>) {
-        self.set_data(key, name, StateData::List(items));
+        self.set_data(key, name, |w, id| {
+            StateData::List(items.iter().map(|i| w.stored(id, i)).collect())
+        });
     }
 
     /// Puts entries into map state `name` for `key`, as another version would have left them.
@@ -358,7 +503,14 @@ impl World {
         name: &str,
         entries: Vec<(Vec<u8>, Vec<u8>)>,
     ) {
-        self.set_data(key, name, StateData::Map(entries.into_iter().collect()));
+        self.set_data(key, name, |w, id| {
+            StateData::Map(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.clone(), w.stored(id, v)))
+                    .collect(),
+            )
+        });
     }
 
     pub(crate) fn keys_with_state(&self) -> Vec<Vec<u8>> {
