@@ -742,6 +742,351 @@ class StateTest(unittest.TestCase):
             h.set_list_state_bytes("k", "seen", ["1"])
 
 
+class Ttl(weir.ProcessFunction):
+    """A value state `v`, a list state `l` and a map state `m`, all declared with the
+    time-to-live `TTL` (a class attribute, so a test can change it and `reinit`). Each
+    element is a list of commands, and the call emits their results as one record:
+    `["set", x]`, `["get"]` (value), `["append", x]`, `["list"]`, `["lset", [x, ...]]`
+    (list), `["put", k, x]`, `["mget", k]`, `["entries"]` (map), `["timer", at]` (an
+    event-time timer, which sets `v` to "timer" when it fires)."""
+
+    TTL = None
+
+    def init(self, ctx):
+        self.v = ctx.value_state("v", ttl=self.TTL)
+        self.l = ctx.list_state("l", ttl=self.TTL)
+        self.m = ctx.map_state("m", ttl=self.TTL)
+        self.out = ctx.main_output()
+
+    def process_element(self, ctx, el):
+        results = []
+        for command, *args in el.json():
+            if command == "set":
+                self.v.set(args[0])
+            elif command == "get":
+                results.append(self.v.get())
+            elif command == "append":
+                self.l.append(args[0])
+            elif command == "list":
+                results.append(self.l.get())
+            elif command == "lset":
+                self.l.set(args[0])
+            elif command == "put":
+                self.m.put(args[0], args[1])
+            elif command == "mget":
+                results.append(self.m.get(args[0]))
+            elif command == "entries":
+                results.append(self.m.entries())
+            elif command == "timer":
+                ctx.register_event_timer(args[0])
+        self.out.emit(results)
+
+    def on_timer(self, ctx, timer):
+        self.v.set("timer")
+
+
+def ttl_host(ttl, **kwargs):
+    return TestHost(type("TtlUdf", (Ttl,), {"TTL": ttl}), **kwargs)
+
+
+def run(host, ts, *commands, key="k"):
+    """Runs `commands` in one element of `key` at event time `ts`; their results."""
+    host.process("main", key, list(commands), ts)
+    return host.take_outputs("main")[-1].value
+
+
+class StateTtlTest(unittest.TestCase):
+    """State time-to-live in the TestHost, as the host implements it (wit/weir.wit,
+    `state-ttl`). Every expected stamp and deadline is worked out in the comments."""
+
+    def test_the_state_ttl_api(self):
+        ttl = weir.StateTtl.event_time("10m")
+        self.assertEqual((ttl.millis, ttl.domain, ttl.refresh_on_read),
+                         (600_000, TimeDomain.EVENT_TIME, False))
+        self.assertEqual(repr(ttl), 'StateTtl.event_time("10m")')
+        ttl = weir.StateTtl.processing_time(1_500, refresh_on_read=True)
+        self.assertEqual((ttl.millis, ttl.domain, ttl.refresh_on_read),
+                         (1_500, TimeDomain.PROCESSING_TIME, True))
+        self.assertEqual(repr(ttl), 'StateTtl.processing_time("1s 500ms", refresh_on_read=True)')
+        self.assertEqual(weir.StateTtl.event_time("1s"), weir.StateTtl.event_time(1_000))
+        self.assertNotEqual(
+            weir.StateTtl.event_time("1s"), weir.StateTtl.processing_time("1s")
+        )
+        self.assertNotEqual(
+            weir.StateTtl.event_time("1s"), weir.StateTtl.event_time("1s", refresh_on_read=True)
+        )
+        self.assertEqual(
+            ttl._record(),
+            weir._bindings.types.StateTtl(
+                1_500, TimeDomain.PROCESSING_TIME, weir._bindings.TtlRefresh.ON_READ_AND_WRITE
+            ),
+        )
+        h = ttl_host(weir.StateTtl.event_time("1s"))
+        self.assertEqual(h.udf.v.ttl, weir.StateTtl.event_time(1_000))
+        self.assertIsNone(TestHost(Script).udf.text.ttl)
+
+    def test_a_ttl_must_be_longer_than_0_ms(self):
+        for after, shown in [(0, "0"), ("0s", "'0s'"), ("0ms", "'0ms'")]:
+            for factory in (weir.StateTtl.event_time, weir.StateTtl.processing_time):
+                with self.assertRaises(ValueError) as caught:
+                    factory(after)
+                self.assertEqual(
+                    str(caught.exception),
+                    f"StateTtl: a time-to-live must be longer than 0 ms, got {shown}",
+                )
+        with self.assertRaisesRegex(ValueError, '^StateTtl: invalid duration "soon"'):
+            weir.StateTtl.event_time("soon")
+        with self.assertRaisesRegex(ValueError, "^StateTtl: invalid duration \"-5\""):
+            weir.StateTtl.event_time(-5)
+        with self.assertRaisesRegex(TypeError, "ttl must be a weir.StateTtl"):
+            ttl_host("10m")
+
+    def test_declare_with_ttl_of_0_ms_is_an_error_from_the_host(self):
+        host = weir._bindings
+        results = []
+
+        class Zero(weir.ProcessFunction):
+            def init(self, ctx):
+                ttl = host.types.StateTtl(0, TimeDomain.EVENT_TIME, host.TtlRefresh.ON_WRITE)
+                try:
+                    host.state.declare_with_ttl("s", host.types.StateKind.VALUE, ttl)
+                except host.Err as e:
+                    results.append(e.value)
+
+        h = TestHost(Zero)
+        self.assertEqual(
+            results,
+            [host.types.Error(
+                "state `s`: a time-to-live must be longer than 0 ms", host.types.ErrorKind.FAILED
+            )],
+        )
+        with self.assertRaisesRegex(ValueError, "no state `s` was declared"):
+            h.state("k", "s")  # the failed declaration declared nothing
+
+    def test_an_event_time_value_expires_when_the_watermark_reaches_stamp_plus_ttl(self):
+        h = ttl_host(weir.StateTtl.event_time("1s"))
+        # Stamp: the element's 5_000 (the watermark is still MIN); deadline 6_000.
+        self.assertEqual(run(h, 5_000, ["set", "a"], ["get"]), ["a"])
+        h.advance_watermark(5_999)  # one ms before
+        self.assertEqual(h.state("k", "v"), "a")
+        # An element at 6_000 is not the watermark: the value still lives.
+        self.assertEqual(run(h, 6_000, ["get"]), ["a"])
+        h.advance_watermark(6_000)
+        self.assertEqual(h.state("k", "v"), None)
+        self.assertFalse(h.has_state("k"))  # nothing else was stored: the key is gone
+        self.assertEqual(h.keys_with_state(), [])
+        self.assertEqual(run(h, 6_001, ["get"]), [None])
+        # Only writes restamp: a read at 6_500 leaves the stamp of the write at 6_100.
+        run(h, 6_100, ["set", "b"])  # deadline 7_100
+        h.advance_watermark(6_500)
+        self.assertEqual(run(h, 6_500, ["get"]), ["b"])
+        h.advance_watermark(7_099)
+        self.assertEqual(h.state("k", "v"), "b")
+        h.advance_watermark(7_100)
+        self.assertEqual(h.state("k", "v"), None)
+        # The end of input (watermark MAX) expires every event-time entry, and what a
+        # timer writes then (stamp MAX, deadline MAX: the sum saturates) at once.
+        run(h, 8_000, ["set", "c"], ["append", "c"], ["timer", 9_000])
+        h.finish()
+        self.assertFalse(h.has_state("k"))
+        self.assertEqual(h.take_outputs("main"), [])  # the timer ran, but emits nothing
+
+    def test_a_value_read_with_refresh_on_read_lives_on(self):
+        h = ttl_host(weir.StateTtl.event_time(1_000, refresh_on_read=True))
+        run(h, 1_000, ["set", "a"])  # deadline 2_000
+        h.advance_watermark(1_800)
+        self.assertEqual(run(h, 1_800, ["get"]), ["a"])  # stamp 1_800: deadline 2_800
+        h.advance_watermark(2_799)
+        self.assertEqual(h.state("k", "v"), "a")
+        h.advance_watermark(2_800)
+        self.assertEqual(h.state("k", "v"), None)
+
+    def test_a_late_elements_stamp_is_the_watermark_and_a_timers_too(self):
+        h = ttl_host(weir.StateTtl.event_time(1_000))
+        h.advance_watermark(10_000)
+        run(h, 2_000, ["set", "late"])  # late: stamp 10_000, not 2_000; deadline 11_000
+        h.advance_watermark(10_999)
+        self.assertEqual(h.state("k", "v"), "late")
+        h.advance_watermark(11_000)
+        self.assertEqual(h.state("k", "v"), None)
+        # The timer at 11_500 fires when the watermark jumps to 12_000: its call's time is
+        # the watermark, 12_000, so the value it sets lives until 13_000.
+        run(h, 11_000, ["timer", 11_500])
+        h.advance_watermark(12_000)
+        self.assertEqual(h.state("k", "v"), "timer")
+        h.advance_watermark(12_999)
+        self.assertEqual(h.state("k", "v"), "timer")
+        h.advance_watermark(13_000)
+        self.assertEqual(h.state("k", "v"), None)
+
+    def test_list_items_expire_one_by_one_and_refresh_on_write(self):
+        h = ttl_host(weir.StateTtl.event_time(1_000))
+        run(h, 1_000, ["append", "a"])  # deadline 2_000
+        run(h, 1_500, ["append", "b"])  # deadline 2_500; "a" keeps its stamp
+        h.advance_watermark(1_600)
+        self.assertEqual(run(h, 1_600, ["list"]), [["a", "b"]])  # a read restamps nothing
+        h.advance_watermark(1_999)
+        self.assertEqual(h.state("k", "l"), ["a", "b"])
+        h.advance_watermark(2_000)
+        self.assertEqual(h.state("k", "l"), ["b"])
+        self.assertEqual(run(h, 2_000, ["list"]), [["b"]])
+        h.advance_watermark(2_500)
+        self.assertEqual(h.state("k", "l"), [])
+        self.assertFalse(h.has_state("k"))
+        # Setting the list restamps every item.
+        run(h, 5_000, ["append", "e"])  # deadline 6_000
+        h.advance_watermark(5_800)
+        run(h, 5_800, ["lset", ["e", "f"]])  # both: deadline 6_800
+        h.advance_watermark(6_799)
+        self.assertEqual(h.state("k", "l"), ["e", "f"])
+        h.advance_watermark(6_800)
+        self.assertEqual(h.state("k", "l"), [])
+
+    def test_list_items_read_live_on_with_refresh_on_read(self):
+        h = ttl_host(weir.StateTtl.event_time(1_000, refresh_on_read=True))
+        run(h, 1_000, ["append", "a"])  # deadline 2_000
+        h.advance_watermark(1_900)
+        self.assertEqual(run(h, 1_900, ["list"]), [["a"]])  # read: deadline 2_900
+        h.advance_watermark(2_000)
+        self.assertEqual(h.state("k", "l"), ["a"])  # refreshed on write only, it would be gone
+        h.advance_watermark(2_500)
+        run(h, 2_500, ["append", "b"])  # deadline 3_500; an append reads nothing: "a" 2_900
+        h.advance_watermark(2_899)
+        self.assertEqual(h.state("k", "l"), ["a", "b"])
+        h.advance_watermark(2_900)
+        self.assertEqual(h.state("k", "l"), ["b"])
+        h.advance_watermark(3_500)
+        self.assertEqual(h.state("k", "l"), [])
+
+    def test_map_entries_refresh_on_write_only(self):
+        h = ttl_host(weir.StateTtl.event_time(1_000))
+        run(h, 1_000, ["put", "x", 1], ["put", "y", 2])  # both: deadline 2_000
+        h.advance_watermark(1_500)
+        # Reads restamp nothing; the put restamps "y" alone: deadline 2_500.
+        self.assertEqual(
+            run(h, 1_500, ["mget", "x"], ["entries"], ["put", "y", 3]),
+            [1, [["x", 1], ["y", 2]]],
+        )
+        h.advance_watermark(1_999)
+        self.assertEqual(h.state("k", "m"), [("x", 1), ("y", 3)])
+        h.advance_watermark(2_000)
+        self.assertEqual(h.state("k", "m"), [("y", 3)])
+        self.assertEqual(run(h, 2_000, ["mget", "x"], ["mget", "y"]), [None, 3])
+        h.advance_watermark(2_500)
+        self.assertEqual(h.state("k", "m"), [])
+        self.assertFalse(h.has_state("k"))
+
+    def test_a_map_entry_read_lives_on_and_one_not_read_expires(self):
+        h = ttl_host(weir.StateTtl.event_time(1_000, refresh_on_read=True))
+        run(h, 1_000, ["put", "x", 1], ["put", "y", 2])  # both: deadline 2_000
+        h.advance_watermark(1_500)
+        # Reading "x" restamps it alone (deadline 2_500); a missing key restamps nothing.
+        self.assertEqual(run(h, 1_500, ["mget", "x"], ["mget", "z"]), [1, None])
+        h.advance_watermark(1_999)
+        self.assertEqual(h.state("k", "m"), [("x", 1), ("y", 2)])
+        h.advance_watermark(2_000)
+        self.assertEqual(h.state("k", "m"), [("x", 1)])  # "y" was not read
+        h.advance_watermark(2_200)
+        # Iterating reads every entry: "x" again, deadline 3_200.
+        self.assertEqual(run(h, 2_200, ["entries"]), [[["x", 1]]])
+        h.advance_watermark(3_199)
+        self.assertEqual(h.state("k", "m"), [("x", 1)])
+        h.advance_watermark(3_200)
+        self.assertEqual(h.state("k", "m"), [])
+
+    def test_processing_time_ttl_follows_the_test_hosts_clock(self):
+        h = ttl_host(weir.StateTtl.processing_time("5s"), processing_time=10_000)
+        run(h, 1, ["set", "a"], ["put", "x", 1])  # stamp 10_000 (not event time 1): 15_000
+        h.advance_watermark(1_000_000)  # event time does not expire it
+        self.assertEqual(h.state("k", "v"), "a")
+        h.set_processing_time(12_000)
+        run(h, 2, ["append", "b"])  # stamp 12_000: deadline 17_000
+        h.set_processing_time(14_999)
+        self.assertEqual(
+            (h.state("k", "v"), h.state("k", "l"), h.state("k", "m")), ("a", ["b"], [("x", 1)])
+        )
+        h.set_processing_time(15_000)
+        self.assertEqual(
+            (h.state("k", "v"), h.state("k", "l"), h.state("k", "m")), (None, ["b"], [])
+        )
+        self.assertEqual(run(h, 3, ["get"], ["list"], ["entries"]), [None, ["b"], []])
+        h.set_processing_time(17_000)
+        self.assertFalse(h.has_state("k"))
+
+    def test_the_last_declaration_sets_the_ttl(self):
+        udf = type("Versioned", (Ttl,), {"TTL": None})
+        h = TestHost(udf)
+        run(h, 1_000, ["set", "a"])
+        h.advance_watermark(5_000)
+        self.assertEqual(h.state("k", "v"), "a")  # no time-to-live: no expiry
+        # A new version adds one: the value had no stamp and gets the declaration's, the
+        # watermark 5_000 (init has no element): deadline 6_000.
+        udf.TTL = weir.StateTtl.event_time(1_000)
+        h.reinit()
+        h.advance_watermark(5_999)
+        self.assertEqual(h.state("k", "v"), "a")
+        h.advance_watermark(6_000)
+        self.assertEqual(h.state("k", "v"), None)
+        # Dropping it keeps every live entry.
+        run(h, 7_000, ["set", "b"])  # deadline 8_000, while the time-to-live is on
+        udf.TTL = None
+        h.reinit()
+        h.advance_watermark(9_000)
+        self.assertEqual(h.state("k", "v"), "b")
+        # Added again at 9_000 (deadline 10_000), then lengthened: the stamp stays 9_000.
+        udf.TTL = weir.StateTtl.event_time(1_000)
+        h.reinit()
+        udf.TTL = weir.StateTtl.event_time(5_000)
+        h.reinit()
+        h.advance_watermark(13_999)
+        self.assertEqual(h.state("k", "v"), "b")
+        h.advance_watermark(14_000)
+        self.assertEqual(h.state("k", "v"), None)
+
+    def test_entries_expire_before_each_timer_call_as_finish_moves_the_clock(self):
+        class Reads(weir.ProcessFunction):
+            def init(self, ctx):
+                self.v = ctx.value_state("v", ttl=weir.StateTtl.processing_time(100))
+                self.out = ctx.main_output()
+
+            def process_element(self, ctx, el):
+                self.v.set("a")  # stamp 0: deadline 100
+                ctx.register_processing_timer(50)
+                ctx.register_processing_timer(100)
+
+            def on_timer(self, ctx, timer):
+                self.out.emit([ctx.current_processing_time(), self.v.get()])
+
+        h = TestHost(Reads)
+        h.process("main", "k", {}, 1)
+        h.finish()  # the clock moves to 50, then to 100: the value is gone by then
+        self.assertEqual([e.value for e in h.outputs("main")], [[50, "a"], [100, None]])
+        self.assertFalse(h.has_state("k"))
+
+    def test_a_new_clock_restamps_every_entry(self):
+        udf = type("Versioned", (Ttl,), {"TTL": weir.StateTtl.event_time(1_000)})
+        h = TestHost(udf, processing_time=50_000)
+        run(h, 1_000, ["set", "a"])  # event time: deadline 2_000
+        udf.TTL = weir.StateTtl.processing_time(1_000)
+        h.reinit()  # a processing-time stamp now, 50_000: deadline 51_000
+        h.advance_watermark(2_000)
+        self.assertEqual(h.state("k", "v"), "a")
+        h.set_processing_time(50_999)
+        self.assertEqual(h.state("k", "v"), "a")
+        h.set_processing_time(51_000)
+        self.assertEqual(h.state("k", "v"), None)
+
+    def test_planted_state_is_stamped_when_planted(self):
+        h = ttl_host(weir.StateTtl.event_time(1_000))
+        h.advance_watermark(3_000)
+        h.set_list_state_bytes("k", "l", [b'"old"'])  # stamp: the watermark, 3_000
+        h.set_state_bytes("k", "v", b'"old"')
+        h.advance_watermark(3_999)
+        self.assertEqual((h.state("k", "v"), h.state("k", "l")), ("old", ["old"]))
+        h.advance_watermark(4_000)
+        self.assertFalse(h.has_state("k"))
+
+
 @dataclass
 class Point:
     x: int

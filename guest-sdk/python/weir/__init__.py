@@ -38,6 +38,9 @@ Rules, beyond those of the Rust SDK:
   `weir.Error("...")` is reported by its message alone (for bad config and the like).
   A state value its codec cannot read raises `StateDecodeError`, which the host handles
   by sending the element to the dead-letter output.
+- A state may have a time-to-live (`ctx.value_state("seen", ttl=weir.StateTtl.event_time(
+  "1h"))`, Flink's `StateTtlConfig`, in event or processing time): the host removes each
+  entry that long after it was last written (or read), without calling the UDF.
 - State and outputs are JSON by default (see `weir.codec`), not the Rust SDK's postcard:
   a Python version of a UDF cannot read the state a Rust version wrote, or vice versa.
 - The sandbox grants nothing: no files, no environment, clocks frozen at 1970
@@ -48,11 +51,12 @@ Test natively: `weir.testing.TestHost(MyFunction, config={...})` runs the UDF wi
 CPython against an in-memory host (`python3 -m unittest`, no wasm); see docs/udf-python.md.
 
 Modules: `context` (contexts, elements, timers, outputs, config), `state` (value, list and
-map state), `codec` (how values become bytes: JSON by default), `duration` and `time`
-(pure helpers, usable outside a component too), `testing` (the in-memory `TestHost`; not
-imported by `weir` itself, so not in the component), `_export` (the glue to the
-component's export), `_bindings` (the host's imports; the only module that talks to the
-host) and `_native` (those imports in plain CPython: the in-memory host).
+map state, and their time-to-live), `codec` (how values become bytes: JSON by default),
+`duration` and `time` (pure helpers, usable outside a component too), `testing` (the
+in-memory `TestHost`; not imported by `weir` itself, so not in the component), `_export`
+(the glue to the component's export), `_bindings` (the host's imports; the only module
+that talks to the host) and `_native` (those imports in plain CPython: the in-memory
+host).
 """
 
 from . import time
@@ -61,7 +65,7 @@ from ._export import ProcessFunction, export
 from .codec import JSON, RAW, TEXT, Codec, JsonCodec, to_json
 from .context import Context, Element, Error, InitContext, LogLevel, Output, TimeDomain, Timer
 from .duration import ParseDurationError, format_duration, parse_duration
-from .state import ListState, MapState, StateDecodeError, ValueState
+from .state import ListState, MapState, StateDecodeError, StateTtl, ValueState
 from .time import format_millis, format_seconds, parse_millis
 
 #: The smallest and largest timestamps the host accepts (i64 milliseconds). Python's
@@ -85,6 +89,7 @@ __all__ = [
     "TimeDomain",
     "LogLevel",
     "ValueState",
+    "StateTtl",
     "ListState",
     "MapState",
     "Codec",

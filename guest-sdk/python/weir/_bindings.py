@@ -26,3 +26,4 @@ except ImportError:  # plain CPython: the in-memory host
 
 TimeDomain = types.TimeDomain
 LogLevel = types.LogLevel
+TtlRefresh = types.TtlRefresh

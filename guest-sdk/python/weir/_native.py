@@ -11,6 +11,15 @@ timers are unique per (key, domain, timestamp) and fire in the engine's order (t
 then the FNV-1a hash of the key's bytes, then the bytes: "Event time and timers" in
 docs/pipeline.md), outputs are declared in `init` only, and the records of a failed call
 are dropped. Breaking a rule raises `HostTrap`, where the real host would trap.
+
+States declared with a time-to-live (`state.declare-with-ttl`) expire as in the real host:
+every entry (a value, a list item, a map entry) carries a stamp, the time of the call
+that last wrote it (or read it, with `on-read-and-write`): for event time the timestamp
+of the element or timer, or the watermark if that is later; for processing time the
+clock. An entry has expired once the clock of its domain (the watermark, or the
+processing time) reaches its stamp + `millis`; `World.expire` removes expired entries,
+and the TestHost calls it before every element and timer call and whenever it moves a
+clock, so no read and no inspection ever sees one.
 """
 
 import enum
@@ -60,6 +69,20 @@ class ErrorKind(enum.Enum):
     STATE_DECODE = 1
 
 
+class TtlRefresh(enum.Enum):
+    ON_WRITE = 0
+    ON_READ_AND_WRITE = 1
+
+
+@dataclass
+class StateTtl:
+    """The WIT record `state-ttl`, as componentize-py generates it."""
+
+    millis: int
+    domain: TimeDomain
+    refresh: TtlRefresh
+
+
 @dataclass
 class Error:
     message: str
@@ -72,6 +95,8 @@ types = SimpleNamespace(
     LogLevel=LogLevel,
     ErrorKind=ErrorKind,
     Error=Error,
+    TtlRefresh=TtlRefresh,
+    StateTtl=StateTtl,
 )
 
 
@@ -129,6 +154,47 @@ def _check_bytes(call, what, value):
     if not isinstance(value, (bytes, bytearray)):
         raise TypeError(f"weir host: `{call}` takes bytes as {what}, got {type(value).__name__}")
     return bytes(value)
+
+
+_U64_MAX = 2**64 - 1
+_NEVER = I64_MAX + 1  # a deadline no clock reaches
+
+
+def _deadline(stamp, millis):
+    """When an entry stamped `stamp` expires: `stamp + millis`, in the host's i64
+    arithmetic (`millis` taken as at most `I64_MAX`, the sum saturating at `I64_MAX`, so
+    the end of input expires every event-time entry)."""
+    return min(stamp + min(millis, I64_MAX), I64_MAX)
+
+
+def _check_ttl(name, ttl):
+    """Checks `ttl` as the binding and the host would: the types (the binding raises),
+    then a time-to-live of 0 ms (the host returns an error)."""
+    if not isinstance(ttl, StateTtl):
+        raise TypeError(
+            f"weir host: `state.declare-with-ttl` takes a types.StateTtl, got {type(ttl).__name__}"
+        )
+    millis = ttl.millis
+    if isinstance(millis, bool) or not isinstance(millis, int):
+        raise TypeError(
+            f"weir host: `state.declare-with-ttl` takes an int millis, got {type(millis).__name__}"
+        )
+    if not 0 <= millis <= _U64_MAX:
+        raise OverflowError(
+            f"weir host: `state.declare-with-ttl`: millis {millis} is outside the u64 range"
+        )
+    if not isinstance(ttl.domain, TimeDomain):
+        raise TypeError(
+            f"weir host: `state.declare-with-ttl` takes a TimeDomain, got {ttl.domain!r}"
+        )
+    if not isinstance(ttl.refresh, TtlRefresh):
+        raise TypeError(
+            f"weir host: `state.declare-with-ttl` takes a TtlRefresh, got {ttl.refresh!r}"
+        )
+    if millis == 0:
+        raise Err(
+            Error(f"state `{name}`: a time-to-live must be longer than 0 ms", ErrorKind.FAILED)
+        )
 
 
 _FNV_OFFSET = 0xCBF29CE484222325
@@ -227,6 +293,13 @@ class World:
         self.processing_time = processing_time
         self.states = []  # (name, kind) by state id
         self.data = {}  # key -> {state id -> bytes | [bytes] | {bytes: bytes}}, non-empty only
+        self.ttls = {}  # state id -> StateTtl, for the states declared with one
+        # (key, state id) -> the stamps of its entries, shaped as its data (int | [int] |
+        # {bytes: int}), for the states with a time-to-live only
+        self.stamps = {}
+        # Per domain, no entry expires before this: `expire` looks only once a clock
+        # reaches it (a lower bound; restamping an entry leaves it lower than needed).
+        self._earliest = {TimeDomain.EVENT_TIME: _NEVER, TimeDomain.PROCESSING_TIME: _NEVER}
         self.outputs = []  # names by output id
         self.emitted = []  # [Emitted] by output id
         self.pending = []  # (output id, Emitted) of the running call
@@ -240,12 +313,17 @@ class World:
     # --- phases ------------------------------------------------------------------------
 
     def begin(self, phase, key=None, timestamp=None):
+        if phase == _KEYED:  # no element or timer call sees an expired entry
+            self.expire()
         self.phase, self.key, self.timestamp = phase, key, timestamp
 
     def end_call(self, succeeded):
         """Ends a call: its records reach the outputs if it succeeded, and are dropped
         with it if it failed, as the host does."""
         self.phase, self.key, self.timestamp = _IDLE, None, None
+        # What the call wrote may have expired already (written at the end of time), and
+        # must not show between calls either.
+        self.expire()
         if succeeded:
             for output_id, record in self.pending:
                 self.emitted[output_id].append(record)
@@ -267,22 +345,130 @@ class World:
 
     # --- state -------------------------------------------------------------------------
 
-    def declare_state(self, name, kind):
+    def declare_state(self, name, kind, ttl=None):
+        """Declares (or looks up) state `name`; `ttl` (a `types.StateTtl`, or None) is
+        its time-to-live from now on: the last declaration of a name sets it."""
         if not name:
             raise Err(Error("a state needs a non-empty name", ErrorKind.FAILED))
+        if ttl is not None:
+            _check_ttl(name, ttl)
         for state_id, (n, k) in enumerate(self.states):
             if n == name:
-                if k == kind:
-                    return state_id
-                raise Err(
-                    Error(
-                        f"state `{name}` is a {_KIND_NAMES[k]} state, declared again as a "
-                        f"{_KIND_NAMES[kind]} state",
-                        ErrorKind.FAILED,
+                if k != kind:
+                    raise Err(
+                        Error(
+                            f"state `{name}` is a {_KIND_NAMES[k]} state, declared again as a "
+                            f"{_KIND_NAMES[kind]} state",
+                            ErrorKind.FAILED,
+                        )
                     )
-                )
-        self.states.append((name, kind))
-        return len(self.states) - 1
+                break
+        else:
+            self.states.append((name, kind))
+            state_id = len(self.states) - 1
+        self._set_ttl(state_id, ttl)
+        return state_id
+
+    def _set_ttl(self, state_id, ttl):
+        """Gives `state_id` the time-to-live `ttl` (None: none). Entries without a stamp
+        (the state had no time-to-live, or one of the other clock) get the current
+        call's; dropping the time-to-live drops the stamps and keeps every live entry."""
+        old = self.ttls.get(state_id)
+        if ttl is None:
+            if old is not None:
+                del self.ttls[state_id]
+                for key_state in [ks for ks in self.stamps if ks[1] == state_id]:
+                    del self.stamps[key_state]
+            return
+        ttl = StateTtl(ttl.millis, ttl.domain, ttl.refresh)  # the caller's may change
+        self.ttls[state_id] = ttl
+        if old is None or old.domain is not ttl.domain:
+            now = self._ttl_now(ttl)
+            for key, slots in self.data.items():
+                data = slots.get(state_id)
+                if data is not None:
+                    self.stamps[(key, state_id)] = self._fresh_stamps(data, now)
+        self._earliest[ttl.domain] = I64_MIN  # deadlines changed: look at them all
+        self.expire()
+
+    @staticmethod
+    def _fresh_stamps(data, now):
+        """Stamps for every entry of a state's `data`, all `now`."""
+        if isinstance(data, list):
+            return [now] * len(data)
+        if isinstance(data, dict):
+            return dict.fromkeys(data, now)
+        return now
+
+    def _ttl_now(self, ttl):
+        """The time of the current call on `ttl`'s clock: for event time the timestamp of
+        the element or timer, or the watermark if that is later (outside an element or
+        timer call, the watermark); for processing time the clock."""
+        if ttl.domain is TimeDomain.EVENT_TIME:
+            if self.phase == _KEYED and self.timestamp is not None:
+                return max(self.timestamp, self.watermark)
+            return self.watermark
+        return self.processing_time
+
+    def _stamp(self, state_id):
+        """The stamp an entry of `state_id` written (or refreshed) now gets, or None if
+        the state has no time-to-live."""
+        ttl = self.ttls.get(state_id)
+        if ttl is None:
+            return None
+        now = self._ttl_now(ttl)
+        deadline = _deadline(now, ttl.millis)
+        if deadline < self._earliest[ttl.domain]:
+            self._earliest[ttl.domain] = deadline
+        return now
+
+    def _refreshes_on_read(self, state_id):
+        ttl = self.ttls.get(state_id)
+        return ttl is not None and ttl.refresh is TtlRefresh.ON_READ_AND_WRITE
+
+    def expire(self):
+        """Removes every expired entry: those whose stamp + `millis` the clock of their
+        state's domain has reached. A state left empty is gone, as if cleared."""
+        if not self.ttls:
+            return
+        clocks = {
+            TimeDomain.EVENT_TIME: self.watermark,
+            TimeDomain.PROCESSING_TIME: self.processing_time,
+        }
+        due = {domain for domain, clock in clocks.items() if clock >= self._earliest[domain]}
+        if not due:
+            return
+        for domain in due:
+            self._earliest[domain] = _NEVER
+        for (key, state_id), stamps in list(self.stamps.items()):
+            ttl = self.ttls[state_id]
+            if ttl.domain not in due:
+                continue
+            clock, millis = clocks[ttl.domain], ttl.millis
+            slots = self.data[key]
+            data = slots[state_id]
+            if isinstance(stamps, list):
+                kept = [(item, s) for item, s in zip(data, stamps) if clock < _deadline(s, millis)]
+                data = [item for item, _ in kept]
+                stamps = [s for _, s in kept]
+                alive = stamps
+            elif isinstance(stamps, dict):
+                stamps = {k: s for k, s in stamps.items() if clock < _deadline(s, millis)}
+                data = {k: v for k, v in data.items() if k in stamps}
+                alive = stamps.values()
+            else:
+                alive = [stamps] if clock < _deadline(stamps, millis) else []
+            if alive:
+                slots[state_id] = data
+                self.stamps[(key, state_id)] = stamps
+                earliest = _deadline(min(alive), millis)
+                if earliest < self._earliest[ttl.domain]:
+                    self._earliest[ttl.domain] = earliest
+            else:
+                del self.stamps[(key, state_id)]
+                del slots[state_id]
+                if not slots:
+                    del self.data[key]
 
     def _slot(self, state_id, kind, call):
         """The current key's data of `state_id` (None if empty), checked for kind."""
@@ -297,63 +483,105 @@ class World:
         slots = self.data.get(self._key(call))
         return None if slots is None else slots.get(state_id)
 
-    def _set_slot(self, state_id, value):
-        key = self.key
-        if value:
-            self.data.setdefault(key, {})[state_id] = value
-        else:
+    def _store(self, key, state_id, data, stamps=None):
+        """Stores `data` as `key`'s state `state_id` with `stamps` (None: no
+        time-to-live); None, or an empty list or map, removes it, as the host keeps no
+        empty list or map."""
+        if data is None or (not data and not isinstance(data, bytes)):
             slots = self.data.get(key)
             if slots is not None:
                 slots.pop(state_id, None)
                 if not slots:
                     del self.data[key]
+            self.stamps.pop((key, state_id), None)
+            return
+        self.data.setdefault(key, {})[state_id] = data
+        if stamps is None:
+            self.stamps.pop((key, state_id), None)
+        else:
+            self.stamps[(key, state_id)] = stamps
+
+    def plant(self, key, state_id, data):
+        """Stores `data` as `key`'s state `state_id` from outside a call (a test
+        planting state): with a time-to-live, every entry is stamped now."""
+        if self.states[state_id][1] is StateKind.VALUE and data is not None:
+            data = bytes(data)
+        else:
+            data = data or None
+        stamp = None if data is None else self._stamp(state_id)
+        self._store(key, state_id, data, None if stamp is None else self._fresh_stamps(data, stamp))
 
     def value_get(self, state_id):
-        return self._slot(state_id, StateKind.VALUE, "state.value-get")
+        value = self._slot(state_id, StateKind.VALUE, "state.value-get")
+        if value is not None and self._refreshes_on_read(state_id):
+            self.stamps[(self.key, state_id)] = self._stamp(state_id)
+        return value
 
     def value_set(self, state_id, value):
         self._slot(state_id, StateKind.VALUE, "state.value-set")
         value = _check_bytes("state.value-set", "the value", value)
-        self.data.setdefault(self.key, {})[state_id] = value  # b"" is a value too
+        self._store(self.key, state_id, value, self._stamp(state_id))  # b"" is a value too
 
     def list_get(self, state_id):
-        return list(self._slot(state_id, StateKind.LIST, "state.list-get") or ())
+        items = list(self._slot(state_id, StateKind.LIST, "state.list-get") or ())
+        if items and self._refreshes_on_read(state_id):
+            self.stamps[(self.key, state_id)] = [self._stamp(state_id)] * len(items)
+        return items
 
     def list_append(self, state_id, item):
-        items = self.list_get(state_id)
+        items = list(self._slot(state_id, StateKind.LIST, "state.list-append") or ())
         items.append(_check_bytes("state.list-append", "the item", item))
-        self._set_slot(state_id, items)
+        stamp = self._stamp(state_id)
+        if stamp is not None:
+            stamp = [*self.stamps.get((self.key, state_id), ()), stamp]
+        self._store(self.key, state_id, items, stamp)
 
     def list_set(self, state_id, items):
         self._slot(state_id, StateKind.LIST, "state.list-set")
-        self._set_slot(state_id, [_check_bytes("state.list-set", "items", i) for i in items])
+        items = [_check_bytes("state.list-set", "items", i) for i in items]
+        stamp = self._stamp(state_id) if items else None
+        self._store(self.key, state_id, items, None if stamp is None else [stamp] * len(items))
 
     def map_get(self, state_id, key):
         m = self._slot(state_id, StateKind.MAP, "state.map-get") or {}
-        return m.get(_check_bytes("state.map-get", "the key", key))
+        key = _check_bytes("state.map-get", "the key", key)
+        value = m.get(key)
+        if value is not None and self._refreshes_on_read(state_id):
+            self.stamps[(self.key, state_id)][key] = self._stamp(state_id)
+        return value
 
     def map_put(self, state_id, key, value):
         m = dict(self._slot(state_id, StateKind.MAP, "state.map-put") or {})
-        m[_check_bytes("state.map-put", "the key", key)] = _check_bytes(
-            "state.map-put", "the value", value
-        )
-        self._set_slot(state_id, m)
+        key = _check_bytes("state.map-put", "the key", key)
+        m[key] = _check_bytes("state.map-put", "the value", value)
+        stamp = self._stamp(state_id)
+        if stamp is not None:
+            stamp = {**self.stamps.get((self.key, state_id), {}), key: stamp}
+        self._store(self.key, state_id, m, stamp)
 
     def map_remove(self, state_id, key):
         m = dict(self._slot(state_id, StateKind.MAP, "state.map-remove") or {})
-        m.pop(_check_bytes("state.map-remove", "the key", key), None)
-        self._set_slot(state_id, m)
+        key = _check_bytes("state.map-remove", "the key", key)
+        m.pop(key, None)
+        stamps = self.stamps.get((self.key, state_id))
+        if stamps is not None:
+            stamps = {k: s for k, s in stamps.items() if k != key}
+        self._store(self.key, state_id, m, stamps)
 
     def map_entries(self, state_id):
         m = self._slot(state_id, StateKind.MAP, "state.map-entries") or {}
+        if m and self._refreshes_on_read(state_id):
+            self.stamps[(self.key, state_id)] = dict.fromkeys(m, self._stamp(state_id))
         return sorted(m.items())
 
     def clear(self, state_id):
         self._slot(state_id, None, "state.clear")
-        self._set_slot(state_id, None)
+        self._store(self.key, state_id, None)
 
     def clear_all(self):
-        self.data.pop(self._key("state.clear-all"), None)
+        key = self._key("state.clear-all")
+        for state_id in list(self.data.get(key, ())):
+            self._store(key, state_id, None)
 
     # --- timers and clocks -------------------------------------------------------------
 
@@ -476,6 +704,10 @@ def _declare_state(name, kind):
     return _world("state.declare").declare_state(name, kind)
 
 
+def _declare_state_with_ttl(name, kind, ttl):
+    return _world("state.declare-with-ttl").declare_state(name, kind, ttl)
+
+
 def _value_get(state_id):
     return _world("state.value-get").value_get(state_id)
 
@@ -550,6 +782,7 @@ def _log(level, message):
 
 state = SimpleNamespace(
     declare=_declare_state,
+    declare_with_ttl=_declare_state_with_ttl,
     value_get=_value_get,
     value_set=_value_set,
     list_get=_list_get,

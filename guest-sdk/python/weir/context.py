@@ -10,7 +10,7 @@ import json
 from . import _bindings as _host
 from .codec import JSON
 from .duration import ParseDurationError, parse_duration
-from .state import ListState, MapState, ValueState
+from .state import ListState, MapState, StateTtl, ValueState
 
 __all__ = [
     "Error",
@@ -155,24 +155,36 @@ class InitContext(_Logging):
 
     # --- declarations -----------------------------------------------------------------
 
-    def _declare_state(self, name, kind):
+    def _declare_state(self, name, kind, ttl):
+        if ttl is not None and not isinstance(ttl, StateTtl):
+            raise TypeError(
+                f"state `{name}`: ttl must be a weir.StateTtl (StateTtl.event_time(...) or "
+                f"StateTtl.processing_time(...)) or None, got {ttl!r}"
+            )
         try:
-            return _host.state.declare(name, kind)
+            if ttl is None:
+                return _host.state.declare(name, kind)
+            return _host.state.declare_with_ttl(name, kind, ttl._record())
         except _host.Err as e:
             raise Error(f"cannot declare state `{name}`: {e.value.message}") from None
 
-    def value_state(self, name, codec=JSON):
-        """Declares a value state: one value per key."""
-        return ValueState(self._declare_state(name, _host.types.StateKind.VALUE), name, codec)
+    def value_state(self, name, codec=JSON, *, ttl=None):
+        """Declares a value state: one value per key. With `ttl` (a `weir.StateTtl`) the
+        host expires the value that long after it was last written (or read)."""
+        state_id = self._declare_state(name, _host.types.StateKind.VALUE, ttl)
+        return ValueState(state_id, name, codec, ttl)
 
-    def list_state(self, name, codec=JSON):
-        """Declares a list state: an ordered list of values per key."""
-        return ListState(self._declare_state(name, _host.types.StateKind.LIST), name, codec)
+    def list_state(self, name, codec=JSON, *, ttl=None):
+        """Declares a list state: an ordered list of values per key. With `ttl` (a
+        `weir.StateTtl`) each item expires on its own."""
+        state_id = self._declare_state(name, _host.types.StateKind.LIST, ttl)
+        return ListState(state_id, name, codec, ttl)
 
-    def map_state(self, name, key_codec=JSON, codec=JSON):
-        """Declares a map state: a map from keys to values per key."""
-        state_id = self._declare_state(name, _host.types.StateKind.MAP)
-        return MapState(state_id, name, key_codec, codec)
+    def map_state(self, name, key_codec=JSON, codec=JSON, *, ttl=None):
+        """Declares a map state: a map from keys to values per key. With `ttl` (a
+        `weir.StateTtl`) each entry expires on its own."""
+        state_id = self._declare_state(name, _host.types.StateKind.MAP, ttl)
+        return MapState(state_id, name, key_codec, codec, ttl)
 
     def main_output(self, codec=JSON):
         """Declares the main output, `main`."""

@@ -14,12 +14,20 @@ read the earlier ones (`migrate_from(0, convert)`): a value state's value, each 
 list state and each value of a map state (never its keys) is then stored behind a tag
 with the version, and a value stored under an earlier version is converted when read and
 written back, so each key migrates once.
+
+A state declared with a time-to-live (`ttl=StateTtl.event_time("1h")`) is expired by the
+host: each entry (a value, a list item, a map entry) lives that long after the call that
+last wrote it (or read it, with `refresh_on_read=True`), and is never returned once it
+has expired. The handles read and write as without one.
 """
 
 from . import _bindings as _host
 from .codec import JSON
+from .duration import ParseDurationError, format_duration, parse_duration
 
-__all__ = ["StateDecodeError", "ValueState", "ListState", "MapState"]
+__all__ = ["StateDecodeError", "StateTtl", "ValueState", "ListState", "MapState"]
+
+_U64_MAX = 2**64 - 1
 
 # A value stored under a schema version starts with these bytes, then the version's
 # byte, as in the Rust SDK. JSON never starts with 0xfe.
@@ -102,16 +110,110 @@ class _Schema:
         return convert(_decode(self.name, codec, body)), True
 
 
+class StateTtl:
+    """A state's time-to-live, like Flink's `StateTtlConfig`: pass it as
+    `ctx.value_state("name", ttl=...)` (or to `list_state`, `map_state`).
+
+    Every entry (a value, a list item, a map entry) lives `after` past the time of the
+    call that last wrote it, and with `refresh_on_read=True` past the last read of it
+    too; the host then removes it, without calling the UDF. `after` is a duration as
+    `weir.parse_duration` reads it (`"10m"`, `"1h 30m"`) or an `int` of milliseconds,
+    longer than 0 ms.
+
+    - `StateTtl.event_time(after)`: the time of a call is the timestamp of its element
+      or timer, or the watermark if that is later; an entry expires once the watermark
+      reaches that time + `after`. (Flink's TTL knows processing time only.)
+    - `StateTtl.processing_time(after)`: the time of a call is the host's processing
+      time (`ctx.current_processing_time()`); an entry expires once that reaches the
+      time + `after`.
+
+    Attributes: `millis` (int), `domain` (`weir.TimeDomain`), `refresh_on_read` (bool).
+    """
+
+    __slots__ = ("_millis", "_domain", "_refresh_on_read")
+
+    def __init__(self, after, domain, refresh_on_read=False):
+        if not isinstance(domain, _host.TimeDomain):
+            raise TypeError(f"StateTtl: domain must be a weir.TimeDomain, got {domain!r}")
+        if not isinstance(refresh_on_read, bool):
+            raise TypeError(
+                f"StateTtl: refresh_on_read must be True or False, got {refresh_on_read!r}"
+            )
+        try:
+            millis = parse_duration(after)
+        except ParseDurationError as e:
+            raise ValueError(f"StateTtl: {e}") from None
+        if millis <= 0:
+            raise ValueError(f"StateTtl: a time-to-live must be longer than 0 ms, got {after!r}")
+        if millis > _U64_MAX:
+            raise ValueError(f"StateTtl: a time-to-live of {after!r} ms is too large")
+        self._millis = millis
+        self._domain = domain
+        self._refresh_on_read = refresh_on_read
+
+    @classmethod
+    def event_time(cls, after, refresh_on_read=False):
+        """Entries expire once the watermark reaches the time of their last write (or
+        read, with `refresh_on_read`) + `after`."""
+        return cls(after, _host.TimeDomain.EVENT_TIME, refresh_on_read)
+
+    @classmethod
+    def processing_time(cls, after, refresh_on_read=False):
+        """Entries expire once the host's processing time reaches the time of their last
+        write (or read, with `refresh_on_read`) + `after`."""
+        return cls(after, _host.TimeDomain.PROCESSING_TIME, refresh_on_read)
+
+    @property
+    def millis(self):
+        """How long an entry lives, in milliseconds."""
+        return self._millis
+
+    @property
+    def domain(self):
+        """The clock it follows: `weir.TimeDomain.EVENT_TIME` or `PROCESSING_TIME`."""
+        return self._domain
+
+    @property
+    def refresh_on_read(self):
+        """Whether reading an entry starts its time-to-live again, as writing it does."""
+        return self._refresh_on_read
+
+    def _record(self):
+        """The WIT `state-ttl` record."""
+        refresh = _host.TtlRefresh.ON_WRITE
+        if self._refresh_on_read:
+            refresh = _host.TtlRefresh.ON_READ_AND_WRITE
+        return _host.types.StateTtl(millis=self._millis, domain=self._domain, refresh=refresh)
+
+    def _key(self):
+        return (self._millis, self._domain, self._refresh_on_read)
+
+    def __eq__(self, other):
+        if not isinstance(other, StateTtl):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        factory = "event_time" if self._domain == _host.TimeDomain.EVENT_TIME else "processing_time"
+        refresh = ", refresh_on_read=True" if self._refresh_on_read else ""
+        return f'StateTtl.{factory}("{format_duration(self._millis)}"{refresh})'
+
+
 class _State:
     """What the three kinds of state share: the handle, the name, the schema of what
-    they store (a value state's value, a list's items, a map's values), and `clear`."""
+    they store (a value state's value, a list's items, a map's values), the
+    time-to-live it was declared with (`ttl`, a `StateTtl` or None), and `clear`."""
 
-    __slots__ = ("_id", "name", "_schema")
+    __slots__ = ("_id", "name", "_schema", "ttl")
 
-    def __init__(self, state_id, name, codec):
+    def __init__(self, state_id, name, codec, ttl=None):
         self._id = state_id
         self.name = name
         self._schema = _Schema(name, codec)
+        self.ttl = ttl
 
     def schema(self, version):
         """Writes under schema `version` (1 to 255): raise it when the stored type
@@ -138,8 +240,8 @@ class ValueState(_State):
 
     __slots__ = ()
 
-    def __init__(self, state_id, name, codec=JSON):
-        super().__init__(state_id, name, codec)
+    def __init__(self, state_id, name, codec=JSON, ttl=None):
+        super().__init__(state_id, name, codec, ttl)
 
     def get(self, default=None):
         """The current key's value, or `default`. A value written under another schema
@@ -165,8 +267,8 @@ class ListState(_State):
 
     __slots__ = ()
 
-    def __init__(self, state_id, name, codec=JSON):
-        super().__init__(state_id, name, codec)
+    def __init__(self, state_id, name, codec=JSON, ttl=None):
+        super().__init__(state_id, name, codec, ttl)
 
     def get(self):
         """All items (an empty list if none). Items written under another schema version
@@ -201,8 +303,8 @@ class MapState(_State):
 
     __slots__ = ("_key_codec",)
 
-    def __init__(self, state_id, name, key_codec=JSON, codec=JSON):
-        super().__init__(state_id, name, codec)
+    def __init__(self, state_id, name, key_codec=JSON, codec=JSON, ttl=None):
+        super().__init__(state_id, name, codec, ttl)
         self._key_codec = key_codec
 
     def _key(self, key):
@@ -221,7 +323,8 @@ class MapState(_State):
         return value
 
     def contains_key(self, key):
-        """Whether `key` has a value (which is not decoded)."""
+        """Whether `key` has a value (which is not decoded). With a time-to-live that
+        refreshes on read, it counts as a read of the entry."""
         return _host.state.map_get(self._id, self._key(key)) is not None
 
     def put(self, key, value):

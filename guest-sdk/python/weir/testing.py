@@ -31,6 +31,15 @@ host would dead-letter that element), or any other. The records a failed call em
 dropped, as the host does. Breaking one of the host's rules (state used in `init`, an
 output declared elsewhere, a record that is not JSON) raises `HostTrap`.
 
+States declared with a time-to-live (`ttl=weir.StateTtl...`) expire as in the host: an
+entry expires once the watermark (event time) or the processing-time clock reaches the
+time of the call that last wrote it (or read it, with `refresh_on_read`) plus the
+time-to-live. Expired entries are removed before every element and timer call and when
+`advance_watermark`, `set_processing_time` or `finish` moves a clock, so `state`,
+`has_state` and the other inspection calls never show one. State planted with
+`set_state_bytes` and the like is stamped as if written then (event time: at the
+watermark).
+
 Keys are `str` (stored as UTF-8) or `bytes`; `Emitted.key` and the keys of
 `pending_timers()` and `keys_with_state()` are `bytes`. Times are `int` milliseconds.
 """
@@ -183,7 +192,8 @@ class TestHost:
 
     def advance_watermark(self, watermark):
         """Advances the watermark to `watermark` if that is later than the current one,
-        then fires every event-time timer at or before it, including timers registered
+        removes the event-time state entries that expired (time-to-live), then fires
+        every event-time timer at or before it, including timers registered
         while firing, always the first pending one in (timestamp, key hash, key) order.
         Timers registered at or before an unchanged watermark wait for its next advance,
         as in the host."""
@@ -191,16 +201,19 @@ class TestHost:
         if watermark <= self._world.watermark:
             return
         self._world.watermark = watermark
+        self._world.expire()
         self._fire_due(TimeDomain.EVENT_TIME, watermark)
 
     def set_processing_time(self, now):
-        """Moves the processing-time clock to `now` (it never goes back), then fires every
+        """Moves the processing-time clock to `now` (it never goes back), removes the
+        processing-time state entries that expired (time-to-live), then fires every
         processing-time timer at or before the clock, overdue ones included, as the host
         does when it looks at its wall clock between elements: the due ones in
         (timestamp, key hash, key) order, then those registered meanwhile that are due."""
         _native._check_i64("TestHost.set_processing_time", "time", now)
         world = self._world
         world.processing_time = max(world.processing_time, now)
+        world.expire()
         self._fire_due(TimeDomain.PROCESSING_TIME, world.processing_time)
 
     def finish(self):
@@ -210,6 +223,7 @@ class TestHost:
         none is left."""
         end = _native.I64_MAX
         self._world.watermark = end
+        self._world.expire()
         self._fire_due(TimeDomain.EVENT_TIME, end)
         while self._fire_due(TimeDomain.PROCESSING_TIME, end) + self._fire_due(
             TimeDomain.EVENT_TIME, end
@@ -275,16 +289,9 @@ class TestHost:
 
     def _set_slot(self, key, state_id, data):
         """Stores `data` as `key`'s state `state_id`; empty, it removes it, as the host
-        keeps no empty list or map."""
-        key = _key_bytes(key)
-        if data:
-            self._world.data.setdefault(key, {})[state_id] = data
-            return
-        slots = self._world.data.get(key)
-        if slots is not None:
-            slots.pop(state_id, None)
-            if not slots:
-                del self._world.data[key]
+        keeps no empty list or map. With a time-to-live, every entry is stamped as if
+        written now (outside a call: at the watermark, or the processing time)."""
+        self._world.plant(_key_bytes(key), state_id, data)
 
     def state(self, key, name):
         """The content of state `name` for `key`, decoded as JSON (the SDK's default
@@ -327,7 +334,7 @@ class TestHost:
         """Sets the stored bytes of value state `name` for `key`: state as an earlier
         version of the UDF left it, to test a migration."""
         state_id = self._state_id_of_kind(name, _native.StateKind.VALUE)
-        self._world.data.setdefault(_key_bytes(key), {})[state_id] = bytes(data)
+        self._world.plant(_key_bytes(key), state_id, bytes(data))
 
     def list_state_bytes(self, key, name):
         """The stored items of list state `name` for `key`, as bytes, oldest first (an
