@@ -9,9 +9,9 @@
  * @module weir/component
  */
 
-import state from "weir:udf/state@0.1.0";
-import timers from "weir:udf/timers@0.1.0";
-import output from "weir:udf/output@0.1.0";
-import logging from "weir:udf/logging@0.1.0";
+import state from "weir:udf/state@0.1.1";
+import timers from "weir:udf/timers@0.1.1";
+import output from "weir:udf/output@0.1.1";
+import logging from "weir:udf/logging@0.1.1";
 
 export default Object.freeze({ state, timers, output, logging });

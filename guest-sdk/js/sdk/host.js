@@ -2,7 +2,7 @@
  * Internal: where the SDK's calls to the host go. UDFs never import this module.
  *
  * The SDK (`index.js`) calls the host through the four live bindings below, which hold
- * the contract's imported interfaces (`weir:udf/state@0.1.0` and so on, with camelCase
+ * the contract's imported interfaces (`weir:udf/state@0.1.1` and so on, with camelCase
  * functions: `state.valueGet(id)`, `timers.register(domain, at)`, ...). Which host
  * they point at is decided here, once, when the module loads:
  *
@@ -21,7 +21,7 @@
  * @module weir/host
  */
 
-/** The state interface (`declare`, `valueGet`, `valueSet`, `listGet`, ...). */
+/** The state interface (`declare`, `declareWithTtl`, `valueGet`, `valueSet`, `listGet`, ...). */
 export let state = null;
 /** The timers interface (`register`, `delete`, `currentWatermark`, `currentProcessingTime`). */
 export let timers = null;
@@ -62,6 +62,7 @@ function absentHost(why) {
   return Object.freeze({
     state: iface([
       "declare",
+      "declareWithTtl",
       "valueGet",
       "valueSet",
       "listGet",

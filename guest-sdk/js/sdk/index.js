@@ -39,15 +39,20 @@
  *   emitted as `JSON.stringify` text, which is `serde_json`'s compact form. When the shape
  *   of a state's values changes, `.schema(version).migrateFrom(old, convert)` on a value,
  *   list or map state converts the old ones as they are read (and writes them back).
+ * - A state can have a time-to-live, like Flink's `StateTtlConfig` but in event time or
+ *   processing time: `ctx.valueState("last", weir.codecs.json, { ttl: weir.StateTtl.eventTime("1h") })`.
+ *   The host drops each entry (a value, a list item, a map entry) that long after it was
+ *   last written (or read, with `refreshOnRead`); reads and writes are the same as without.
  * - Unit tests run the same code under plain Node.js, without wasm: `new TestHost(processFunction)`
  *   from `testing.js` is an in-memory host (`node --test`).
  *
  * How the contract (`wit/weir.wit`, world `keyed-process`) looks from JavaScript with
  * componentize-qjs, which is what this module hides: each WIT interface is an ES module
- * `weir:udf/<name>@0.1.0` with camelCase functions (`component.js` imports them, and
+ * `weir:udf/<name>@0.1.1` with camelCase functions (`component.js` imports them, and
  * the SDK reaches them through `host.js`, which lets `testing.js` stand in for them under
- * Node.js); `list<u8>` is a `Uint8Array`; `s64` and `u32` are numbers; enums are their
- * case names (`"event-time"`); `option<T>` is `T` or `null`; a `result<_, error>` export
+ * Node.js); `list<u8>` is a `Uint8Array`; `s64`, `u64` and `u32` are numbers; enums are
+ * their case names (`"event-time"`, `"on-read-and-write"`); a record is an object with
+ * camelCase fields (`{millis, domain, refresh}`); `option<T>` is `T` or `null`; a `result<_, error>` export
  * returns normally or throws the `error` record `{message, kind}`; a `result` import
  * returns the ok value or throws. Arguments of the wrong type trap (with no message), so
  * the SDK checks them first.
@@ -59,7 +64,7 @@
  * @module weir
  */
 
-// The host's interfaces: the component's imports (`weir:udf/state@0.1.0`, ...), or the
+// The host's interfaces: the component's imports (`weir:udf/state@0.1.1`, ...), or the
 // in-memory host of testing.js under Node.js. host.js decides; these bindings are live.
 import {
   DEFINITION,
@@ -331,6 +336,146 @@ class Schema {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// State time-to-live
+
+/** Only the static methods of StateTtl make one. */
+const STATE_TTL = Symbol("weir.StateTtl");
+
+/**
+ * A state's time-to-live, like Flink's `StateTtlConfig`: given to `ctx.valueState`,
+ * `ctx.listState` or `ctx.mapState` as `{ttl}`, it has the host drop every entry of the
+ * state (a value, each list item, each map entry) once `millis` have passed on its clock
+ * since the entry was last written, or, with `refreshOnRead`, last written or read. Reads
+ * never return an expired entry, and no UDF call is made for one: the host removes them
+ * between calls (a state left empty is gone as if cleared).
+ *
+ * - {@link StateTtl.eventTime}: the time of a write (or read) is the timestamp of the
+ *   element or timer being processed, or the watermark if that is later; the entry
+ *   expires once the watermark reaches that time + `millis`.
+ * - {@link StateTtl.processingTime}: the time is the host's processing time
+ *   (`ctx.currentProcessingTime()`), and the entry expires once that clock reaches it +
+ *   `millis`. Flink's TTL is this one only.
+ *
+ * What a write refreshes: a value's `set`, a list's appended item (`append`) or all its
+ * items (`set`), a map's `put` entry. With `refreshOnRead` also what a read returns: a
+ * value's `get`, all items of a list's `get`, the entry of a map's `get` or `has`, every
+ * entry of `entries()`, `keys()` and `values()`.
+ */
+export class StateTtl {
+  /** @hideconstructor */
+  constructor(token, millis, domain, refreshOnRead) {
+    if (token !== STATE_TTL) {
+      throw new TypeError('a StateTtl is made by StateTtl.eventTime(after) or StateTtl.processingTime(after)');
+    }
+    /** How long an entry lives, in whole milliseconds (more than 0). */
+    this.millis = millis;
+    /** Which clock it follows: `weir.EVENT_TIME` or `weir.PROCESSING_TIME`. */
+    this.domain = domain;
+    /** Whether reads start it again too (Flink's `OnReadAndWrite`), not only writes. */
+    this.refreshOnRead = refreshOnRead;
+    Object.freeze(this);
+  }
+
+  /**
+   * A time-to-live in event time: an entry lives until the watermark reaches the time it
+   * was last written (the element's or timer's timestamp, or the watermark if later) +
+   * `after`.
+   * @param {string|number} after a duration (`"10m"`, `"1h 30m"`, see {@link parseDuration})
+   *   or whole milliseconds; more than 0
+   * @param {{refreshOnRead?: boolean}} [options] `refreshOnRead`: reads start it again too
+   * @returns {StateTtl}
+   * @throws {Error} if `after` is not a duration, or not more than 0 ms
+   */
+  static eventTime(after, options) {
+    return makeStateTtl("StateTtl.eventTime", EVENT_TIME, after, options);
+  }
+
+  /**
+   * A time-to-live in processing time: an entry lives until the host's processing time
+   * reaches the processing time it was last written at + `after`.
+   * @param {string|number} after a duration (`"10m"`) or whole milliseconds; more than 0
+   * @param {{refreshOnRead?: boolean}} [options] `refreshOnRead`: reads start it again too
+   * @returns {StateTtl}
+   * @throws {Error} if `after` is not a duration, or not more than 0 ms
+   */
+  static processingTime(after, options) {
+    return makeStateTtl("StateTtl.processingTime", PROCESSING_TIME, after, options);
+  }
+
+  /** `StateTtl.eventTime("10m", {refreshOnRead: true})`, as it could be written. */
+  toString() {
+    const call = this.domain === EVENT_TIME ? "StateTtl.eventTime" : "StateTtl.processingTime";
+    return `${call}(${JSON.stringify(formatDuration(this.millis))}${this.refreshOnRead ? ", { refreshOnRead: true }" : ""})`;
+  }
+}
+
+function makeStateTtl(what, domain, after, options) {
+  let ms;
+  if (typeof after === "string") {
+    try {
+      ms = parseDuration(after);
+    } catch (e) {
+      throw new Error(`${what}(after): ${e.message}`);
+    }
+  } else if (typeof after === "number" && Number.isInteger(after)) {
+    ms = after;
+  } else {
+    throw new TypeError(
+      `${what}(after): a time-to-live is a duration such as "10m" or "1h 30m", or whole milliseconds, not ${describeValue(after)}`,
+    );
+  }
+  if (ms <= 0) throw new RangeError(`${what}(after): a time-to-live must be longer than 0 ms, got ${describeValue(after)}`);
+  if (!Number.isSafeInteger(ms)) {
+    throw new RangeError(`${what}(after): a time-to-live of ${describeValue(after)} is too long (at most 2^53 - 1 ms)`);
+  }
+  let refreshOnRead = false;
+  if (options !== undefined) {
+    if (options === null || typeof options !== "object") {
+      throw new TypeError(`${what}(after, options): options is an object {refreshOnRead}, not ${describeValue(options)}`);
+    }
+    for (const name of Object.keys(options)) {
+      if (name !== "refreshOnRead") throw new TypeError(`${what}(after, options): unknown option \`${name}\` (options: refreshOnRead)`);
+    }
+    if (options.refreshOnRead !== undefined) {
+      if (typeof options.refreshOnRead !== "boolean") {
+        throw new TypeError(`${what}(after, options): refreshOnRead is true or false, not ${describeValue(options.refreshOnRead)}`);
+      }
+      refreshOnRead = options.refreshOnRead;
+    }
+  }
+  return new StateTtl(STATE_TTL, ms, domain, refreshOnRead);
+}
+
+/** The contract's `state-ttl` record for `ttl`. */
+function ttlRecord(ttl) {
+  return { millis: ttl.millis, domain: ttl.domain, refresh: ttl.refreshOnRead ? "on-read-and-write" : "on-write" };
+}
+
+/**
+ * The options of a state declaration (`{ttl}`, and a map's `key` and `value` codecs):
+ * checked, with the time-to-live (`undefined` if none).
+ */
+function stateOptions(name, options, allowed) {
+  if (options === undefined) return { ttl: undefined };
+  if (options === null || typeof options !== "object") {
+    throw new TypeError(`state \`${name}\`: the options are an object {${allowed.join(", ")}}, not ${describeValue(options)}`);
+  }
+  for (const key of Object.keys(options)) {
+    if (!allowed.includes(key)) {
+      throw new TypeError(`state \`${name}\`: unknown option \`${key}\` (options: ${allowed.join(", ")})`);
+    }
+  }
+  const ttl = options.ttl;
+  if (ttl === undefined || ttl === null) return { ttl: undefined };
+  if (!(ttl instanceof StateTtl)) {
+    throw new TypeError(
+      `state \`${name}\`: ttl is a weir.StateTtl (StateTtl.eventTime("10m"), StateTtl.processingTime("1h")), not ${describeValue(ttl)}`,
+    );
+  }
+  return { ttl };
+}
+
 /**
  * What the three kinds of state share: the handle, the name, the schema of what they
  * store (a value state's value, a list's items, a map's values) and `clear`.
@@ -386,7 +531,7 @@ class State {
 
 /**
  * One value per key (Flink's `ValueState`). Declared in `init` with
- * `ctx.valueState(name, codec?)`.
+ * `ctx.valueState(name, codec?, {ttl}?)`.
  */
 export class ValueState extends State {
   /**
@@ -411,7 +556,7 @@ export class ValueState extends State {
 }
 
 /**
- * An ordered list of values per key (Flink's `ListState`): `ctx.listState(name, codec?)`.
+ * An ordered list of values per key (Flink's `ListState`): `ctx.listState(name, codec?, {ttl}?)`.
  * Each item is stored as a value state's value is, so a list can have a schema version
  * and migrations too: they apply to each item.
  */
@@ -452,7 +597,7 @@ export class ListState extends State {
 }
 
 /**
- * A map per key (Flink's `MapState`): `ctx.mapState(name, {key: codec, value: codec})`.
+ * A map per key (Flink's `MapState`): `ctx.mapState(name, {key: codec, value: codec, ttl})`.
  * Keys are stored encoded (JSON by default), and {@link entries} comes in the order of
  * those bytes: strings in code-point order, but numbers as text (`10` before `9`).
  * Each value is stored as a value state's value is, so the values can have a schema
@@ -772,10 +917,10 @@ export class InitContext {
     });
   }
 
-  _declareState(name, kind) {
+  _declareState(name, kind, ttl) {
     if (typeof name !== "string") throw new TypeError(`a state name is a string, not ${describeValue(name)}`);
     try {
-      return stateHost.declare(name, kind);
+      return ttl === undefined ? stateHost.declare(name, kind) : stateHost.declareWithTtl(name, kind, ttlRecord(ttl));
     } catch (e) {
       throw new Error(`cannot declare state \`${name}\`: ${e && e.message !== undefined ? e.message : e}`);
     }
@@ -785,35 +930,44 @@ export class InitContext {
    * Declares a value state: one value per key.
    * @param {string} name identifies the state, also for a fresh instance or a new version
    * @param {import("./text.js").Codec} [codec] default `weir.codecs.json`
+   * @param {{ttl?: StateTtl}} [options] `ttl`: the host drops the value that long after
+   *   it was last set (or read, with `refreshOnRead`); see {@link StateTtl}. The last
+   *   declaration of a name sets its time-to-live (none: the entries live for ever).
    * @returns {ValueState}
    */
-  valueState(name, codec) {
+  valueState(name, codec, options) {
     const checked = checkCodec(codec, `state \`${name}\``);
-    return new ValueState(this._declareState(name, "value"), name, checked);
+    const { ttl } = stateOptions(name, options, ["ttl"]);
+    return new ValueState(this._declareState(name, "value", ttl), name, checked);
   }
 
   /**
    * Declares a list state: an ordered list of values per key.
    * @param {string} name
    * @param {import("./text.js").Codec} [codec] default `weir.codecs.json`
+   * @param {{ttl?: StateTtl}} [options] `ttl`: the host drops each item that long after
+   *   it was appended or the list set (or the list read, with `refreshOnRead`)
    * @returns {ListState}
    */
-  listState(name, codec) {
+  listState(name, codec, options) {
     const checked = checkCodec(codec, `state \`${name}\``);
-    return new ListState(this._declareState(name, "list"), name, checked);
+    const { ttl } = stateOptions(name, options, ["ttl"]);
+    return new ListState(this._declareState(name, "list", ttl), name, checked);
   }
 
   /**
    * Declares a map state: a map per key.
    * @param {string} name
-   * @param {{key?: import("./text.js").Codec, value?: import("./text.js").Codec}} [codecs]
-   *   default JSON for both
+   * @param {{key?: import("./text.js").Codec, value?: import("./text.js").Codec, ttl?: StateTtl}} [options]
+   *   the codecs of the keys and of the values, default JSON for both; `ttl`: the host
+   *   drops each entry that long after it was put (or read, with `refreshOnRead`)
    * @returns {MapState}
    */
-  mapState(name, codecs = {}) {
-    const keyCodec = checkCodec(codecs.key, `state \`${name}\` key`);
-    const valueCodec = checkCodec(codecs.value, `state \`${name}\` value`);
-    return new MapState(this._declareState(name, "map"), name, keyCodec, valueCodec);
+  mapState(name, options = {}) {
+    const { ttl } = stateOptions(name, options, ["key", "value", "ttl"]);
+    const keyCodec = checkCodec(options.key, `state \`${name}\` key`);
+    const valueCodec = checkCodec(options.value, `state \`${name}\` value`);
+    return new MapState(this._declareState(name, "map", ttl), name, keyCodec, valueCodec);
   }
 
   /** Declares the main output (`main`). */

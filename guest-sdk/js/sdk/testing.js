@@ -30,6 +30,18 @@
  * host: the watermark and the processing-time clock move only when the test moves them,
  * and each element and timer is its own call (the host batches them).
  *
+ * States declared with a time-to-live (`{ttl: StateTtl.eventTime(...)}`) expire as in the
+ * host: each entry (a value, a list item, a map entry) is stamped when written (and when
+ * read, with `refreshOnRead`) with the time of the call, which is the element's or
+ * timer's timestamp or the watermark if later (event time), or the TestHost's processing
+ * time (processing time); it expires once the watermark, or the processing time, reaches
+ * the stamp + the TTL. Expired entries are removed before each call and whenever
+ * {@link TestHost#advanceWatermark}, {@link TestHost#setProcessingTime} or
+ * {@link TestHost#finish} moves a clock, without calling the UDF, so `hasState`,
+ * `keysWithState`, `stateBytes` and the others never show one. Entries a test plants
+ * with `setStateBytes` and the others start their time-to-live at the current watermark
+ * (or processing time).
+ *
  * What the UDF throws comes out of the TestHost's methods as it was thrown (with its
  * stack), so a failing test points at the line; a {@link StateDecodeError} stays one.
  * During each call the globals look as they do in a component: `Date.now()`,
@@ -66,6 +78,22 @@ const printLine = (() => {
 const FIRING_LIMIT = 1_000_000;
 
 const STATE_KINDS = ["value", "list", "map"];
+const TTL_REFRESHES = ["on-write", "on-read-and-write"];
+
+/** 2^63, which `MAX_TIMESTAMP` stands for, as a BigInt. */
+const MAX_BIG = BigInt(MAX_TIMESTAMP);
+
+/**
+ * Whether an entry stamped `at` with a time-to-live of `millis` has expired at `clock`:
+ * `clock >= at + millis`, the sum saturating at `MAX_TIMESTAMP` as the host's `i64` does,
+ * and exact near the ends of the range (where numbers are not).
+ */
+function hasExpired(at, millis, clock) {
+  const end = at + millis;
+  if (Number.isSafeInteger(end) && Number.isSafeInteger(clock)) return clock >= end;
+  const exact = BigInt(at) + BigInt(millis);
+  return BigInt(clock) >= (exact > MAX_BIG ? MAX_BIG : exact);
+}
 
 // ---------------------------------------------------------------------------------------
 // Bytes
@@ -120,6 +148,25 @@ function checkDomain(domain, call) {
   throw new TypeError(`weir host: \`${call}\`: no time domain ${JSON.stringify(domain)} (the host traps)`);
 }
 
+/** The contract's `state-ttl` record as `declare-with-ttl` got it, checked as the host does. */
+function checkTtl(ttl, name) {
+  const call = "state.declare-with-ttl";
+  if (ttl === null || typeof ttl !== "object") {
+    throw new TypeError(`weir host: \`${call}\` takes a state-ttl record {millis, domain, refresh} (the host traps)`);
+  }
+  let { millis } = ttl;
+  if (typeof millis === "bigint") millis = Number(millis);
+  if (typeof millis !== "number" || !Number.isInteger(millis) || millis < 0) {
+    throw new TypeError(`weir host: \`${call}\`: millis is a u64, not ${String(ttl.millis)} (the host traps)`);
+  }
+  const domain = checkDomain(ttl.domain, call);
+  if (!TTL_REFRESHES.includes(ttl.refresh)) {
+    throw new TypeError(`weir host: \`${call}\`: no ttl-refresh ${JSON.stringify(ttl.refresh)} (the host traps)`);
+  }
+  if (millis === 0) throw new Error(`state \`${name}\`: a time-to-live must be longer than 0 ms`);
+  return Object.freeze({ millis, domain, refresh: ttl.refresh });
+}
+
 const FNV_OFFSET = 0xcbf29ce484222325n;
 const FNV_PRIME = 0x100000001b3n;
 const U64 = (1n << 64n) - 1n;
@@ -169,13 +216,25 @@ class World {
     this.timestamp = 0;
     this.watermark = MIN_TIMESTAMP;
     this.processingTime = processingTime;
-    /** Declared states: {name, kind}, by id. */
+    /**
+     * Declared states, by id: {name, kind, ttl}, `ttl` the contract's `state-ttl` record
+     * ({millis, domain, refresh}) of the last declaration, or null.
+     */
     this.states = [];
     /**
      * key (binary string) -> Map(state id -> Uint8Array | Uint8Array[] | Map(binary -> Uint8Array)).
-     * Only keys with a non-empty state are present.
+     * Only keys with a non-empty state are present. Each stored Uint8Array is the world's
+     * own (reads return copies), so it stands for its entry.
      */
     this.data = new Map();
+    /**
+     * The time-to-live stamp of each entry of a state with a time-to-live: stored bytes (a
+     * value, a list item, a map entry's value) -> the time on the TTL's clock that its
+     * time-to-live started at.
+     */
+    this.stamps = new WeakMap();
+    /** Whether an entry may have expired since the last sweep ({@link expire}). */
+    this.expiryDue = false;
     this.outputs = [];
     this.emitted = [];
     /** Records of the running call: [output id, record]. */
@@ -249,45 +308,56 @@ class World {
         if (typeof name !== "string" || !STATE_KINDS.includes(kind)) {
           throw new TypeError("weir host: `state.declare` takes a name and a kind (the host traps)");
         }
-        if (name === "") throw new Error("a state needs a non-empty name");
-        const id = this.states.findIndex((s) => s.name === name);
-        if (id >= 0) {
-          const declared = this.states[id].kind;
-          if (declared !== kind) throw new Error(`state "${name}" is a ${declared} state, declared again as ${kind}`);
-          return id;
+        return this.declareState(name, kind, null);
+      },
+      declareWithTtl: (name, kind, ttl) => {
+        if (typeof name !== "string" || !STATE_KINDS.includes(kind)) {
+          throw new TypeError("weir host: `state.declare-with-ttl` takes a name, a kind and a time-to-live (the host traps)");
         }
-        this.states.push({ name, kind });
-        return this.states.length - 1;
+        return this.declareState(name, kind, checkTtl(ttl, name));
       },
       valueGet: (id) => {
         const value = this.slot(id, "value", "state.value-get");
-        return value === undefined ? null : value.slice();
+        if (value === undefined) return null;
+        this.stampRead(id, value);
+        return value.slice();
       },
       valueSet: (id, value) => {
-        this.setSlot(id, "value", "state.value-set", checkBytes(value, "state.value-set"));
+        const bytes = checkBytes(value, "state.value-set");
+        this.setSlot(id, "value", "state.value-set", bytes);
+        this.stamp(id, bytes);
       },
       listGet: (id) => {
         const items = this.slot(id, "list", "state.list-get");
-        return items === undefined ? [] : items.map((item) => item.slice());
+        if (items === undefined) return [];
+        for (const item of items) this.stampRead(id, item);
+        return items.map((item) => item.slice());
       },
       listAppend: (id, item) => {
         const items = this.slot(id, "list", "state.list-append") ?? [];
-        this.setSlot(id, "list", "state.list-append", [...items, checkBytes(item, "state.list-append")]);
+        const bytes = checkBytes(item, "state.list-append");
+        this.setSlot(id, "list", "state.list-append", [...items, bytes]);
+        this.stamp(id, bytes);
       },
       listSet: (id, items) => {
         if (!Array.isArray(items)) throw new TypeError("weir host: `state.list-set` takes a list (the host traps)");
         const copied = items.map((item) => checkBytes(item, "state.list-set"));
         this.setSlot(id, "list", "state.list-set", copied.length === 0 ? undefined : copied);
+        for (const item of copied) this.stamp(id, item);
       },
       mapGet: (id, key) => {
         const map = this.slot(id, "map", "state.map-get");
         const value = map === undefined ? undefined : map.get(binary(checkBytes(key, "state.map-get")));
-        return value === undefined ? null : value.slice();
+        if (value === undefined) return null;
+        this.stampRead(id, value);
+        return value.slice();
       },
       mapPut: (id, key, value) => {
         const map = new Map(this.slot(id, "map", "state.map-put"));
-        map.set(binary(checkBytes(key, "state.map-put")), checkBytes(value, "state.map-put"));
+        const bytes = checkBytes(value, "state.map-put");
+        map.set(binary(checkBytes(key, "state.map-put")), bytes);
         this.setSlot(id, "map", "state.map-put", map);
+        this.stamp(id, bytes);
       },
       mapRemove: (id, key) => {
         const map = new Map(this.slot(id, "map", "state.map-remove"));
@@ -297,6 +367,7 @@ class World {
       mapEntries: (id) => {
         const map = this.slot(id, "map", "state.map-entries");
         if (map === undefined) return [];
+        for (const value of map.values()) this.stampRead(id, value);
         return [...map.keys()].sort().map((k) => [unbinary(k), map.get(k).slice()]);
       },
       clear: (id) => {
@@ -307,6 +378,154 @@ class World {
         this.data.delete(this.currentKey("state.clear-all"));
       },
     });
+  }
+
+  // -------------------------------------------------------------------------------------
+  // Declarations and time-to-live
+
+  /**
+   * Declares (or looks up) state `name`; `ttl` (a checked `state-ttl` record, or null for
+   * `declare`) becomes its time-to-live, as the last declaration sets it.
+   */
+  declareState(name, kind, ttl) {
+    if (name === "") throw new Error("a state needs a non-empty name");
+    let id = this.states.findIndex((s) => s.name === name);
+    if (id >= 0) {
+      const declared = this.states[id].kind;
+      if (declared !== kind) throw new Error(`state "${name}" is a ${declared} state, declared again as ${kind}`);
+    } else {
+      this.states.push({ name, kind, ttl: null });
+      id = this.states.length - 1;
+    }
+    this.setTtl(id, ttl);
+    return id;
+  }
+
+  /**
+   * Gives state `id` the time-to-live `ttl` (null: none). Dropping it keeps every entry,
+   * for ever; adding one stamps every entry with the time of the declaration (whatever
+   * stamp it kept from an earlier TTL), and so does moving it to the other clock (a stamp
+   * of one clock means nothing on the other). Changing only its length or refresh keeps
+   * the stamps.
+   */
+  setTtl(id, ttl) {
+    const state = this.states[id];
+    const old = state.ttl;
+    state.ttl = ttl;
+    if (ttl === null) return;
+    const restamp = old === null || old.domain !== ttl.domain;
+    const at = this.callTime(ttl.domain);
+    this.forEachEntry(id, (bytes) => {
+      if (restamp || !this.stamps.has(bytes)) this.stamps.set(bytes, at);
+    });
+    this.expiryDue = true;
+  }
+
+  /** Calls `visit` with the stored bytes of every entry of state `id`, of every key. */
+  forEachEntry(id, visit) {
+    for (const slots of this.data.values()) {
+      const slot = slots.get(id);
+      if (slot === undefined) continue;
+      if (slot instanceof Uint8Array) visit(slot);
+      else if (Array.isArray(slot)) slot.forEach((item) => visit(item));
+      else for (const value of slot.values()) visit(value);
+    }
+  }
+
+  /** The clock of a TTL of `domain`: the watermark, or the processing time. */
+  clock(domain) {
+    return domain === EVENT_TIME ? this.watermark : this.processingTime;
+  }
+
+  /**
+   * The time of the current call on the clock of `domain`: in event time the element's or
+   * timer's timestamp, or the watermark if later (just the watermark outside
+   * processElement/onTimer); in processing time the processing time.
+   */
+  callTime(domain) {
+    if (domain !== EVENT_TIME) return this.processingTime;
+    return this.phase === KEYED ? Math.max(this.timestamp, this.watermark) : this.watermark;
+  }
+
+  /** Starts the time-to-live of an entry of state `id` that was just written (if it has one). */
+  stamp(id, bytes) {
+    const ttl = this.states[id].ttl;
+    if (ttl === null) return;
+    const at = this.callTime(ttl.domain);
+    this.stamps.set(bytes, at);
+    // Only at the end of time (a stamp at MAX_TIMESTAMP) is an entry born expired.
+    if (hasExpired(at, ttl.millis, this.clock(ttl.domain))) this.expiryDue = true;
+  }
+
+  /** Starts it again for an entry that was just read, if its state's TTL says so. */
+  stampRead(id, bytes) {
+    const ttl = this.states[id].ttl;
+    if (ttl !== null && ttl.refresh === "on-read-and-write") this.stamp(id, bytes);
+  }
+
+  /** Moves the watermark to `watermark` (never back). */
+  setWatermark(watermark) {
+    if (watermark <= this.watermark) return;
+    this.watermark = watermark;
+    this.expiryDue = true;
+  }
+
+  /** Moves the processing-time clock to `now` (never back). */
+  setProcessingTime(now) {
+    if (now <= this.processingTime) return;
+    this.processingTime = now;
+    this.expiryDue = true;
+  }
+
+  /**
+   * Removes every expired entry of every key, as the host does between calls: a value, a
+   * list's item, a map's entry, once its TTL's clock has reached its stamp + the TTL's
+   * millis. A state left empty is gone, and a key left without state too.
+   */
+  expire() {
+    if (!this.expiryDue) return;
+    this.expiryDue = false;
+    if (!this.states.some((s) => s.ttl !== null)) return;
+    for (const [key, slots] of this.data) {
+      for (const [id, slot] of slots) {
+        const ttl = this.states[id].ttl;
+        if (ttl === null) continue;
+        const clock = this.clock(ttl.domain);
+        const live = (bytes) => {
+          const at = this.stamps.get(bytes);
+          return at === undefined || !hasExpired(at, ttl.millis, clock);
+        };
+        if (slot instanceof Uint8Array) {
+          if (!live(slot)) slots.delete(id);
+        } else if (Array.isArray(slot)) {
+          const kept = slot.filter(live);
+          if (kept.length === 0) slots.delete(id);
+          else if (kept.length !== slot.length) slots.set(id, kept);
+        } else {
+          const kept = new Map([...slot].filter(([, value]) => live(value)));
+          if (kept.size === 0) slots.delete(id);
+          else if (kept.size !== slot.size) slots.set(id, kept);
+        }
+      }
+      if (slots.size === 0) this.data.delete(key);
+    }
+  }
+
+  /**
+   * Makes state `id` of `key` (a binary string) hold `value` (`undefined` removes it), as a
+   * test sets it: entries of a state with a time-to-live start theirs now.
+   */
+  store(key, id, value) {
+    if (value === undefined) {
+      this.removeSlot(key, id);
+      return;
+    }
+    let slots = this.data.get(key);
+    if (slots === undefined) this.data.set(key, (slots = new Map()));
+    slots.set(id, value);
+    if (value instanceof Uint8Array) this.stamp(id, value);
+    else if (Array.isArray(value)) value.forEach((item) => this.stamp(id, item));
+    else for (const v of value.values()) this.stamp(id, v);
   }
 
   timersInterface() {
@@ -578,6 +797,9 @@ export class TestHost {
     setHost(world.host);
     const restoreGlobals = swapGlobals(internals.sandboxGlobals, ABSENT_IN_COMPONENT);
     this.#calling = true;
+    // Expired state is gone before the call sees it (the clocks moved, or a declaration
+    // shortened a time-to-live), and again after it (for a declaration in init).
+    world.expire();
     world.phase = phase;
     world.key = key;
     world.timestamp = timestamp;
@@ -587,6 +809,7 @@ export class TestHost {
       succeeded = true;
     } finally {
       world.endCall(succeeded);
+      world.expire();
       this.#calling = false;
       restoreGlobals();
       setHost(previousHost);
@@ -642,9 +865,7 @@ export class TestHost {
     for (let fired = 1; ; fired++) {
       const timer = this.#world.popDueTimer(domain, upto);
       if (timer === undefined) return fired - 1;
-      if (domain === PROCESSING_TIME) {
-        this.#world.processingTime = Math.max(this.#world.processingTime, timer.timestamp);
-      }
+      if (domain === PROCESSING_TIME) this.#world.setProcessingTime(timer.timestamp);
       this.#fire(domain, timer.timestamp, timer.key);
       if (fired === FIRING_LIMIT) {
         throw new Error(
@@ -665,7 +886,8 @@ export class TestHost {
   advanceWatermark(watermark) {
     const wm = checkTimestamp(watermark, "TestHost.advanceWatermark");
     if (wm <= this.#world.watermark) return;
-    this.#world.watermark = wm;
+    this.#world.setWatermark(wm);
+    this.#world.expire();
     this.#fireDue(EVENT_TIME, wm);
   }
 
@@ -678,7 +900,8 @@ export class TestHost {
    */
   setProcessingTime(now) {
     const world = this.#world;
-    world.processingTime = Math.max(world.processingTime, checkTimestamp(now, "TestHost.setProcessingTime"));
+    world.setProcessingTime(checkTimestamp(now, "TestHost.setProcessingTime"));
+    world.expire();
     this.#fireDue(PROCESSING_TIME, world.processingTime);
   }
 
@@ -688,7 +911,8 @@ export class TestHost {
    * then the event-time timers those registered, and so on until none is left.
    */
   finish() {
-    this.#world.watermark = MAX_TIMESTAMP;
+    this.#world.setWatermark(MAX_TIMESTAMP);
+    this.#world.expire();
     this.#fireDue(EVENT_TIME, MAX_TIMESTAMP);
     while (this.#fireDue(PROCESSING_TIME, MAX_TIMESTAMP) + this.#fireDue(EVENT_TIME, MAX_TIMESTAMP) > 0);
   }
@@ -836,16 +1060,13 @@ export class TestHost {
     return slots === undefined ? undefined : slots.get(id);
   }
 
-  /** Makes state `id` of `key` (a test's key) hold `value`; `undefined` removes it. */
+  /**
+   * Makes state `id` of `key` (a test's key) hold `value`; `undefined` removes it. In a
+   * state with a time-to-live, what it stores starts its time-to-live now.
+   */
   #store(key, id, value) {
-    const k = binary(keyBytes(key));
-    if (value === undefined) {
-      this.#world.removeSlot(k, id);
-      return;
-    }
-    let slots = this.#world.data.get(k);
-    if (slots === undefined) this.#world.data.set(k, (slots = new Map()));
-    slots.set(id, value);
+    this.#world.store(binary(keyBytes(key)), id, value);
+    this.#world.expire();
   }
 
   /** Everything the UDF logged so far: `{level, key, message}` (`key` null in init). */

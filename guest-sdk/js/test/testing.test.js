@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 
 import * as weir from "../sdk/index.js";
 import { TestHost, MAX_TIMESTAMP, keyHash } from "../sdk/testing.js";
+import * as hostModule from "../sdk/host.js";
 
 /**
  * Emits one record per firing timer; everything else is scripted by the elements:
@@ -890,4 +891,300 @@ test("raw JSON members keep their text, on any engine", () => {
   assert.deepEqual(Object.keys(parsed), ["a", "b", "__proto__"]);
   assert.equal(weir.toJson(parsed), '{"a":2.50,"b":{"a":"x\\"y","c":[1000,{"a":null}]},"__proto__":{"a":true}}');
   assert.throws(() => weir.parseJsonKeepingRaw("{1}", ["a"]), SyntaxError);
+});
+
+// ---------------------------------------------------------------------------------------
+// State time-to-live
+
+/**
+ * A value, a list and a map state with the time-to-live the config gives (`domain`:
+ * event or processing, `ttl`, `refresh_on_read`), written and read as the elements say:
+ * {set, append, setList, put: [[k, v]], get, getList, getMap: [k], entries, timer}. Emits
+ * what it read; a timer sets the value to "timer".
+ */
+class Expiring {
+  init(ctx) {
+    const after = ctx.configDuration("ttl", "5s");
+    const options = { refreshOnRead: ctx.configBool("refresh_on_read", false) };
+    const ttl =
+      ctx.configChoice("domain", ["event", "processing"], "event") === "event"
+        ? weir.StateTtl.eventTime(after, options)
+        : weir.StateTtl.processingTime(after, options);
+    this.value = ctx.valueState("value", weir.codecs.json, { ttl });
+    this.list = ctx.listState("list", undefined, { ttl });
+    this.map = ctx.mapState("map", { ttl });
+    this.out = ctx.mainOutput();
+  }
+
+  processElement(ctx, el) {
+    const cmd = el.json();
+    if (cmd.set !== undefined) this.value.set(cmd.set);
+    if (cmd.append !== undefined) this.list.append(cmd.append);
+    if (cmd.setList !== undefined) this.list.set(cmd.setList);
+    for (const [k, v] of cmd.put ?? []) this.map.put(k, v);
+    if (cmd.timer !== undefined) ctx.registerEventTimer(cmd.timer);
+    const read = {};
+    if (cmd.get) read.value = this.value.get() ?? null;
+    if (cmd.getList) read.list = this.list.get();
+    if (cmd.getMap) read.map = Object.fromEntries(cmd.getMap.map((k) => [k, this.map.get(k) ?? null]));
+    if (cmd.entries) read.entries = this.map.entries();
+    if (Object.keys(read).length > 0) this.out.emit(read);
+  }
+
+  onTimer() {
+    this.value.set("timer");
+  }
+}
+const expiring = weir.processFunction(Expiring);
+
+/** What the TestHost stores for `key`, decoded: {value, list, map}. */
+function stored(h, key) {
+  const json = weir.codecs.json;
+  const value = h.stateBytes(key, "value");
+  return {
+    value: value === undefined ? null : json.decode(value),
+    list: h.listStateBytes(key, "list").map((item) => json.decode(item)),
+    map: h.mapStateBytes(key, "map").map(([k, v]) => [json.decode(k), json.decode(v)]),
+  };
+}
+
+/** The values of what was emitted since the last call. */
+const emitted = (h) => h.takeOutputs("main").map((r) => r.value);
+
+test("StateTtl: event or processing time, a duration or milliseconds, more than 0 ms", () => {
+  const ttl = weir.StateTtl.eventTime("10m");
+  assert.deepEqual([ttl.millis, ttl.domain, ttl.refreshOnRead], [600_000, "event-time", false]);
+  assert.ok(Object.isFrozen(ttl));
+  const read = weir.StateTtl.processingTime(1_500, { refreshOnRead: true });
+  assert.deepEqual([read.millis, read.domain, read.refreshOnRead], [1_500, weir.PROCESSING_TIME, true]);
+  assert.equal(String(read), 'StateTtl.processingTime("1s 500ms", { refreshOnRead: true })');
+  assert.equal(weir.StateTtl.eventTime("1h 30m").millis, 5_400_000);
+  assert.throws(() => weir.StateTtl.eventTime(0), {
+    name: "RangeError",
+    message: "StateTtl.eventTime(after): a time-to-live must be longer than 0 ms, got 0",
+  });
+  assert.throws(() => weir.StateTtl.processingTime("0s"), {
+    message: 'StateTtl.processingTime(after): a time-to-live must be longer than 0 ms, got "0s"',
+  });
+  assert.throws(() => weir.StateTtl.eventTime(-5), /must be longer than 0 ms, got -5$/);
+  assert.throws(() => weir.StateTtl.eventTime("soon"), /^Error: StateTtl\.eventTime\(after\): invalid duration "soon": /);
+  assert.throws(() => weir.StateTtl.eventTime(1.5), { name: "TypeError" });
+  assert.throws(() => weir.StateTtl.eventTime("1s", { refreshOnread: true }), /unknown option `refreshOnread`/);
+  assert.throws(() => weir.StateTtl.eventTime("1s", { refreshOnRead: "yes" }), /refreshOnRead is true or false/);
+  assert.throws(() => new weir.StateTtl(), /StateTtl\.eventTime\(after\) or StateTtl\.processingTime\(after\)/);
+
+  const wrong = (declare) =>
+    weir.processFunction(
+      class {
+        init(ctx) {
+          declare(ctx);
+        }
+        processElement() {}
+      },
+    );
+  assert.throws(() => new TestHost(wrong((ctx) => ctx.valueState("v", undefined, { ttl: "5m" }))), {
+    name: "TypeError",
+    message: 'state `v`: ttl is a weir.StateTtl (StateTtl.eventTime("10m"), StateTtl.processingTime("1h")), not "5m"',
+  });
+  assert.throws(() => new TestHost(wrong((ctx) => ctx.listState("l", undefined, { tll: ttl }))), {
+    message: "state `l`: unknown option `tll` (options: ttl)",
+  });
+  assert.throws(() => new TestHost(wrong((ctx) => ctx.mapState("m", { key: weir.codecs.text, ttl: 5 }))), /ttl is a weir\.StateTtl/);
+  // Without a ttl (or with ttl: undefined) a state is declared as before.
+  new TestHost(wrong((ctx) => [ctx.valueState("v", undefined, {}), ctx.listState("l", undefined, { ttl: undefined }), ctx.mapState("m", {})]));
+});
+
+test("the host refuses a time-to-live of 0 ms", () => {
+  const zero = weir.processFunction(
+    class {
+      init() {
+        hostModule.state.declareWithTtl("x", "value", { millis: 0, domain: "event-time", refresh: "on-write" });
+      }
+      processElement() {}
+    },
+  );
+  assert.throws(() => new TestHost(zero), { message: "state `x`: a time-to-live must be longer than 0 ms" });
+  const malformed = weir.processFunction(
+    class {
+      init() {
+        hostModule.state.declareWithTtl("x", "value", { millis: 5, domain: "event-time", refresh: "sometimes" });
+      }
+      processElement() {}
+    },
+  );
+  assert.throws(() => new TestHost(malformed), /no ttl-refresh "sometimes" \(the host traps\)/);
+});
+
+test("an event-time TTL: a value expires when the watermark reaches its stamp + ttl, not a ms before", () => {
+  const h = new TestHost(expiring, { config: { ttl: "5s" } });
+  h.process("main", "k", { set: "a" }, 1_000); // stamped 1_000: expires at 6_000
+  h.advanceWatermark(5_999);
+  assert.deepEqual(stored(h, "k"), { value: "a", list: [], map: [] });
+  h.process("main", "k", { get: true }, 5_999); // reads do not refresh it
+  assert.deepEqual(emitted(h), [{ value: "a" }]);
+  h.advanceWatermark(6_000);
+  assert.equal(h.hasState("k"), false);
+  assert.equal(h.stateBytes("k", "value"), undefined);
+  h.process("main", "k", { get: true }, 6_000);
+  assert.deepEqual(emitted(h), [{ value: null }]);
+
+  // A write starts it again: set at 7_000, set again at 10_000, so it lives to 15_000.
+  h.process("main", "k", { set: "b" }, 7_000);
+  h.process("main", "k", { set: "c" }, 10_000);
+  h.advanceWatermark(14_999);
+  assert.equal(stored(h, "k").value, "c");
+  h.advanceWatermark(15_000);
+  assert.deepEqual(h.keysWithState(), []);
+});
+
+test("an event-time stamp is the element's or timer's timestamp, or the watermark if later", () => {
+  const h = new TestHost(expiring, { config: { ttl: "5s" } });
+  h.advanceWatermark(10_000);
+  h.process("main", "late", { set: "late" }, 2_000); // stamped at the watermark, 10_000: expires at 15_000
+  h.process("main", "early", { set: "early", timer: 20_000 }, 12_000); // stamped 12_000: expires at 17_000
+  h.advanceWatermark(14_999);
+  assert.deepEqual(h.keysWithState(), ["early", "late"]);
+  h.advanceWatermark(15_000);
+  assert.deepEqual(h.keysWithState(), ["early"]);
+  h.advanceWatermark(16_999);
+  assert.deepEqual(h.keysWithState(), ["early"]);
+  // At 25_000 the value expired at 17_000 is gone, then the timer at 20_000 fires and sets it
+  // again, stamped 25_000 (the watermark, later than the timer's 20_000): to 30_000.
+  h.advanceWatermark(25_000);
+  assert.deepEqual(stored(h, "early"), { value: "timer", list: [], map: [] });
+  h.advanceWatermark(29_999);
+  assert.equal(stored(h, "early").value, "timer");
+  h.advanceWatermark(30_000);
+  assert.deepEqual(h.keysWithState(), []);
+});
+
+test("refresh on write: each list item and map entry expires on its own, reads keep none", () => {
+  const h = new TestHost(expiring, { config: { ttl: "5s" } });
+  h.process("main", "k", { append: "a", put: [["x", 1], ["y", 1]] }, 1_000); // a, x, y: to 6_000
+  h.process("main", "set", { append: "p" }, 1_000); // p: to 6_000
+  h.process("main", "k", { append: "b", put: [["y", 2]] }, 3_000); // b, y: to 8_000
+  h.process("main", "k", { getList: true, getMap: ["x", "y"], entries: true }, 4_000);
+  assert.deepEqual(emitted(h), [{ list: ["a", "b"], map: { x: 1, y: 2 }, entries: [["x", 1], ["y", 2]] }]);
+  h.process("main", "set", { append: "q" }, 4_000); // q: to 9_000
+  h.process("main", "set", { setList: ["p", "q", "r"] }, 5_000); // all three: to 10_000
+
+  h.advanceWatermark(5_999);
+  assert.deepEqual(stored(h, "k"), { value: null, list: ["a", "b"], map: [["x", 1], ["y", 2]] });
+  h.advanceWatermark(6_000);
+  assert.deepEqual(stored(h, "k"), { value: null, list: ["b"], map: [["y", 2]] });
+  assert.deepEqual(stored(h, "set").list, ["p", "q", "r"]);
+  h.process("main", "k", { getList: true, entries: true }, 6_000);
+  assert.deepEqual(emitted(h), [{ list: ["b"], entries: [["y", 2]] }]);
+
+  h.advanceWatermark(7_999);
+  assert.deepEqual(stored(h, "k"), { value: null, list: ["b"], map: [["y", 2]] });
+  h.advanceWatermark(8_000);
+  assert.deepEqual(h.keysWithState(), ["set"]);
+  h.advanceWatermark(9_999);
+  assert.deepEqual(stored(h, "set").list, ["p", "q", "r"]);
+  h.advanceWatermark(10_000);
+  assert.deepEqual(h.keysWithState(), []);
+});
+
+test("refresh on read: an entry read keeps living, one not read expires", () => {
+  const h = new TestHost(expiring, { config: { ttl: "5s", refresh_on_read: true } });
+  h.process("main", "k", { set: "v", append: "a", put: [["x", 1], ["y", 1]] }, 1_000); // all: to 6_000
+  h.process("main", "k", { get: true, getMap: ["x", "missing"] }, 4_000); // v, x: to 9_000
+  assert.deepEqual(emitted(h), [{ value: "v", map: { x: 1, missing: null } }]);
+
+  h.advanceWatermark(5_999);
+  assert.deepEqual(stored(h, "k"), { value: "v", list: ["a"], map: [["x", 1], ["y", 1]] });
+  h.advanceWatermark(6_000); // a and y were not read
+  assert.deepEqual(stored(h, "k"), { value: "v", list: [], map: [["x", 1]] });
+
+  h.process("main", "k", { append: "b", put: [["z", 3], ["w", 4]] }, 7_000); // b, z, w: to 12_000
+  h.process("main", "k", { getList: true, entries: true }, 8_000); // b, x, z, w: to 13_000
+  assert.deepEqual(emitted(h), [{ list: ["b"], entries: [["w", 4], ["x", 1], ["z", 3]] }]);
+
+  h.advanceWatermark(8_999);
+  assert.equal(stored(h, "k").value, "v");
+  h.advanceWatermark(9_000); // v was last read at 4_000
+  assert.deepEqual(stored(h, "k"), { value: null, list: ["b"], map: [["w", 4], ["x", 1], ["z", 3]] });
+  h.advanceWatermark(12_999);
+  assert.deepEqual(stored(h, "k"), { value: null, list: ["b"], map: [["w", 4], ["x", 1], ["z", 3]] });
+  h.advanceWatermark(13_000);
+  assert.equal(h.hasState("k"), false);
+});
+
+test("a processing-time TTL follows the TestHost's clock, not the watermark", () => {
+  const h = new TestHost(expiring, { config: { domain: "processing", ttl: "2s" }, processingTime: 1_000 });
+  h.process("main", "k", { set: "v", append: "a" }, 50_000); // stamped 1_000: to 3_000
+  h.advanceWatermark(1_000_000);
+  assert.deepEqual(stored(h, "k"), { value: "v", list: ["a"], map: [] });
+  h.setProcessingTime(2_000);
+  h.process("main", "k", { append: "b", put: [["x", 1]] }, 1); // b, x: to 4_000
+  h.setProcessingTime(2_999);
+  assert.deepEqual(stored(h, "k"), { value: "v", list: ["a", "b"], map: [["x", 1]] });
+  h.setProcessingTime(3_000);
+  assert.deepEqual(stored(h, "k"), { value: null, list: ["b"], map: [["x", 1]] });
+  h.process("main", "k", { get: true, getList: true }, 2);
+  assert.deepEqual(emitted(h), [{ value: null, list: ["b"] }]);
+  h.setProcessingTime(3_999);
+  assert.ok(h.hasState("k"));
+  h.setProcessingTime(4_000);
+  assert.equal(h.hasState("k"), false);
+  // The end of the input moves the watermark only: nothing expires with it.
+  h.process("main", "k", { set: "w" }, 3); // stamped 4_000: to 6_000
+  h.finish();
+  assert.equal(stored(h, "k").value, "w");
+});
+
+test("the last declaration sets the TTL; entries kept without one start theirs then", () => {
+  let ttl; // what the next init declares
+  const redeclared = weir.processFunction(
+    class {
+      init(ctx) {
+        this.value = ctx.valueState("value", undefined, { ttl });
+      }
+      processElement(ctx, el) {
+        this.value.set(el.json());
+      }
+    },
+  );
+  const h = new TestHost(redeclared);
+  h.process("main", "k", "1", 1_000); // no TTL: no stamp
+  h.advanceWatermark(100_000);
+  ttl = weir.StateTtl.eventTime("5s");
+  h.reinit(); // stamped at the declaration, the watermark 100_000: to 105_000
+  h.advanceWatermark(104_999);
+  assert.ok(h.hasState("k"));
+  ttl = undefined;
+  h.reinit(); // dropped: the value lives for ever
+  h.advanceWatermark(1_000_000);
+  assert.ok(h.hasState("k"));
+
+  ttl = weir.StateTtl.eventTime("10s");
+  h.reinit(); // stamped 1_000_000: to 1_010_000
+  h.process("main", "j", "2", 1_002_000); // stamped 1_002_000
+  h.advanceWatermark(1_004_000);
+  ttl = weir.StateTtl.eventTime("3s"); // same clock: the stamps stay, so k expired at 1_003_000
+  h.reinit();
+  assert.deepEqual(h.keysWithState(), ["j"]);
+  h.advanceWatermark(1_004_999);
+  assert.deepEqual(h.keysWithState(), ["j"]);
+  h.advanceWatermark(1_005_000);
+  assert.deepEqual(h.keysWithState(), []);
+
+  // A value a test plants starts its time-to-live at the current watermark.
+  h.setStateBytes("p", "value", weir.codecs.json.encode(3));
+  h.advanceWatermark(1_007_999);
+  assert.ok(h.hasState("p"));
+  h.advanceWatermark(1_008_000);
+  assert.equal(h.hasState("p"), false);
+
+  // Moving to the other clock starts every entry's time-to-live anew, on that clock.
+  h.process("main", "q", "4", 1_009_000); // stamped 1_009_000 in event time
+  ttl = weir.StateTtl.processingTime("1s");
+  h.reinit(); // stamped at the processing time, 0: to 1_000
+  h.advanceWatermark(2_000_000);
+  assert.ok(h.hasState("q"));
+  h.setProcessingTime(999);
+  assert.ok(h.hasState("q"));
+  h.setProcessingTime(1_000);
+  assert.equal(h.hasState("q"), false);
 });
