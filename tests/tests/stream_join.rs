@@ -202,9 +202,11 @@ impl ModelRow {
 /// The join as a batch computation over the two files. It merges them as the host does
 /// (by the timestamp of each file's next record, ties to `left`), tracks the watermark
 /// (the smaller of the two files' largest timestamp minus the bound), and runs the rules
-/// of the spec per row_id: a row expires at its first record's time + ttl, which a record
-/// notices when its own time is at or past that, or when the watermark before it has
-/// reached it.
+/// of the spec per row_id: a waiting row expires at its first record's time + ttl, which a
+/// record notices when its own time is at or past that, or when the watermark before it
+/// has reached it; a joined row is kept (by the state's time-to-live) until the watermark
+/// before a record has reached the join's time (the joining record's, or the watermark
+/// then if later) + ttl.
 fn model(inputs: &Inputs, ttl: i64, ttl_text: &str) -> Expected {
     let mut out = Expected::default();
     let mut rows: HashMap<i64, ModelRow> = HashMap::new();
@@ -257,7 +259,11 @@ fn model(inputs: &Inputs, ttl: i64, ttl_text: &str) -> Expected {
         }
 
         if let Some(row) = rows.get(&rec.row_id) {
-            if rec.ts >= row.expires() || row.expires() <= watermark {
+            let expired = match row {
+                ModelRow::Waiting { expires, .. } => rec.ts >= *expires || *expires <= watermark,
+                ModelRow::Joined { expires, .. } => *expires <= watermark,
+            };
+            if expired {
                 if rec.ts < row.expires() {
                     count(
                         &mut out,
@@ -298,11 +304,7 @@ fn model(inputs: &Inputs, ttl: i64, ttl_text: &str) -> Expected {
                     .push(rec.annotated(&waiting_reason(rec.side)));
                 count(&mut out, "duplicate while waiting");
             }
-            Some(ModelRow::Waiting {
-                rec: waiting,
-                expires,
-                since,
-            }) => {
+            Some(ModelRow::Waiting { rec: waiting, .. }) => {
                 let (left, right) = match rec.side {
                     Side::Left => (rec, waiting),
                     Side::Right => (waiting, rec),
@@ -321,8 +323,14 @@ fn model(inputs: &Inputs, ttl: i64, ttl_text: &str) -> Expected {
                 if rec.ts <= watermark {
                     count(&mut out, "joined by a late record");
                 }
-                let (expires, since) = (*expires, *since);
-                rows.insert(rec.row_id, ModelRow::Joined { expires, since });
+                let expires = rec.ts.max(watermark) + ttl;
+                rows.insert(
+                    rec.row_id,
+                    ModelRow::Joined {
+                        expires,
+                        since: watermark,
+                    },
+                );
             }
             Some(ModelRow::Joined { .. }) => {
                 out.duplicates

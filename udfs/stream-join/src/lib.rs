@@ -16,8 +16,11 @@
 //!   `"input"` and `"reason": "no right record within 10m"` (or `left`), keyed by the
 //!   row_id, at the expiry time.
 //!
-//! When the row expires its state is cleared, joined or not: a joined row is kept only to
-//! recognise duplicates within `ttl`. A later record for the row_id starts a new join.
+//! When a waiting row expires its state is cleared. A joined row is kept only to
+//! recognise duplicates: in a state with an event-time time-to-live of `ttl` (the host's
+//! `StateTtl`), so it takes no timer and goes once the watermark reaches `ttl` past the
+//! join's time (the joining record's timestamp, or the watermark if that is later). A
+//! later record for the row_id starts a new join.
 //!
 //! A row has expired for a record when the record's own time is at or past the expiry
 //! (a partner must come *within* `ttl`), or when the watermark has reached the expiry
@@ -103,7 +106,8 @@ enum Row {
         side: Side,
         record: Vec<u8>,
     },
-    /// Both sides were joined; kept until `expires` only to recognise duplicates.
+    /// Both sides were joined; kept until `expires` only to recognise duplicates. Only
+    /// versions before the `joined` state wrote this; such a row is read as it was then.
     Joined { expires: i64 },
 }
 
@@ -127,6 +131,8 @@ struct JoinedRow {
 pub struct StreamJoin {
     ttl: Duration,
     row: ValueState<Row>,
+    /// Present while a joined row_id is kept to recognise duplicates (time-to-live `ttl`).
+    matched: ValueState<()>,
     joined: Output<JoinedRow>,
     duplicates: Output<Map<String, Value>>,
     unmatched: Output<Map<String, Value>>,
@@ -218,6 +224,7 @@ impl ProcessFunction for StreamJoin {
         Ok(StreamJoin {
             ttl: cfg.ttl,
             row: ctx.value_state("row")?,
+            matched: ctx.value_state_with_ttl("matched", StateTtl::event_time(cfg.ttl))?,
             joined: ctx.main_output()?,
             duplicates: ctx.output("duplicates")?,
             unmatched: ctx.output("unmatched")?,
@@ -246,6 +253,10 @@ impl ProcessFunction for StreamJoin {
         }
 
         match row {
+            None if self.matched.get()?.is_some() => {
+                let reason = "duplicate: this row_id was already joined".to_owned();
+                self.duplicate(ctx, record, side, reason)
+            }
             None => {
                 let expires = ts.saturating_add(self.ttl.as_millis());
                 ctx.register_event_timer(expires);
@@ -278,7 +289,10 @@ impl ProcessFunction for StreamJoin {
                 };
                 self.joined
                     .emit_record(Record::new(joined).with_key(ctx.current_key()))?;
-                self.row.set(&Row::Joined { expires })
+                // The row's timer is no longer needed: the host expires `matched`.
+                ctx.delete_event_timer(expires);
+                self.row.clear();
+                self.matched.set(&())
             }
             Some(Row::Joined { .. }) => {
                 let reason = "duplicate: this row_id was already joined".to_owned();
