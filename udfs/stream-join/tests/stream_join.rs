@@ -63,14 +63,16 @@ fn left_then_right_joins_once() {
     );
     feed(&mut h, "right", 1, "b", 5_000);
     assert_eq!(h.take_outputs("main"), vec![joined(1, "a", "b", 5_000)]);
-    // The timer stays where the first record put it.
-    assert_eq!(
-        h.pending_timers(),
-        vec![(b"1".to_vec(), TimeDomain::EventTime, 1_000 + TTL)]
-    );
+    // The joined row needs no timer: its state's time-to-live runs from the join.
+    assert!(h.pending_timers().is_empty(), "{:?}", h.pending_timers());
     assert!(h.has_state("1"), "kept to recognise duplicates");
 
-    h.advance_watermark(1_000 + TTL).unwrap();
+    h.advance_watermark(5_000 + TTL - 1).unwrap();
+    assert!(
+        h.has_state("1"),
+        "until the watermark reaches the join + ttl"
+    );
+    h.advance_watermark(5_000 + TTL).unwrap();
     assert_clean(&h);
     h.finish().unwrap();
     assert!(h.outputs("main").is_empty());
@@ -254,7 +256,7 @@ fn state_of_a_joined_row_is_cleared_after_ttl_and_a_new_join_starts() {
     let mut h = join();
     feed(&mut h, "left", 6, "l", 0);
     feed(&mut h, "right", 6, "r", 1_000);
-    h.advance_watermark(TTL).unwrap();
+    h.advance_watermark(1_000 + TTL).unwrap();
     assert_clean(&h);
     assert!(
         h.outputs("unmatched").is_empty(),
@@ -309,9 +311,16 @@ fn a_partner_at_or_after_the_expiry_does_not_join_even_before_the_timer_fires() 
     feed(&mut h, "left", 2, "l2", TTL + 1);
     assert_eq!(h.outputs("main"), vec![joined(2, "l2", "r", TTL + 1)]);
 
-    // A joined row past its ttl is dropped the same way: no duplicate.
+    // A joined row is kept until the watermark reaches the join + ttl, whatever the time
+    // of the record that comes: l3, at 2 * ttl, is a duplicate.
     feed(&mut h, "left", 2, "l3", 2 * TTL);
-    assert!(h.outputs("duplicates").is_empty());
+    assert_eq!(
+        h.take_outputs("duplicates"),
+        vec![annotated("left", 2, "l3", 2 * TTL, JOINED, 2 * TTL)]
+    );
+    h.advance_watermark(2 * TTL + 1).unwrap();
+    assert!(!h.has_state("2"), "gone once the watermark reached it");
+    feed(&mut h, "left", 2, "l3", 2 * TTL);
     h.finish().unwrap();
     assert_eq!(
         h.outputs("unmatched"),

@@ -113,6 +113,11 @@ fn main() -> anyhow::Result<()> {
                 for r in state_size::matrix(&data, udf.as_deref())? {
                     println!("{}", r.line());
                 }
+                if udf.is_none_or(|u| u == "ttl-probe") {
+                    for r in state_size::ttl_cases(&data)? {
+                        println!("{}", r.line());
+                    }
+                }
                 return Ok(());
             }
             "languages" => {
@@ -190,6 +195,7 @@ fn main() -> anyhow::Result<()> {
     let language_runs = languages::per_element(&data, &clicks)?;
     let startups = languages::startup(&data)?;
     let state_sizes = state_size::matrix(&data, None)?;
+    let state_ttls = state_size::ttl_cases(&data)?;
     let hot_key_timers = state_size::hot_key_timers();
 
     println!();
@@ -198,6 +204,9 @@ fn main() -> anyhow::Result<()> {
     }
     println!("scale-out rebalance_s={:.1}", rebalance.as_secs_f64());
     for r in &state_sizes {
+        println!("{}", r.line());
+    }
+    for r in &state_ttls {
         println!("{}", r.line());
     }
     for t in &hot_key_timers {

@@ -15,6 +15,17 @@
 //! state-size udf=change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
 //! ```
 //!
+//! - State time-to-live: the `ttl-probe` test UDF puts one map entry for each of
+//!   2,000,000 keys, 1 ms of event time apart, into a state with an event-time
+//!   time-to-live of 10 s, and the same with a time-to-live longer than the input: with
+//!   it, about 10,000 keys are live at a time and the host removes the rest on its own;
+//!   without, all 2,000,000 stay.
+//!
+//! ```text
+//! state-ttl ttl=10s keys=2000000 records_per_s=N peak_rss_mb=M
+//! state-ttl ttl=none keys=2000000 records_per_s=N peak_rss_mb=M
+//! ```
+//!
 //! - Timers of one hot key: 100,000, 200,000 and 400,000 event-time timers on one key,
 //!   registered and then fired, through the engine's timer service and key table (as the
 //!   operator does it, without a UDF): the time per timer must not grow with their number.
@@ -54,6 +65,63 @@ impl StateSizeRun {
             self.udf, self.per_key, self.records_per_s, self.peak_rss_mb
         )
     }
+}
+
+/// Keys (one record each) of the time-to-live case.
+const TTL_KEYS: u64 = 2_000_000;
+
+/// One time-to-live case's figures.
+pub struct StateTtlRun {
+    /// The time-to-live, or `none` (longer than the input).
+    pub ttl: &'static str,
+    pub records_per_s: f64,
+    pub peak_rss_mb: f64,
+}
+
+impl StateTtlRun {
+    pub fn line(&self) -> String {
+        format!(
+            "state-ttl ttl={} keys={TTL_KEYS} records_per_s={:.0} peak_rss_mb={:.1}",
+            self.ttl, self.records_per_s, self.peak_rss_mb
+        )
+    }
+}
+
+/// The time-to-live cases: 10 s, and one longer than the input.
+pub fn ttl_cases(data: &Path) -> anyhow::Result<Vec<StateTtlRun>> {
+    let input = data.join("ttl-keys-2m.jsonl");
+    if !input.exists() {
+        eprintln!("generating {}", input.display());
+        let mut out = BufWriter::new(std::fs::File::create(&input)?);
+        for key in 0..TTL_KEYS {
+            writeln!(
+                out,
+                r#"{{"k":"key-{key}","op":"put","f":"seen","v":"1","at":"{}"}}"#,
+                datetime_millis(gen::BASE_MS + key as i64)
+            )?;
+        }
+        out.flush()?;
+    }
+    let mut runs = Vec::new();
+    for (ttl, config) in [("10s", "10s"), ("none", "1000h")] {
+        let pipeline = pipeline(
+            data,
+            &format!("state-ttl-{ttl}"),
+            &input,
+            ("k", "at", "0s"),
+            "ttl-probe",
+            &format!("[udf.config]\nttl = \"{config}\"\n"),
+        )?;
+        let (records_per_s, peak_rss_mb) = measure(&pipeline, data)?;
+        let run = StateTtlRun {
+            ttl,
+            records_per_s,
+            peak_rss_mb,
+        };
+        eprintln!("  {}", run.line());
+        runs.push(run);
+    }
+    Ok(runs)
 }
 
 /// Runs every case; `only` picks one UDF's cases (`change-only-counter`, `order-timeout`).
@@ -120,6 +188,20 @@ fn run_case(
     pipeline: &Path,
     data: &Path,
 ) -> anyhow::Result<StateSizeRun> {
+    let (records_per_s, peak_rss_mb) = measure(pipeline, data)?;
+    let run = StateSizeRun {
+        udf,
+        per_key,
+        records_per_s,
+        peak_rss_mb,
+    };
+    eprintln!("  {}", run.line());
+    Ok(run)
+}
+
+/// Runs a pipeline (once on its first line, to fill the compile cache, then whole):
+/// its records/s and peak RSS, as its summary prints them.
+fn measure(pipeline: &Path, data: &Path) -> anyhow::Result<(f64, f64)> {
     // A run on the input's first line first, so that the component is in the compile
     // cache: the peak RSS is then the run's own, not the compiler's.
     let toml = std::fs::read_to_string(pipeline)?;
@@ -166,15 +248,7 @@ fn run_case(
             rest.strip_suffix(" records/s)")?.parse().ok()
         })
         .ok_or_else(|| anyhow::anyhow!("no records/s in the summary:\n{summary}"))?;
-    let peak_rss_mb = peak_rss_mb(&summary)?;
-    let run = StateSizeRun {
-        udf,
-        per_key,
-        records_per_s,
-        peak_rss_mb,
-    };
-    eprintln!("  {}", run.line());
-    Ok(run)
+    Ok((records_per_s, peak_rss_mb(&summary)?))
 }
 
 /// Order events 1 ms apart; each goes to one of the `OPEN_ORDERS` open orders at random,
