@@ -15,18 +15,32 @@ scripts/services.sh start >/dev/null
 scripts/browser.sh >/dev/null
 # Compiled components are cached inside the checkout, not in the user's ~/.cache.
 export WEIR_CACHE_DIR="$PWD/target/weir-cache"
-cargo test --release --workspace 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
+# cargo-nextest runs the tests of every binary side by side (the end-to-end tests spend
+# much of their time waiting on the broker or a child process), two at a time as `cargo
+# test` does within one binary, and all of them even after a failure; it does not run
+# doc tests, so the SDK's (the only crate with any) run after it. Without nextest,
+# `cargo test` runs the same tests one binary after another.
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --release --workspace --no-fail-fast 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  cargo test --release --doc -p weir-sdk 2>&1 | tee -a "$log"
+  [[ ${PIPESTATUS[0]} = 0 ]] || status=1
+else
+  cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+fi
 # The Python and JavaScript SDKs and UDFs, natively.
 scripts/test-guests.sh 2>&1 | tee -a "$log"
 [[ ${PIPESTATUS[0]} = 0 ]] || status=1
 scripts/services.sh stop 2>/dev/null || true
 
 echo
-awk '/^test result:/ {
+awk '/^test result:/ || /^ *Summary \[/ {
        for (i = 1; i <= NF; i++) {
          if ($(i + 1) ~ /^passed/) passed += $i
          if ($(i + 1) ~ /^failed/) failed += $i
+         # nextest: "N timed out" counts as failed.
+         if ($(i + 1) ~ /^timed/) failed += $i
        }
      }
      # Python unittest: "Ran N tests", then "OK" or "FAILED (failures=F, errors=E)".
