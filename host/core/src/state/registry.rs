@@ -183,6 +183,11 @@ impl StateRegistry {
         self.declared.get(id as usize).and_then(|d| d.ttl)
     }
 
+    /// The time-to-live of every declared state, by id.
+    pub fn ttls(&self) -> Vec<Option<StateTtl>> {
+        self.declared.iter().map(|d| d.ttl).collect()
+    }
+
     /// Whether any declared state has a time-to-live.
     pub fn any_ttl(&self) -> bool {
         self.declared.iter().any(|d| d.ttl.is_some())

@@ -107,6 +107,9 @@ pub struct OperatorCounters {
 struct Probation {
     previous: Box<dyn ProcessFunction>,
     calls_left: u64,
+    /// The time-to-live of each state as the previous version declared it, to declare
+    /// again on a rollback (the new version's declarations replaced them).
+    previous_ttls: Vec<Option<weir_core::state::StateTtl>>,
 }
 
 /// The default number of entries in one batched call (`[udf] max_batch`).
@@ -194,6 +197,7 @@ impl KeyedOperator {
         probation_calls: u64,
     ) -> Result<(), OperatorError> {
         let outputs = self.host.outputs.len();
+        let previous_ttls = self.host.states.ttls();
         self.host.declaring = true;
         let result = function.init(&mut self.host, info);
         self.host.declaring = false;
@@ -209,6 +213,7 @@ impl KeyedOperator {
         self.probation = (probation_calls > 0).then_some(Probation {
             previous,
             calls_left: probation_calls,
+            previous_ttls,
         });
         // The old version may have been slow; the new one starts from the configured size.
         self.batch_limit = self.batch_limit.max(1);
@@ -229,6 +234,18 @@ impl KeyedOperator {
     /// [`register_timer_again`](Self::register_timer_again) for a failed timer).
     pub fn rollback(&mut self) -> Option<Box<dyn ProcessFunction>> {
         let probation = self.probation.take()?;
+        // The old version's instance is not initialised again: its states' time-to-live
+        // goes back to what it declared.
+        for (id, ttl) in probation.previous_ttls.into_iter().enumerate() {
+            let id = id as u32;
+            if self.host.states.ttl(id) != ttl {
+                if let Some((name, kind)) = self.host.states.get(id) {
+                    let name = name.to_string();
+                    let redeclared = self.host.declare_state(&name, kind, ttl);
+                    debug_assert!(redeclared.is_ok(), "the same name and kind again");
+                }
+            }
+        }
         Some(std::mem::replace(&mut self.function, probation.previous))
     }
 

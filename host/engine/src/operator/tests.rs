@@ -44,6 +44,8 @@ struct Counter {
     main: OutputId,
     /// An extra output to declare in `init` (to test unrouted outputs).
     extra_output: Option<&'static str>,
+    /// The count's time-to-live, if any.
+    ttl: Option<weir_core::state::StateTtl>,
 }
 
 impl Counter {
@@ -56,6 +58,7 @@ impl Counter {
             count: 0,
             main: 0,
             extra_output: None,
+            ttl: None,
         }
     }
 
@@ -72,7 +75,7 @@ impl ProcessFunction for Counter {
 
     fn init(&mut self, host: &mut HostServices, _info: &InitInfo) -> Result<(), CallError> {
         self.count = host
-            .declare_state("count", StateKind::Value, None)
+            .declare_state("count", StateKind::Value, self.ttl)
             .map_err(CallError::Returned)?;
         self.main = host.declare_output("main").map_err(CallError::Returned)?;
         if let Some(extra) = self.extra_output {
@@ -297,6 +300,34 @@ fn a_swapped_in_version_keeps_state_and_timers_and_is_rolled_back_within_probati
     assert_eq!(
         taken(&received),
         ["v1:e:a:1@1#0", "v1:e:a:2@20#1", "v1:t:a@11#2"]
+    );
+}
+
+#[test]
+fn a_rollback_gives_the_states_the_time_to_live_the_old_version_declared() {
+    use weir_core::state::{StateTtl, TtlRefresh};
+    let (mut op, _received) = operator(Counter::new("v1", 10));
+    op.process_elements(&elements(&[("a", "x", 1)])).unwrap();
+    let mut broken = Counter::new("v2", 10);
+    broken.always_fail = true;
+    broken.ttl = Some(StateTtl {
+        millis: 5,
+        domain: TimeDomain::EventTime,
+        refresh: TtlRefresh::OnWrite,
+    });
+    op.swap_function(Box::new(broken), &InitInfo::default(), 3)
+        .unwrap();
+    let count = op.host().states().find("count").unwrap().0;
+    assert!(op.host().states().ttl(count).is_some());
+    op.process_elements(&elements(&[("a", "x", 2)]))
+        .unwrap_err();
+    op.rollback().expect("the old version was kept");
+    assert_eq!(op.host().states().ttl(count), None, "v1 declared none");
+    let a = op.host().keys().find(b"a").unwrap();
+    assert_eq!(
+        op.host().keys().entry(a).slot(count),
+        Some(&weir_core::state::Slot::Value(1u64.to_le_bytes().to_vec())),
+        "the count is kept, without a stamp"
     );
 }
 
