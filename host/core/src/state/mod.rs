@@ -351,6 +351,11 @@ impl KeyTable {
         self.expiry[clock(domain)].pop_due(now)
     }
 
+    /// When key `id` is listed to have entries on `domain`'s clock expire, if it is.
+    pub fn expiry_of(&self, id: KeyId, domain: TimeDomain) -> Option<Timestamp> {
+        self.expiry[clock(domain)].due_of(id)
+    }
+
     /// When the first listed key's entries on `domain`'s clock expire.
     pub fn next_expiry(&self, domain: TimeDomain) -> Option<Timestamp> {
         self.expiry[clock(domain)].next_due()

@@ -164,6 +164,11 @@ impl ExpiryQueue {
         Some(key)
     }
 
+    /// When `key` is listed to be purged, if it is.
+    pub fn due_of(&self, key: KeyId) -> Option<Timestamp> {
+        self.due.get(&key).copied()
+    }
+
     /// When the first listed key is due.
     pub fn next_due(&self) -> Option<Timestamp> {
         self.by_time.first().map(|&(at, _)| at)

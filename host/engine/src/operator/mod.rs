@@ -440,23 +440,20 @@ impl KeyedOperator {
         let limit = self.batch_limit;
         // Expired state goes before the batch's keys are interned (it may release some).
         self.expire_state(wall_clock_ms());
-        // No entry of the batch may see an entry that expires on the way: the batch ends
-        // at the element whose watermark advance reaches the first listed expiry, or the
-        // shortest event-time time-to-live past the watermark now (for what the batch
-        // writes itself), and the timers of that advance fire in the next batch, after
-        // the host has removed what expired.
-        let ttl_limit = {
-            let listed = self.host.keys.next_expiry(TimeDomain::EventTime);
-            let written = self
-                .host
-                .states
-                .shortest_ttl(TimeDomain::EventTime)
-                .map(|ttl| self.host.watermark.saturating_add(ttl));
-            listed
-                .into_iter()
-                .chain(written)
-                .min()
-                .unwrap_or(END_OF_TIME)
+        // No entry of the batch may see an entry that expires on the way. The batch ends
+        // before an element whose key has an entry expiring by the element's watermark,
+        // and before the timers of an advance if one of their keys has (the next batch
+        // starts by removing them); and at the element whose watermark advance reaches
+        // the shortest event-time time-to-live past the watermark now, for what the
+        // batch writes itself. Keys the batch does not touch expire before the next one.
+        let ttl = self.host.states.shortest_ttl(TimeDomain::EventTime);
+        let ttl_limit = ttl.map_or(END_OF_TIME, |ttl| self.host.watermark.saturating_add(ttl));
+        let expires_by = |host: &HostServices, key: KeyId, at: Timestamp| {
+            ttl.is_some()
+                && host
+                    .keys
+                    .expiry_of(key, TimeDomain::EventTime)
+                    .is_some_and(|due| due <= at)
         };
         let mut entries = Vec::with_capacity(limit.min(2 * (elements.len() - start) + 8));
         let mut watermark = self.watermark.clone();
@@ -473,6 +470,10 @@ impl KeyedOperator {
             }
             let key = self.host.keys.intern(element.key);
             let before = watermark.current();
+            // (Never the first entry: what expired by the batch's start is gone.)
+            if !entries.is_empty() && expires_by(&self.host, key, before) {
+                break;
+            }
             let after = watermark
                 .observe(source, element.timestamp)
                 .unwrap_or(before);
@@ -483,10 +484,16 @@ impl KeyedOperator {
                 watermark_after: after,
             });
             taken += 1;
-            if after >= ttl_limit && after > before {
-                break;
-            }
             if after > before {
+                let expiring = ttl.is_some()
+                    && self
+                        .host
+                        .timers
+                        .event_due_between(last_timer, after)
+                        .any(|(_, _, key)| expires_by(&self.host, key, after));
+                if after >= ttl_limit || expiring {
+                    break;
+                }
                 self.push_due_timers(&mut entries, &mut last_timer, after);
             }
         }
