@@ -212,14 +212,7 @@ impl World {
         let Some(slot) = self.data.get_mut(&key).and_then(|s| s.get_mut(&state)) else {
             return;
         };
-        match (slot, map_key) {
-            (StateData::Map(map), Some(k)) => {
-                if let Some(v) = map.get_mut(k) {
-                    ttl::restamp(v, now);
-                }
-            }
-            (slot, _) => ttl::for_each_entry(slot, |e| ttl::restamp(e, now)),
-        }
+        ttl::restamp_read(slot, map_key, now);
     }
 
     /// Removes every entry that has expired by the watermark or the processing time, as

@@ -59,6 +59,19 @@ pub fn for_each_entry(slot: &mut Slot, mut f: impl FnMut(&mut Vec<u8>)) {
     }
 }
 
+/// Restamps what a read refreshes: every entry of `slot`, or only the map entry
+/// `map_key` if one is given (and present).
+pub fn restamp_read(slot: &mut Slot, map_key: Option<&[u8]>, stamp: Timestamp) {
+    match (slot, map_key) {
+        (Slot::Map(map), Some(k)) => {
+            if let Some(v) = map.get_mut(k) {
+                restamp(v, stamp);
+            }
+        }
+        (slot, _) => for_each_entry(slot, |e| restamp(e, stamp)),
+    }
+}
+
 /// Gives every entry of `slot` the stamp `stamp` (a state that gained a time-to-live).
 pub fn add_stamps(slot: &mut Slot, stamp: Timestamp) {
     for_each_entry(slot, |entry| *entry = stamped(stamp, entry));

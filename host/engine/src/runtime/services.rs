@@ -527,14 +527,7 @@ impl Services {
         let Some(slot) = entry.slot_mut(state) else {
             return;
         };
-        match (slot, map_key) {
-            (Slot::Map(map), Some(k)) => {
-                if let Some(v) = map.get_mut(k) {
-                    ttl::restamp(v, stamp);
-                }
-            }
-            (slot, _) => ttl::for_each_entry(slot, |e| ttl::restamp(e, stamp)),
-        }
+        ttl::restamp_read(slot, map_key, stamp);
         self.replaced(state, previous);
         self.keys
             .schedule_expiry(scope.key, ttl.domain, ttl.expiry(stamp));

@@ -369,58 +369,9 @@ pub fn apply(
         }
     };
     for (key, state, at, write) in effects.writes {
-        if let Some(ttl) = host.states.ttl(state) {
-            let stamp = at.unwrap_or_else(|| last(ttl.domain));
-            apply_stamped(host, key, state, &ttl, stamp, write);
-            continue;
-        }
-        let entry = host.keys.entry_mut(key);
-        match write {
-            // Reuse the value's buffer: most writes replace a value of the same size.
-            Write::Set(SlotRef::Value(v)) => match entry.slot_mut(state) {
-                Some(Slot::Value(old)) => {
-                    old.clear();
-                    old.extend_from_slice(v);
-                }
-                _ => entry.set_slot(state, Slot::Value(v.to_vec())),
-            },
-            Write::Set(SlotRef::List(items)) => entry.set_slot(
-                state,
-                Slot::List(items.into_iter().map(<[u8]>::to_vec).collect()),
-            ),
-            Write::Set(SlotRef::Map(pairs)) => {
-                let map = pairs.into_iter().map(|(k, v)| (k.to_vec(), v.to_vec()));
-                entry.set_slot(state, Slot::Map(map.collect::<BTreeMap<_, _>>()))
-            }
-            Write::Clear => entry.clear(state),
-            Write::ListAppend(item) => {
-                match entry.slot_or_insert(state, || Slot::List(Vec::new())) {
-                    Slot::List(items) => items.push(item.to_vec()),
-                    _ => unreachable!("checked against the state's kind"),
-                }
-            }
-            Write::MapPut(k, v) => match entry.slot_or_insert(state, || Slot::Map(BTreeMap::new()))
-            {
-                Slot::Map(map) => {
-                    map.insert(k.to_vec(), v.to_vec());
-                }
-                _ => unreachable!("checked against the state's kind"),
-            },
-            Write::MapRemove(k) => {
-                let now_empty = match entry.slot_mut(state) {
-                    Some(Slot::Map(map)) => {
-                        map.remove(k);
-                        map.is_empty()
-                    }
-                    _ => false,
-                };
-                if now_empty {
-                    entry.clear(state);
-                }
-            }
-            // Reads matter only to a time-to-live refreshed on read.
-            Write::Read | Write::MapRead(_) => {}
-        }
+        let ttl = host.states.ttl(state);
+        let stamp = ttl.map(|ttl| at.unwrap_or_else(|| last(ttl.domain)));
+        apply_write(host, key, state, ttl.zip(stamp), write);
     }
     if let Some(epoch) = epoch {
         for (&key, &kept) in keys.ids.iter().zip(&keys.kept) {
@@ -441,38 +392,47 @@ pub fn apply(
     }
 }
 
-/// Applies one write to a state with time-to-live `ttl`: what it writes is stamped
-/// `stamp`, a read restamps what it read if reads refresh the time-to-live, and the key is
-/// listed for the expiry of what it wrote.
-fn apply_stamped(
+/// Applies one write of a batch to `key`'s `state`. For a state with a time-to-live
+/// (`ttl`, with the stamp of the call that did the write) what it writes is stamped, a
+/// read restamps what it read if reads refresh the time-to-live, and the key is listed
+/// for the expiry of what it stamped.
+fn apply_write(
     host: &mut HostServices,
     key: KeyId,
     state: u32,
-    ttl: &StateTtl,
-    stamp: i64,
+    ttl: Option<(StateTtl, i64)>,
     write: Write<'_>,
 ) {
+    let stored = |bytes: &[u8]| match ttl {
+        Some((_, stamp)) => stamped(stamp, bytes),
+        None => bytes.to_vec(),
+    };
     let entry = host.keys.entry_mut(key);
     match write {
         Write::Clear => entry.clear(state),
-        Write::Set(SlotRef::Value(v)) => entry.set_slot(state, Slot::Value(stamped(stamp, v))),
-        Write::Set(SlotRef::List(items)) => entry.set_slot(
-            state,
-            Slot::List(items.into_iter().map(|i| stamped(stamp, i)).collect()),
-        ),
+        // Reuse the value's buffer: most writes replace a value of the same size.
+        Write::Set(SlotRef::Value(v)) if ttl.is_none() => match entry.slot_mut(state) {
+            Some(Slot::Value(old)) => {
+                old.clear();
+                old.extend_from_slice(v);
+            }
+            _ => entry.set_slot(state, Slot::Value(v.to_vec())),
+        },
+        Write::Set(SlotRef::Value(v)) => entry.set_slot(state, Slot::Value(stored(v))),
+        Write::Set(SlotRef::List(items)) => {
+            entry.set_slot(state, Slot::List(items.into_iter().map(stored).collect()))
+        }
         Write::Set(SlotRef::Map(pairs)) => {
-            let map = pairs
-                .into_iter()
-                .map(|(k, v)| (k.to_vec(), stamped(stamp, v)));
+            let map = pairs.into_iter().map(|(k, v)| (k.to_vec(), stored(v)));
             entry.set_slot(state, Slot::Map(map.collect::<BTreeMap<_, _>>()))
         }
         Write::ListAppend(item) => match entry.slot_or_insert(state, || Slot::List(Vec::new())) {
-            Slot::List(items) => items.push(stamped(stamp, item)),
+            Slot::List(items) => items.push(stored(item)),
             _ => unreachable!("checked against the state's kind"),
         },
         Write::MapPut(k, v) => match entry.slot_or_insert(state, || Slot::Map(BTreeMap::new())) {
             Slot::Map(map) => {
-                map.insert(k.to_vec(), stamped(stamp, v));
+                map.insert(k.to_vec(), stored(v));
             }
             _ => unreachable!("checked against the state's kind"),
         },
@@ -487,22 +447,23 @@ fn apply_stamped(
             if now_empty {
                 entry.clear(state);
             }
-            return;
         }
-        Write::Read | Write::MapRead(_) if !ttl.refreshed_on_read() => return,
-        Write::Read => {
-            if let Some(slot) = entry.slot_mut(state) {
-                ttl::for_each_entry(slot, |e| ttl::restamp(e, stamp));
-            }
-        }
-        Write::MapRead(k) => {
-            if let Some(Slot::Map(map)) = entry.slot_mut(state) {
-                if let Some(v) = map.get_mut(k) {
-                    ttl::restamp(v, stamp);
+        // Reads matter only to a time-to-live refreshed on read.
+        Write::Read | Write::MapRead(_) => match ttl {
+            Some((ttl, stamp)) if ttl.refreshed_on_read() => {
+                let map_key = match write {
+                    Write::MapRead(k) => Some(k),
+                    _ => None,
+                };
+                if let Some(slot) = entry.slot_mut(state) {
+                    ttl::restamp_read(slot, map_key, stamp);
                 }
             }
-        }
+            _ => return,
+        },
     }
-    host.keys
-        .schedule_expiry(key, ttl.domain, ttl.expiry(stamp));
+    if let Some((ttl, stamp)) = ttl {
+        host.keys
+            .schedule_expiry(key, ttl.domain, ttl.expiry(stamp));
+    }
 }
