@@ -285,7 +285,11 @@ class World {
 
   setSlot(id, kind, call, value) {
     this.checkState(id, kind, call);
-    const key = this.currentKey(call);
+    this.put(this.currentKey(call), id, value);
+  }
+
+  /** Makes state `id` of `key` hold `value` as it is; `undefined` removes it. */
+  put(key, id, value) {
     if (value === undefined) {
       this.removeSlot(key, id);
       return;
@@ -516,13 +520,8 @@ class World {
    * test sets it: entries of a state with a time-to-live start theirs now.
    */
   store(key, id, value) {
-    if (value === undefined) {
-      this.removeSlot(key, id);
-      return;
-    }
-    let slots = this.data.get(key);
-    if (slots === undefined) this.data.set(key, (slots = new Map()));
-    slots.set(id, value);
+    this.put(key, id, value);
+    if (value === undefined) return;
     if (value instanceof Uint8Array) this.stamp(id, value);
     else if (Array.isArray(value)) value.forEach((item) => this.stamp(id, item));
     else for (const v of value.values()) this.stamp(id, v);
