@@ -301,6 +301,7 @@ mod tests {
                 position: Position::File {
                     offset: 10,
                     line: 2,
+                    fingerprint: None,
                 },
                 watermark: 5,
                 ended: false,
@@ -380,6 +381,34 @@ mod tests {
 
         c.store.clear().unwrap();
         assert!(c.store.epochs().unwrap().is_empty());
+    }
+
+    #[test]
+    fn when_every_checkpoint_is_damaged_the_run_is_refused_not_started_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut c, _) = Checkpointer::open(&in_dir(dir.path()), false).unwrap();
+        write(&mut c, &[1; 100]);
+        write(&mut c, &[2; 10]);
+        drop(c);
+        for epoch in [1, 2] {
+            let path = dir.path().join(format!("checkpoint-000000000{epoch}.weir"));
+            let mut bytes = std::fs::read(&path).unwrap();
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0xff;
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        let err = format!(
+            "{:#}",
+            Checkpointer::open(&in_dir(dir.path()), false)
+                .err()
+                .unwrap()
+        );
+        assert!(
+            err.contains("none of the 2 checkpoints") && err.contains("--fresh"),
+            "{err}"
+        );
+        let (_, chain) = Checkpointer::open(&in_dir(dir.path()), true).unwrap();
+        assert!(chain.is_none(), "--fresh starts over");
     }
 
     #[test]

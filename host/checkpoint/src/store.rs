@@ -78,19 +78,33 @@ impl CheckpointStore {
     }
 
     /// The newest checkpoint whose whole chain reads back intact. A damaged file is
-    /// reported and skipped for the checkpoint before it; it is never loaded.
+    /// reported and skipped for the checkpoint before it; it is never loaded. `None`
+    /// when there is no checkpoint; an error when there are some but none is intact, since
+    /// starting from scratch would write every output again behind the user's back.
     pub fn newest_good(&self) -> anyhow::Result<Option<Chain>> {
         let epochs = self.epochs()?;
+        let mut last_error = None;
         for &epoch in epochs.iter().rev() {
             match self.load_chain(epoch) {
                 Ok(chain) => return Ok(Some(chain)),
-                Err(e) => tracing::warn!(
-                    "checkpoint {epoch} in {} cannot be used ({e:#}); trying the one before",
-                    self.backend.describe()
-                ),
+                Err(e) => {
+                    tracing::warn!(
+                        "checkpoint {epoch} in {} cannot be used ({e:#}); trying the one before",
+                        self.backend.describe()
+                    );
+                    last_error = Some(e);
+                }
             }
         }
-        Ok(None)
+        match last_error {
+            None => Ok(None),
+            Some(e) => Err(e.context(format!(
+                "none of the {} checkpoints in {} can be used, so there is nothing to resume from; \
+                 start over with --fresh (which writes every output again from the start)",
+                epochs.len(),
+                self.backend.describe()
+            ))),
+        }
     }
 
     fn load_chain(&self, epoch: u64) -> anyhow::Result<Chain> {

@@ -66,4 +66,12 @@ pub trait Sink: Send {
         self.flush()?;
         Ok(SinkState::default())
     }
+
+    /// How many of the records it took ([`write`](Sink::write) returned `Ok`) are not in
+    /// its destination after all. Called once, after a method returned an error, so that
+    /// the run counts only what the sink holds. The default, 0, is for sinks that cannot
+    /// tell (their checkpoints still say what is durable).
+    fn lost(&self) -> u64 {
+        0
+    }
 }

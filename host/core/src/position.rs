@@ -14,6 +14,11 @@ pub enum Position {
         /// How many lines (blank ones included) had been read: the 1-based number of
         /// the last line read, 0 at the start.
         line: u64,
+        /// What identifies the bytes before `offset` (a hash of the first and last KiBs
+        /// read), so that a run resumed on a file that was replaced is refused; absent in
+        /// checkpoints written before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fingerprint: Option<String>,
     },
     /// A stream that cannot be rewound (stdin): how many lines had been read.
     Stream {

@@ -366,6 +366,11 @@ impl KeyTable {
         self.tracking = true;
     }
 
+    /// Whether changes are being remembered for the next incremental checkpoint.
+    pub fn is_tracking(&self) -> bool {
+        self.tracking
+    }
+
     /// Stops remembering changes (no checkpoint will follow) and forgets those remembered.
     pub fn stop_tracking(&mut self) {
         self.tracking = false;

@@ -7,7 +7,7 @@
 //! once per record; anything else falls back to chrono.
 
 use super::Timestamp;
-use chrono::{DateTime, NaiveDateTime};
+use chrono::{DateTime, NaiveDateTime, Timelike as _};
 use serde::Deserialize;
 
 /// How a source's timestamp field is written.
@@ -61,8 +61,15 @@ pub fn parse_datetime(text: &str) -> Result<Timestamp, String> {
     if let Some(ms) = fast_datetime(text.as_bytes()) {
         return Ok(ms);
     }
+    // chrono reads second 60 as a leap second, which would land in the next minute.
+    let leap = |naive: &NaiveDateTime| naive.nanosecond() >= 1_000_000_000;
+    let no_leap = || format!("{text:?} has second 60: seconds go from 00 to 59");
     if let Ok(dt) = DateTime::parse_from_rfc3339(text) {
-        return Ok(dt.timestamp_millis());
+        return if leap(&dt.naive_utc()) {
+            Err(no_leap())
+        } else {
+            Ok(dt.timestamp_millis())
+        };
     }
     for layout in [
         "%Y-%m-%d %H:%M:%S%.f%:z",
@@ -70,7 +77,11 @@ pub fn parse_datetime(text: &str) -> Result<Timestamp, String> {
         "%Y-%m-%d %H:%M:%S%.f%z",
     ] {
         if let Ok(dt) = DateTime::parse_from_str(text, layout) {
-            return Ok(dt.timestamp_millis());
+            return if leap(&dt.naive_utc()) {
+                Err(no_leap())
+            } else {
+                Ok(dt.timestamp_millis())
+            };
         }
     }
     for layout in [
@@ -80,7 +91,11 @@ pub fn parse_datetime(text: &str) -> Result<Timestamp, String> {
         "%Y-%m-%dT%H:%M",
     ] {
         if let Ok(naive) = NaiveDateTime::parse_from_str(text, layout) {
-            return Ok(naive.and_utc().timestamp_millis());
+            return if leap(&naive) {
+                Err(no_leap())
+            } else {
+                Ok(naive.and_utc().timestamp_millis())
+            };
         }
     }
     Err(format!(
@@ -215,6 +230,14 @@ mod tests {
         ] {
             let err = parse_datetime(bad).unwrap_err();
             assert!(err.contains("is not a date-time"), "{bad}: {err}");
+        }
+        for leap in [
+            "2026-11-29 10:00:60",
+            "2026-11-29T10:00:60Z",
+            "2026-11-29 10:00:60.5+02:00",
+        ] {
+            let err = parse_datetime(leap).unwrap_err();
+            assert!(err.contains("second 60"), "{leap}: {err}");
         }
     }
 

@@ -27,6 +27,10 @@ pub fn parse_duration_ms(text: &str) -> anyhow::Result<i64> {
         anyhow::ensure!(ms >= 0, "a duration cannot be negative: {text:?}");
         return Ok(ms);
     }
+    anyhow::ensure!(
+        !text.starts_with('-'),
+        "a duration cannot be negative: {text:?}"
+    );
     let duration = humantime::parse_duration(text).map_err(|e| {
         anyhow::anyhow!("{text:?} is not a duration like 500ms, 5s, 5m or 1h ({e})")
     })?;
@@ -70,6 +74,8 @@ mod tests {
             .to_string()
             .contains("five"));
         assert!(parse_duration_ms("-3").is_err());
+        let err = parse_duration_ms("-5s").unwrap_err().to_string();
+        assert!(err.contains("cannot be negative"), "{err}");
     }
 
     #[test]

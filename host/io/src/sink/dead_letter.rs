@@ -54,7 +54,8 @@ impl DeadLetters {
     /// Makes the dead letters so far durable; returns the output's length.
     pub fn checkpoint(&mut self) -> anyhow::Result<Option<u64>> {
         use super::Sink;
-        Ok(self.sink.checkpoint()?.length)
+        let state = self.sink.checkpoint();
+        Ok(self.count_only_kept(state)?.length)
     }
 
     /// Dead letters written to an already open JSON-lines sink, counted from zero.
@@ -65,9 +66,21 @@ impl DeadLetters {
     /// Writes one dead letter as a JSON line and counts it. Buffered: it reaches the
     /// file on [`flush`](Self::flush) or [`checkpoint`](Self::checkpoint).
     pub fn write(&mut self, letter: &DeadLetter<'_>) -> anyhow::Result<()> {
-        self.count += 1;
         let json = serde_json::to_vec(letter)?;
-        self.sink.write_json(&json)
+        let written = self.sink.write_json(&json);
+        if written.is_ok() {
+            self.count += 1;
+        }
+        self.count_only_kept(written)
+    }
+
+    /// After a failure, counts only the dead letters the file holds.
+    fn count_only_kept<T>(&mut self, result: anyhow::Result<T>) -> anyhow::Result<T> {
+        use super::Sink;
+        if result.is_err() {
+            self.count = self.count.saturating_sub(self.sink.lost());
+        }
+        result
     }
 
     /// Dead letters written, counting those of the checkpoint the run was restored
@@ -85,6 +98,7 @@ impl DeadLetters {
     /// Hands the buffered dead letters to the file (without syncing it).
     pub fn flush(&mut self) -> anyhow::Result<()> {
         use super::Sink;
-        self.sink.flush()
+        let flushed = self.sink.flush();
+        self.count_only_kept(flushed)
     }
 }

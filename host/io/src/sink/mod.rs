@@ -22,19 +22,34 @@ use anyhow::Context as _;
 use kafka::KafkaTarget;
 use postgres::PostgresTarget;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 use std::path::PathBuf;
 use upsert::UpsertSpec;
 
+/// How many bytes of lines a [`JsonLinesSink`] gathers before it writes them out.
+const LINE_BUFFER: usize = 1 << 17;
+
 /// One JSON document per line: the value the UDF emitted.
+///
+/// Lines are gathered in a buffer of [`LINE_BUFFER`] bytes and written out whole. If a
+/// write fails (a full disk), the sink knows which lines reached the file: it cuts off
+/// the line the failure left half-written, and [`Sink::lost`] says how many of the
+/// records it had taken are not in the file.
 pub struct JsonLinesSink {
     location: String,
-    out: BufWriter<Box<dyn Write + Send>>,
-    /// The file behind `out`, to make it durable at checkpoints (`None` for stdout).
+    out: Box<dyn Write + Send>,
+    /// The file behind `out`, to make it durable at checkpoints and cut a half-written
+    /// line off after a failure (`None` for stdout and pipes).
     file: Option<File>,
-    /// Bytes handed to `out` so far, counting what the file held when it was opened.
+    /// Lines not written out yet.
+    buffer: Vec<u8>,
+    /// Where each line in `buffer` ends.
+    ends: Vec<usize>,
+    /// Bytes handed to the sink so far, counting what the file held when it was opened.
     written: u64,
+    /// Records it had taken that a failed write kept out of the file.
+    lost: u64,
 }
 
 impl JsonLinesSink {
@@ -90,9 +105,12 @@ impl JsonLinesSink {
     pub fn new(location: String, out: Box<dyn Write + Send>) -> Self {
         Self {
             location,
-            out: BufWriter::with_capacity(1 << 17, out),
+            out,
             file: None,
+            buffer: Vec::with_capacity(LINE_BUFFER),
+            ends: Vec::new(),
             written: 0,
+            lost: 0,
         }
     }
 
@@ -116,11 +134,68 @@ impl JsonLinesSink {
         } else {
             value
         };
+        if !self.buffer.is_empty() && self.buffer.len() + line.len() >= LINE_BUFFER {
+            self.write_out()?;
+        }
+        self.buffer.extend_from_slice(line);
+        self.buffer.push(b'\n');
+        self.ends.push(self.buffer.len());
         self.written += line.len() as u64 + 1;
+        Ok(())
+    }
+
+    /// Writes the buffered lines out. On a failure, counts the lines that did not reach
+    /// the file as lost, and cuts a half-written one off the file.
+    fn write_out(&mut self) -> anyhow::Result<()> {
+        let mut done = 0;
+        while done < self.buffer.len() {
+            match self.out.write(&self.buffer[done..]) {
+                Ok(0) => return Err(self.failed(done, std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.failed(done, e)),
+            }
+        }
+        self.buffer.clear();
+        self.ends.clear();
         self.out
-            .write_all(line)
-            .and_then(|()| self.out.write_all(b"\n"))
+            .flush()
             .with_context(|| format!("cannot write to {}", self.location))
+    }
+
+    /// After a write of the buffer failed with `error` once `done` of its bytes were
+    /// written: what the file holds ends with the last whole line.
+    fn failed(&mut self, done: usize, error: std::io::Error) -> anyhow::Error {
+        let whole = self.ends.iter().take_while(|&&end| end <= done).count();
+        self.lost = (self.ends.len() - whole) as u64;
+        let kept = whole.checked_sub(1).map_or(0, |i| self.ends[i]);
+        let unwritten = (self.buffer.len() - kept) as u64;
+        let mut message = format!(
+            "cannot write to {} ({error}): the last {} records taken are not in it",
+            self.location, self.lost
+        );
+        if done > kept {
+            if let Some(file) = &self.file {
+                let length = self.written - unwritten;
+                match file.set_len(length) {
+                    Ok(()) => {
+                        message +=
+                            &format!(", and a half-written line was cut off at byte {length}")
+                    }
+                    Err(e) => {
+                        message += &format!(
+                            ", and its last line is cut short (it could not be cut off: {e})"
+                        )
+                    }
+                }
+            } else {
+                message += ", and its last line is cut short";
+            }
+        }
+        self.written -= unwritten;
+        self.buffer.clear();
+        self.ends.clear();
+        anyhow::anyhow!(message)
     }
 
     /// Flushes and syncs the file; returns its length.
@@ -145,9 +220,7 @@ impl Sink for JsonLinesSink {
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {
-        self.out
-            .flush()
-            .with_context(|| format!("cannot write to {}", self.location))
+        self.write_out()
     }
 
     fn checkpoint(&mut self) -> anyhow::Result<SinkState> {
@@ -155,6 +228,20 @@ impl Sink for JsonLinesSink {
             length: self.sync()?,
             data: Vec::new(),
         })
+    }
+
+    fn lost(&self) -> u64 {
+        self.lost
+    }
+}
+
+/// A run that failed never finishes its sinks: what it emitted before the failure is
+/// still written out, as far as it can be.
+impl Drop for JsonLinesSink {
+    fn drop(&mut self) {
+        if !self.buffer.is_empty() {
+            let _ = self.write_out();
+        }
     }
 }
 

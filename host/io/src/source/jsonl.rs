@@ -9,30 +9,87 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
 use weir_core::position::Position;
 
-/// Reads lines from any buffered reader, skipping blank ones.
+/// The UTF-8 byte order mark some editors put at the start of a text file.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// How much of a line over the limit is kept, for its dead letter.
+const OVERSIZED_PREFIX: usize = 1 << 10;
+
+/// Reads lines from any buffered reader, skipping blank ones. A line longer than `max`
+/// bytes is never held whole: its first [`OVERSIZED_PREFIX`] bytes are kept, the rest
+/// is skipped, and the record says how long it was ([`SourceRecord::oversized`]).
 struct LineReader<R> {
     reader: R,
     line: u64,
     offset: u64,
+    max: usize,
 }
 
 impl<R: BufRead> LineReader<R> {
+    fn new(reader: R, offset: u64, line: u64, max: usize) -> Self {
+        Self {
+            reader,
+            line,
+            offset,
+            max,
+        }
+    }
+
     fn next(&mut self, record: &mut SourceRecord) -> std::io::Result<bool> {
         loop {
             record.data.clear();
-            let read = self.reader.read_until(b'\n', &mut record.data)?;
+            record.oversized = None;
+            let limit = self.max as u64 + 1;
+            let mut read = (&mut self.reader)
+                .take(limit)
+                .read_until(b'\n', &mut record.data)?;
             if read == 0 {
                 return Ok(false);
+            }
+            if read as u64 == limit && record.data.last() != Some(&b'\n') {
+                let (skipped, newline) = skip_line(&mut self.reader)?;
+                read += skipped;
+                record.data.truncate(OVERSIZED_PREFIX);
+                record.oversized = Some((read - usize::from(newline)) as u64);
             }
             self.line += 1;
             record.line = Some(self.line);
             record.offset = self.offset;
             self.offset += read as u64;
+            if record.oversized.is_some() {
+                return Ok(true);
+            }
             while matches!(record.data.last(), Some(b'\n' | b'\r')) {
                 record.data.pop();
             }
+            if record.offset == 0 && record.data.starts_with(BOM) {
+                record.data.drain(..BOM.len());
+            }
             if !record.data.iter().all(u8::is_ascii_whitespace) {
                 return Ok(true);
+            }
+        }
+    }
+}
+
+/// Skips the rest of a line: returns how many bytes that was, and whether it ended with
+/// a line break (not with the end of input).
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<(usize, bool)> {
+    let mut skipped = 0;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok((skipped, false));
+        }
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                reader.consume(i + 1);
+                return Ok((skipped + i + 1, true));
+            }
+            None => {
+                let n = buf.len();
+                reader.consume(n);
+                skipped += n;
             }
         }
     }
@@ -45,15 +102,23 @@ pub struct FileSource {
 }
 
 impl FileSource {
-    /// Opens the file at `path` to read from its first line. Fails, naming the path, if
-    /// it cannot be opened.
-    pub fn open(path: &Path) -> anyhow::Result<Self> {
-        Self::open_at(path, 0, 0)
+    /// Opens the file at `path` to read from its first line, lines of at most
+    /// `max_record_bytes`. Fails, naming the path, if it cannot be opened.
+    pub fn open(path: &Path, max_record_bytes: usize) -> anyhow::Result<Self> {
+        Self::open_at(path, 0, 0, None, max_record_bytes)
     }
 
     /// Opens the file to read on from byte `offset`, the start of line `line + 1`
-    /// (a checkpointed position).
-    pub fn open_at(path: &Path, offset: u64, line: u64) -> anyhow::Result<Self> {
+    /// (a checkpointed position), after checking that the bytes before `offset` are
+    /// still those the checkpoint read (its `fingerprint`, if it has one): a file
+    /// replaced by another is refused, as one cut shorter is.
+    pub fn open_at(
+        path: &Path,
+        offset: u64,
+        line: u64,
+        fingerprint: Option<&str>,
+        max_record_bytes: usize,
+    ) -> anyhow::Result<Self> {
         let mut file = File::open(path)
             .with_context(|| format!("cannot open input file {}", path.display()))?;
         let length = file.metadata()?.len();
@@ -63,18 +128,49 @@ impl FileSource {
              it was replaced; start over with --fresh",
             path.display()
         );
+        if let Some(expected) = fingerprint {
+            let actual = fingerprint_of(&file, offset)
+                .with_context(|| format!("cannot read input file {}", path.display()))?;
+            anyhow::ensure!(
+                actual == expected,
+                "input file {} is not the file the checkpoint read: its bytes before the \
+                 checkpoint's position ({offset}) differ; it was replaced; start over with --fresh",
+                path.display()
+            );
+        }
         if offset > 0 {
             std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(offset))?;
         }
         Ok(Self {
             location: path.display().to_string(),
-            lines: LineReader {
-                reader: BufReader::with_capacity(1 << 18, file),
-                line,
+            lines: LineReader::new(
+                BufReader::with_capacity(1 << 18, file),
                 offset,
-            },
+                line,
+                max_record_bytes,
+            ),
         })
     }
+}
+
+/// How much of a file a fingerprint reads: this much from its start and this much just
+/// before the position.
+const FINGERPRINT_SPAN: u64 = 4 << 10;
+
+/// What identifies the first `offset` bytes of `file` cheaply: the SHA-256 of its first
+/// and last [`FINGERPRINT_SPAN`] bytes (they overlap in a short file), and `offset`
+/// itself. A checkpoint keeps it with the file's position; a file that was replaced
+/// (another export of the same data, a rotated log) almost surely differs in one of the
+/// two spans.
+fn fingerprint_of(file: &File, offset: u64) -> std::io::Result<String> {
+    use std::os::unix::fs::FileExt as _;
+    let head_len = offset.min(FINGERPRINT_SPAN);
+    let tail_start = offset.saturating_sub(FINGERPRINT_SPAN);
+    let mut bytes = vec![0; (head_len + (offset - tail_start)) as usize];
+    let (head, tail) = bytes.split_at_mut(head_len as usize);
+    file.read_exact_at(head, 0)?;
+    file.read_exact_at(tail, tail_start)?;
+    Ok(weir_core::identity::sha256_hex(&bytes))
 }
 
 impl Source for FileSource {
@@ -91,9 +187,14 @@ impl Source for FileSource {
     }
 
     fn positions(&self) -> Vec<Position> {
+        let offset = self.lines.offset;
+        // Without a fingerprint (the file cannot be read back) a resumed run checks only
+        // the length, as checkpoints written before fingerprints do.
+        let fingerprint = fingerprint_of(self.lines.reader.get_ref(), offset).ok();
         vec![Position::File {
-            offset: self.lines.offset,
+            offset,
             line: self.lines.line,
+            fingerprint,
         }]
     }
 }
@@ -108,29 +209,39 @@ pub struct StdinSource {
 }
 
 impl StdinSource {
-    /// The process's standard input, named `stdin` in messages. Its reader thread
-    /// starts at once.
-    pub fn stdin() -> Self {
-        Self::from_reader("stdin", std::io::stdin())
+    /// The process's standard input, named `stdin` in messages, lines of at most
+    /// `max_record_bytes`. Its reader thread starts at once.
+    pub fn stdin(max_record_bytes: usize) -> Self {
+        Self::from_reader("stdin", std::io::stdin(), max_record_bytes)
     }
 
-    /// Any reader, named `location` in messages, read line by line on a thread of its
-    /// own started at once; the source ends when the reader reaches its end.
-    pub fn from_reader(location: &str, reader: impl Read + Send + 'static) -> Self {
-        Self::spawn(location, move || Ok(reader))
+    /// Any reader, named `location` in messages, read line by line (of at most
+    /// `max_record_bytes`) on a thread of its own started at once; the source ends when
+    /// the reader reaches its end.
+    pub fn from_reader(
+        location: &str,
+        reader: impl Read + Send + 'static,
+        max_record_bytes: usize,
+    ) -> Self {
+        Self::spawn(location, move || Ok(reader), max_record_bytes)
     }
 
     /// A named pipe (or another stream that is not a regular file) at `path`: opened and
     /// read on its own thread, since opening a FIFO waits for a writer and reading it
     /// waits for data, and neither may hold up the pipeline.
-    pub fn open_stream(path: &Path) -> Self {
+    pub fn open_stream(path: &Path, max_record_bytes: usize) -> Self {
         let owned = path.to_path_buf();
-        Self::spawn(&path.display().to_string(), move || File::open(owned))
+        Self::spawn(
+            &path.display().to_string(),
+            move || File::open(owned),
+            max_record_bytes,
+        )
     }
 
     fn spawn<R: Read + Send + 'static>(
         location: &str,
         open: impl FnOnce() -> std::io::Result<R> + Send + 'static,
+        max_record_bytes: usize,
     ) -> Self {
         let (tx, rx) = mpsc::sync_channel(4096);
         std::thread::Builder::new()
@@ -143,11 +254,7 @@ impl StdinSource {
                         return;
                     }
                 };
-                let mut lines = LineReader {
-                    reader: BufReader::new(reader),
-                    line: 0,
-                    offset: 0,
-                };
+                let mut lines = LineReader::new(BufReader::new(reader), 0, 0, max_record_bytes);
                 loop {
                     let mut record = SourceRecord::default();
                     match lines.next(&mut record) {
@@ -205,7 +312,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.jsonl");
         std::fs::write(&path, "{\"a\":1}\r\n\n  \n{\"a\":2}\n{\"a\":3}").unwrap();
-        let mut source = FileSource::open(&path).unwrap();
+        let mut source = FileSource::open(&path, 1 << 20).unwrap();
         let mut rec = SourceRecord::default();
         let mut seen = Vec::new();
         while source.poll(&mut rec, Duration::ZERO).unwrap() == Polled::Record {
@@ -230,29 +337,70 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("in.jsonl");
         std::fs::write(&path, "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n").unwrap();
-        let mut source = FileSource::open(&path).unwrap();
+        let mut source = FileSource::open(&path, 1 << 20).unwrap();
         let mut rec = SourceRecord::default();
         source.poll(&mut rec, Duration::ZERO).unwrap();
-        let Position::File { offset, line } = source.positions()[0].clone() else {
+        let Position::File {
+            offset,
+            line,
+            fingerprint,
+        } = source.positions()[0].clone()
+        else {
             panic!()
         };
         assert_eq!((offset, line), (8, 1));
-        let mut resumed = FileSource::open_at(&path, offset, line).unwrap();
+        let fingerprint = fingerprint.expect("a file's position has a fingerprint");
+        let mut resumed =
+            FileSource::open_at(&path, offset, line, Some(&fingerprint), 1 << 20).unwrap();
         resumed.poll(&mut rec, Duration::ZERO).unwrap();
         assert_eq!(
             (rec.data.as_slice(), rec.line, rec.offset),
             (&b"{\"a\":2}"[..], Some(2), 8)
         );
-        let err = FileSource::open_at(&path, 1_000, 9)
+        let err = FileSource::open_at(&path, 1_000, 9, None, 1 << 20)
             .err()
             .unwrap()
             .to_string();
         assert!(err.contains("shorter"), "{err}");
+        // Another file, as long or longer, with other bytes before the position.
+        std::fs::write(&path, "{\"b\":1}\n{\"a\":2}\n{\"a\":3}\n{\"a\":4}\n").unwrap();
+        let err = FileSource::open_at(&path, offset, line, Some(&fingerprint), 1 << 20)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("not the file the checkpoint read"), "{err}");
+        // The same bytes with more appended: resumed.
+        std::fs::write(&path, "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n{\"a\":4}\n").unwrap();
+        FileSource::open_at(&path, offset, line, Some(&fingerprint), 1 << 20).unwrap();
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_cut_to_a_prefix_and_the_next_one_reads_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.jsonl");
+        let long = format!("{{\"pad\":\"{}\"}}", "x".repeat(5_000));
+        std::fs::write(&path, format!("\u{feff}{{\"a\":1}}\n{long}\n{{\"a\":3}}\n")).unwrap();
+        let mut source = FileSource::open(&path, 4_000).unwrap();
+        let mut rec = SourceRecord::default();
+        let mut seen = Vec::new();
+        while source.poll(&mut rec, Duration::ZERO).unwrap() == Polled::Record {
+            seen.push((rec.data.len(), rec.oversized, rec.line, rec.offset));
+        }
+        let long_len = long.len() as u64;
+        assert_eq!(
+            seen,
+            vec![
+                (7, None, Some(1), 0),
+                (OVERSIZED_PREFIX, Some(long_len), Some(2), 11),
+                (7, None, Some(3), 11 + long_len + 1),
+            ],
+            "the byte order mark is dropped from line 1; line 2 is cut"
+        );
     }
 
     #[test]
     fn missing_file_names_the_path() {
-        let err = FileSource::open(Path::new("/no/such/input.jsonl"))
+        let err = FileSource::open(Path::new("/no/such/input.jsonl"), 1 << 20)
             .err()
             .unwrap();
         assert!(format!("{err:#}").contains("/no/such/input.jsonl"));
@@ -261,7 +409,7 @@ mod tests {
     #[test]
     fn reader_source_idles_then_ends() {
         let (reader, mut writer) = std::io::pipe().unwrap();
-        let mut source = StdinSource::from_reader("pipe", reader);
+        let mut source = StdinSource::from_reader("pipe", reader, 1 << 20);
         let mut rec = SourceRecord::default();
         assert_eq!(
             source.poll(&mut rec, Duration::from_millis(20)).unwrap(),

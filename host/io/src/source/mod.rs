@@ -37,7 +37,14 @@ pub struct SourceRecord {
     pub message_key: Option<Vec<u8>>,
     /// The Kafka message's timestamp, if any.
     pub message_timestamp: Option<i64>,
+    /// Set when the line was longer than its source's `max_record_bytes`: its length.
+    /// `data` then holds only its first KiB, and the run sends it to the dead letters.
+    pub oversized: Option<u64>,
 }
+
+/// The longest record a source hands on unless the pipeline says otherwise
+/// (`max_record_bytes`): 16 MiB. A longer one goes to the dead letters.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 << 20;
 
 /// What a poll gave.
 #[derive(Debug, PartialEq, Eq)]
@@ -116,20 +123,32 @@ impl SourceLocation {
 }
 
 /// Opens the source `name` reads from `location`, at `resume`: the positions its inputs
-/// had in the checkpoint a run restores (none for a fresh start). Called once per source
-/// when a run starts.
+/// had in the checkpoint a run restores (none for a fresh start). A file or stdin holds
+/// no line longer than `max_record_bytes` whole (see [`SourceRecord::oversized`]).
+/// Called once per source when a run starts.
 pub fn open(
     name: &str,
     location: &SourceLocation,
     resume: &[Position],
+    max_record_bytes: usize,
 ) -> anyhow::Result<Box<dyn Source>> {
     Ok(match location {
-        SourceLocation::File(path) if is_stream(path) => Box::new(StdinSource::open_stream(path)),
+        SourceLocation::File(path) if is_stream(path) => {
+            Box::new(StdinSource::open_stream(path, max_record_bytes))
+        }
         SourceLocation::File(path) => match resume.first() {
-            Some(Position::File { offset, line }) => {
-                Box::new(FileSource::open_at(path, *offset, *line)?)
-            }
-            _ => Box::new(FileSource::open(path)?),
+            Some(Position::File {
+                offset,
+                line,
+                fingerprint,
+            }) => Box::new(FileSource::open_at(
+                path,
+                *offset,
+                *line,
+                fingerprint.as_deref(),
+                max_record_bytes,
+            )?),
+            _ => Box::new(FileSource::open(path, max_record_bytes)?),
         },
         SourceLocation::Stdin => {
             if let Some(Position::Stream { line }) = resume.first() {
@@ -138,7 +157,7 @@ pub fn open(
                      but stdin is read from wherever it is now (the checkpoint had read {line} lines)"
                 );
             }
-            Box::new(StdinSource::stdin())
+            Box::new(StdinSource::stdin(max_record_bytes))
         }
         SourceLocation::Kafka(kafka) => {
             let mut offsets = HashMap::new();
