@@ -302,6 +302,10 @@ fn summed(statuses: &[LiveStatus]) -> LiveStatus {
         sum.event_timers += status.event_timers;
         sum.processing_timers += status.processing_timers;
         sum.udf_errors += status.udf_errors;
+        // Probation is over when it is over in every task.
+        if let Some(left) = status.probation_calls_left {
+            sum.probation_calls_left = Some(sum.probation_calls_left.unwrap_or(0).max(left));
+        }
         sum.checkpoints += status.checkpoints;
         if sum.last_error.is_none() {
             sum.last_error.clone_from(&status.last_error);

@@ -87,7 +87,12 @@ impl Restored {
             })
             .map(|i| i.position.clone())
             .collect();
-        weir_io::source::open(&spec.name, &spec.location, &positions)
+        weir_io::source::open(
+            &spec.name,
+            &spec.location,
+            &positions,
+            spec.max_record_bytes,
+        )
     }
 
     /// The saved state of the sink of `output`.
@@ -263,10 +268,15 @@ impl Checkpoints {
             length: dead_letters.checkpoint()?,
         };
         let checkpointer = self.checkpointer.as_mut().expect("checked above");
-        let plan = checkpointer.plan();
+        let mut plan = checkpointer.plan();
         // No checkpoint keeps an expired state entry.
         operator.expire_state(wall_clock_ms());
         let host = operator.host_mut();
+        if !host.keys().is_tracking() {
+            // Changes stopped being remembered when the last input ended (a stop during
+            // the end of input's timers): only a full checkpoint is right.
+            plan.parent = None;
+        }
         let keyed = match plan.parent {
             None => {
                 let full = snapshot::encode_full(host.keys());

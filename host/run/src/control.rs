@@ -175,6 +175,10 @@ pub struct LiveStatus {
     pub event_timers: u64,
     /// Pending processing-time timers.
     pub processing_timers: u64,
+    /// Calls the version swapped in last must still pass before its probation is over;
+    /// `None` when no version is on probation (it passed, or was rolled back: then
+    /// `udf_sha256` names the version before it again).
+    pub probation_calls_left: Option<u64>,
     /// UDF failures that rolled a new version back.
     pub udf_errors: u64,
     /// The latest error worth showing: why a new version was rolled back, or what the

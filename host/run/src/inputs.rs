@@ -51,6 +51,8 @@ pub(crate) struct SourceSlot {
     /// The connector.
     pub source: Box<dyn Source>,
     decoder: RecordDecoder,
+    /// The longest record it may hand on.
+    max_record_bytes: usize,
     /// Its partitions' inputs.
     pub inputs: Range<usize>,
     exhausted: bool,
@@ -163,6 +165,8 @@ pub(crate) struct SourceSettings<'a> {
     pub decoder: RecordDecoder,
     /// How long without a record before its inputs stop holding the watermark back.
     pub idle_timeout: Option<Duration>,
+    /// The longest record it may hand on; a longer one is undecodable.
+    pub max_record_bytes: usize,
 }
 
 impl Inputs {
@@ -210,6 +214,7 @@ impl Inputs {
             name: settings.name.to_string(),
             source,
             decoder: settings.decoder,
+            max_record_bytes: settings.max_record_bytes,
             inputs: range.clone(),
             exhausted: false,
         });
@@ -277,7 +282,7 @@ impl Inputs {
         Ok(match polled {
             Polled::Record => {
                 let at = first + record.partition;
-                let decoded = decode(&slot.decoder, &record);
+                let decoded = decode(&slot.decoder, &record, slot.max_record_bytes);
                 let input = &mut self.inputs[at];
                 input.read += 1;
                 let resumed = input.delivered();
@@ -405,7 +410,22 @@ impl Input {
 }
 
 /// Decodes a record's key and timestamp; the error is the dead letter's reason.
-fn decode(decoder: &RecordDecoder, record: &SourceRecord) -> Result<(KeyBytes, Timestamp), String> {
+fn decode(
+    decoder: &RecordDecoder,
+    record: &SourceRecord,
+    max_record_bytes: usize,
+) -> Result<(KeyBytes, Timestamp), String> {
+    let length = record.oversized.unwrap_or(record.data.len() as u64);
+    if length > max_record_bytes as u64 {
+        let kept = if record.oversized.is_some() {
+            " (its first KiB is kept here)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "the record is {length} bytes, over the source's max_record_bytes of {max_record_bytes}{kept}"
+        ));
+    }
     let line = std::str::from_utf8(&record.data).map_err(|e| format!("not UTF-8 text: {e}"))?;
     let message = MessageMeta {
         key: record.message_key.as_deref(),
@@ -494,6 +514,7 @@ mod tests {
             input_index: 0,
             decoder: RecordDecoder::new("k", "ts", TimestampFormat::EpochMs).unwrap(),
             idle_timeout: None,
+            max_record_bytes: 1 << 20,
         };
         (Box::new(memory), settings)
     }

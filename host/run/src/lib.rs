@@ -56,7 +56,24 @@ pub struct RunFailure {
     pub error: anyhow::Error,
     /// The figures up to the failure (none if the run failed to start).
     pub report: Option<Box<RunReport>>,
+    /// The failure is a mistake on the command line found only once the UDF said what
+    /// it declares (a [`CommandLineMistake`]); `weir run` exits 2 for it, as for any
+    /// bad command line.
+    pub command_line: bool,
 }
+
+/// A mistake on the command line that only the UDF's `init` reveals: `--output NAME=...`
+/// for an output the UDF does not declare.
+#[derive(Debug)]
+pub struct CommandLineMistake(pub String);
+
+impl std::fmt::Display for CommandLineMistake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CommandLineMistake {}
 
 impl std::fmt::Display for RunFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,6 +135,7 @@ pub fn run(spec: &PipelineSpec, options: &RunOptions) -> Result<RunReport, RunFa
     let (function, identity) = load_udf(spec).map_err(|error| RunFailure {
         error,
         report: None,
+        command_line: false,
     })?;
     run_with(spec, Box::new(function), identity, options)
 }
@@ -132,10 +150,17 @@ pub fn run_with(
     let started = Instant::now();
     let mut runner =
         Runner::open(spec, function, identity, options).map_err(|error| RunFailure {
+            command_line: error.downcast_ref::<CommandLineMistake>().is_some(),
             error,
             report: None,
         })?;
     let result = runner.run(options);
+    if result.is_err() {
+        // What was emitted before the failure is written out, and a sink that cannot
+        // take it any more takes it off the counts: the report counts what the sinks hold.
+        let _ = runner.operator.flush();
+        let _ = runner.dead_letters.flush();
+    }
     if let Some(control) = &options.control {
         let state = match (&result, runner.interrupted) {
             (Err(e), _) => {
@@ -155,6 +180,7 @@ pub fn run_with(
         Err(error) => Err(RunFailure {
             error,
             report: Some(Box::new(report)),
+            command_line: false,
         }),
     }
 }

@@ -1,9 +1,11 @@
 //! What a run does when a UDF call fails, and how it says so.
 //!
-//! - A record or timer whose key's state the UDF cannot read (written by another
-//!   version, as another type) goes to the dead-letter output; the run goes on.
-//! - A new UDF version that fails within its probation is rolled back to the version it
-//!   replaced, which takes the failed call again.
+//! - A new UDF version that fails within its probation (any failure, a state it cannot
+//!   read included) is rolled back to the version it replaced, which takes the failed
+//!   call again.
+//! - After its probation, a record or timer whose key's state the UDF cannot read
+//!   (written by another version, as another type) goes to the dead-letter output; the
+//!   run goes on.
 //! - Anything else ends the run, with a message naming the UDF and the record (source,
 //!   line or offset) or timer it failed on.
 
@@ -57,11 +59,11 @@ impl Runner {
                 Ok(()) => return Ok(()),
                 Err((index, error)) => {
                     let index = start + index;
+                    // A new version that cannot read the live state fails its probation
+                    // too: rolled back, not left to send record after record to the dead
+                    // letters.
                     let activity = match &error {
-                        OperatorError::Udf { activity, error }
-                            if self.operator.in_probation()
-                                && !matches!(error, CallError::StateDecode(_)) =>
-                        {
+                        OperatorError::Udf { activity, .. } if self.operator.in_probation() => {
                             activity.clone()
                         }
                         _ => return Err((index, error)),
@@ -98,6 +100,10 @@ impl Runner {
     ) -> anyhow::Result<()> {
         let mut result = first;
         while let Err(error) = result {
+            if let OperatorError::Stopped = error {
+                self.stopped_in_timers = true;
+                return Ok(());
+            }
             self.recover_timer(error)?;
             result = next(&mut self.operator);
         }
@@ -121,11 +127,11 @@ impl Runner {
             return Err(self.describe(error, None));
         };
         let (domain, timestamp, key) = (*domain, *timestamp, key.clone());
-        if let CallError::StateDecode(message) = call {
-            let reason = self.state_reason(&key, message);
-            return self.timer_dead_letter(domain, timestamp, &key, &reason);
-        }
         if !self.operator.in_probation() {
+            if let CallError::StateDecode(message) = call {
+                let reason = self.state_reason(&key, message);
+                return self.timer_dead_letter(domain, timestamp, &key, &reason);
+            }
             return Err(self.describe(error, None));
         }
         self.roll_back(&error);

@@ -32,6 +32,9 @@ pub struct RunReport {
     /// Asked to stop ([`RunOptions::stop`](crate::RunOptions::stop)) before the input
     /// ended: pending timers were not fired.
     pub interrupted: bool,
+    /// Every input had ended: an interrupted run was stopped while the end of input's
+    /// timers fired.
+    pub input_ended: bool,
     /// The checkpoint the run resumed from, if any.
     pub resumed_from: Option<u64>,
     /// Checkpoints this run took.
@@ -74,7 +77,9 @@ impl RunReport {
                 self.longest_checkpoint_pause.as_secs_f64() * 1e3
             );
         }
-        if self.interrupted {
+        if self.interrupted && self.input_ended {
+            s += "  stopped after the input ended, while its timers fired: those not fired yet fire when the run resumes\n";
+        } else if self.interrupted {
             s += "  stopped before the input ended: pending timers were not fired\n";
         }
         if let Some(peak) = self.peak_rss_bytes {

@@ -23,8 +23,12 @@ use weir_pipeline::PipelineSpec;
 /// One run of a pipeline, from opening its sources to its report.
 pub(crate) struct Runner {
     pub(crate) pipeline: String,
-    /// The run was stopped before its input ended.
+    /// The run was stopped before its input ended, or before the end of input's timers
+    /// had all fired.
     pub(crate) interrupted: bool,
+    /// A stop request ended the firing of the end of input's timers
+    /// ([`OperatorError::Stopped`]); the run stops as soon as that reaches its loop.
+    pub(crate) stopped_in_timers: bool,
     pub(crate) inputs: Inputs,
     pub(crate) operator: KeyedOperator,
     /// The UDF's outputs, in id order (each routed to the sink at the same index).
@@ -75,6 +79,7 @@ impl Runner {
                 input_index,
                 decoder,
                 idle_timeout: s.idle_timeout,
+                max_record_bytes: s.max_record_bytes,
             };
             let added = inputs.add(source, settings, |name| {
                 restored.input(name).map_or(0, |i| i.read)
@@ -83,6 +88,10 @@ impl Runner {
         }
         let mut operator = KeyedOperator::new(function, &delays, wall_clock_ms());
         operator.set_max_batch(spec.udf.max_batch);
+        operator.set_max_emit_bytes(spec.udf.max_emit_bytes);
+        if let Some(stop) = &options.stop {
+            operator.stop_on(Arc::clone(stop));
+        }
         let info = InitInfo {
             config: spec.udf.config.clone(),
             inputs: input_names,
@@ -108,6 +117,13 @@ impl Runner {
             );
         }
         for sink in &spec.sinks {
+            if !outputs.contains(&sink.output) && sink.from_command_line {
+                return Err(crate::CommandLineMistake(format!(
+                    "--output {}=...: the UDF has no output {:?} (it declares {:?})",
+                    sink.output, sink.output, outputs
+                ))
+                .into());
+            }
             if !outputs.contains(&sink.output) {
                 tracing::warn!(
                     "the pipeline routes output {:?}, which the UDF does not declare (it declares {:?})",
@@ -152,6 +168,7 @@ impl Runner {
         Ok(Self {
             pipeline: spec.name.clone(),
             interrupted: false,
+            stopped_in_timers: false,
             inputs,
             operator,
             outputs,
@@ -186,34 +203,19 @@ impl Runner {
             let checkpoint_due = self.checkpoints.is_due();
             let draining = stopping || checkpoint_due;
             if draining && self.inputs.drained() {
-                self.checkpoints.take(Cut {
-                    pipeline: &self.pipeline,
-                    udf: &self.udf.current,
-                    outputs: &self.outputs,
-                    operator: &mut self.operator,
-                    inputs: &mut self.inputs,
-                    dead_letters: &mut self.dead_letters,
-                })?;
                 if stopping {
-                    // Like Flink's stop-with-savepoint: pending timers are not fired; they
-                    // are in the checkpoint, and fire when the run resumes.
-                    self.interrupted = true;
-                    self.checkpoints.commit_durable(&mut self.inputs)?;
-                    self.operator
-                        .close_sinks()
-                        .map_err(|e| self.describe(e, None))?;
-                    self.dead_letters.flush()?;
-                    if let Some(bar) = progress {
-                        bar.finish_and_clear();
-                    }
-                    return Ok(());
+                    return self.stop(progress);
                 }
+                self.take_checkpoint()?;
             }
             if !draining {
                 self.fill()?;
                 self.update_idleness()?;
             }
             self.end_drained_inputs()?;
+            if self.stopped_in_timers {
+                return self.stop(progress);
+            }
             if self.inputs.all_ended() {
                 break;
             }
@@ -247,6 +249,9 @@ impl Runner {
         }
         let finished = self.operator.finish();
         self.fire_through(finished, KeyedOperator::finish)?;
+        if self.stopped_in_timers {
+            return self.stop(progress);
+        }
         self.dead_letters.flush()?;
         // Everything read is in the sinks: sources with a position store of their own
         // (Kafka groups) record the end, so a later `startup = "committed"` goes on from it.
@@ -256,6 +261,37 @@ impl Runner {
         }
         // The run is complete: nothing to resume, and a new run starts from scratch.
         self.checkpoints.clear()?;
+        if let Some(bar) = progress {
+            bar.finish_and_clear();
+        }
+        Ok(())
+    }
+
+    /// Takes a checkpoint (if checkpoints are on) of everything processed so far. Called
+    /// between two runs of records, with every read-ahead queue empty.
+    fn take_checkpoint(&mut self) -> anyhow::Result<()> {
+        self.checkpoints.take(Cut {
+            pipeline: &self.pipeline,
+            udf: &self.udf.current,
+            outputs: &self.outputs,
+            operator: &mut self.operator,
+            inputs: &mut self.inputs,
+            dead_letters: &mut self.dead_letters,
+        })
+    }
+
+    /// Ends the run on a stop request, between two runs of records or between two of
+    /// the end of input's timers: like Flink's stop-with-savepoint, pending timers are
+    /// not fired; a checkpoint keeps them (they fire when the run resumes), and what
+    /// was emitted is written out.
+    fn stop(&mut self, progress: Option<indicatif::ProgressBar>) -> anyhow::Result<()> {
+        self.take_checkpoint()?;
+        self.interrupted = true;
+        self.checkpoints.commit_durable(&mut self.inputs)?;
+        self.operator
+            .close_sinks()
+            .map_err(|e| self.describe(e, None))?;
+        self.dead_letters.flush()?;
         if let Some(bar) = progress {
             bar.finish_and_clear();
         }
@@ -472,6 +508,7 @@ impl Runner {
             elapsed: Duration::ZERO,
             peak_rss_bytes: None,
             interrupted: self.interrupted,
+            input_ended: self.inputs.all_ended(),
             resumed_from: self.checkpoints.resumed_from,
             checkpoints: self.checkpoints.taken,
             longest_checkpoint_pause: self.checkpoints.longest_pause,

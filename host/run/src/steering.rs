@@ -130,6 +130,7 @@ impl StatusPublisher {
             s.event_timers = event_timers;
             s.processing_timers = processing_timers;
             s.udf_errors = udf.errors;
+            s.probation_calls_left = operator.probation_calls_left();
             s.checkpoints = checkpoints_taken;
             rate.observe(s, now);
         });

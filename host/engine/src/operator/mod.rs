@@ -22,6 +22,8 @@ use crate::runtime::{
     BatchEntry, CallError, ElementRef, FiredTimer, HostServices, InitInfo, ProcessFunction,
 };
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use weir_core::output::{Sink, SinkState};
 use weir_core::state::KeyId;
 use weir_core::time::timers::{EventTimer, TimeDomain};
@@ -67,6 +69,9 @@ pub enum OperatorError {
         /// What the sink reported.
         error: anyhow::Error,
     },
+    /// The run was asked to stop (see [`KeyedOperator::stop_on`]) while the timers of
+    /// the end of input were firing; those not fired yet are still pending.
+    Stopped,
 }
 
 impl fmt::Display for OperatorError {
@@ -81,6 +86,7 @@ impl fmt::Display for OperatorError {
                 )
             }
             OperatorError::Sink { output, error } => write!(f, "output {output:?}: {error:#}"),
+            OperatorError::Stopped => write!(f, "stopped while the end of input's timers fired"),
         }
     }
 }
@@ -152,6 +158,8 @@ pub struct KeyedOperator {
     watermark: PipelineWatermark,
     sinks: Vec<Box<dyn Sink>>,
     counters: OperatorCounters,
+    /// The run's stop request, looked at between the timers of the end of input.
+    stop: Option<Arc<AtomicBool>>,
 }
 
 impl KeyedOperator {
@@ -178,7 +186,32 @@ impl KeyedOperator {
             unfinished_advance: None,
             batch_limit: DEFAULT_MAX_BATCH,
             probation: None,
+            stop: None,
         }
+    }
+
+    /// Lets `stop` end the firing of the end of input's timers between two timers, as
+    /// it ends reading between two records: once every input has ended, [`end_source`],
+    /// [`resume_event_timers`] and [`finish`] look at it before each timer and, once it
+    /// is set, return [`OperatorError::Stopped`] with the timers not fired yet still
+    /// pending (a checkpoint then keeps them). Before the end of input, a watermark
+    /// advance fires all its timers first. The run calls this once, when it opens, with
+    /// the flag a signal or `weir serve` sets.
+    ///
+    /// [`end_source`]: Self::end_source
+    /// [`resume_event_timers`]: Self::resume_event_timers
+    /// [`finish`]: Self::finish
+    pub fn stop_on(&mut self, stop: Arc<AtomicBool>) {
+        self.stop = Some(stop);
+    }
+
+    /// Whether the run asked to stop and the timers now firing are the end of input's.
+    fn stopping_at(&self, watermark: Timestamp) -> bool {
+        watermark == END_OF_TIME
+            && self
+                .stop
+                .as_ref()
+                .is_some_and(|stop| stop.load(Ordering::Relaxed))
     }
 
     /// Replaces the function with a new version, between two calls. The new version's
@@ -221,10 +254,18 @@ impl KeyedOperator {
     }
 
     /// Whether a swapped-in version is still on probation. The run asks when a UDF call
-    /// has failed: on probation it rolls back, otherwise the failure ends the run
-    /// (except a state that cannot be decoded, which goes to the dead letters either way).
+    /// has failed: on probation it rolls back, whatever the failure (a state the new
+    /// version cannot decode included); otherwise the failure ends the run, except a
+    /// state that cannot be decoded, which sends the record to the dead letters.
     pub fn in_probation(&self) -> bool {
         self.probation.is_some()
+    }
+
+    /// How many calls the version swapped in last must still pass before its probation
+    /// is over; `None` when no version is on probation. The run publishes it in its
+    /// status, where `weir deploy --wait` reads what probation decided.
+    pub fn probation_calls_left(&self) -> Option<u64> {
+        self.probation.as_ref().map(|p| p.calls_left)
     }
 
     /// Goes back to the version a swap replaced, if it is still kept; the failed version
@@ -294,6 +335,13 @@ impl KeyedOperator {
             TimeDomain::EventTime => self.fire_event_timers(self.watermark.current()),
             TimeDomain::ProcessingTime => Ok(()),
         }
+    }
+
+    /// Caps the bytes one call may emit (`[udf] max_emit_bytes`): a call that emits
+    /// more fails with [`CallError::EmitLimit`]; a batch that does is run again one call
+    /// at a time. The run calls this once, when it opens, before [`init`](Self::init).
+    pub fn set_max_emit_bytes(&mut self, bytes: usize) {
+        self.host.emitted.set_limit(bytes);
     }
 
     /// Caps the entries of a batched call: large enough that the cost of a call is spread
@@ -638,14 +686,7 @@ impl KeyedOperator {
     /// id. The run calls this when it takes a checkpoint, between two runs of records
     /// (every read-ahead queue empty), before it encodes the keyed state.
     pub fn checkpoint_sinks(&mut self) -> Result<Vec<SinkState>, OperatorError> {
-        let mut states = Vec::with_capacity(self.sinks.len());
-        for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
-            states.push(sink.checkpoint().map_err(|error| OperatorError::Sink {
-                output: name.clone(),
-                error,
-            })?);
-        }
-        Ok(states)
+        self.each_sink(|sink| sink.checkpoint())
     }
 
     /// The host services, to save or restore keyed state and timers. The run uses them
@@ -707,13 +748,21 @@ impl KeyedOperator {
         // (the watermark is at the end of time): keep going until both are drained.
         loop {
             let mut fired = false;
-            while let Some((at, key)) = self.host.timers.pop_any_processing() {
-                self.fire(TimeDomain::ProcessingTime, at, key)?;
-                fired = true;
-            }
-            while let Some((at, key)) = self.host.timers.pop_event_due(END_OF_TIME) {
-                self.fire(TimeDomain::EventTime, at, key)?;
-                fired = true;
+            for domain in [TimeDomain::ProcessingTime, TimeDomain::EventTime] {
+                loop {
+                    if self.stopping_at(END_OF_TIME) {
+                        return Err(OperatorError::Stopped);
+                    }
+                    let next = match domain {
+                        TimeDomain::ProcessingTime => self.host.timers.pop_any_processing(),
+                        TimeDomain::EventTime => self.host.timers.pop_event_due(END_OF_TIME),
+                    };
+                    let Some((at, key)) = next else {
+                        break;
+                    };
+                    self.fire(domain, at, key)?;
+                    fired = true;
+                }
             }
             if !fired {
                 break;
@@ -728,26 +777,14 @@ impl KeyedOperator {
     ///
     /// [`finish`]: Self::finish
     pub fn close_sinks(&mut self) -> Result<(), OperatorError> {
-        for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
-            sink.finish().map_err(|error| OperatorError::Sink {
-                output: name.clone(),
-                error,
-            })?;
-        }
-        Ok(())
+        self.each_sink(|sink| sink.finish()).map(drop)
     }
 
     /// Writes out what the sinks hold, so live outputs appear while the input is idle.
     /// The run calls this whenever no record is ready, after firing processing-time
     /// timers.
     pub fn flush(&mut self) -> Result<(), OperatorError> {
-        for (sink, name) in self.sinks.iter_mut().zip(&self.host.outputs) {
-            sink.flush().map_err(|error| OperatorError::Sink {
-                output: name.clone(),
-                error,
-            })?;
-        }
-        Ok(())
+        self.each_sink(|sink| sink.flush()).map(drop)
     }
 
     /// When the next processing-time timer is due, if any. The run asks when it waits
@@ -764,10 +801,15 @@ impl KeyedOperator {
 
     fn fire_event_timers(&mut self, watermark: Timestamp) -> Result<(), OperatorError> {
         self.host.watermark = watermark;
-        while let Some((at, key)) = self.host.timers.pop_event_due(watermark) {
+        loop {
+            if self.stopping_at(watermark) {
+                return Err(OperatorError::Stopped);
+            }
+            let Some((at, key)) = self.host.timers.pop_event_due(watermark) else {
+                return Ok(());
+            };
             self.fire(TimeDomain::EventTime, at, key)?;
         }
-        Ok(())
     }
 
     fn fire(&mut self, domain: TimeDomain, at: Timestamp, key: KeyId) -> Result<(), OperatorError> {
@@ -816,6 +858,35 @@ impl KeyedOperator {
         }
     }
 
+    /// Runs `f` on every sink in output order; the first failure is
+    /// [`sink_failed`](Self::sink_failed).
+    fn each_sink<T>(
+        &mut self,
+        mut f: impl FnMut(&mut dyn Sink) -> anyhow::Result<T>,
+    ) -> Result<Vec<T>, OperatorError> {
+        let mut results = Vec::with_capacity(self.sinks.len());
+        for output in 0..self.sinks.len() {
+            match f(self.sinks[output].as_mut()) {
+                Ok(result) => results.push(result),
+                Err(error) => return Err(self.sink_failed(output, error)),
+            }
+        }
+        Ok(results)
+    }
+
+    /// The error of the sink of `output`, after it failed with `error`: the records it
+    /// took but could not keep ([`Sink::lost`]) are no longer counted as emitted, so the
+    /// summary, the status and the metrics count what the sink holds.
+    fn sink_failed(&mut self, output: usize, error: anyhow::Error) -> OperatorError {
+        let lost = self.sinks[output].lost();
+        let emitted = &mut self.counters.emitted[output];
+        *emitted = emitted.saturating_sub(lost);
+        OperatorError::Sink {
+            output: self.host.outputs[output].clone(),
+            error,
+        }
+    }
+
     /// Sends what the last call emitted to the sinks, unless the call failed: a failed
     /// call's records are dropped with it, so nothing of it is reported as processed.
     fn flush_emitted(&mut self, result: Result<(), OperatorError>) -> Result<(), OperatorError> {
@@ -823,19 +894,21 @@ impl KeyedOperator {
             self.host.emitted.clear();
             return Err(error);
         }
+        let mut failed = None;
         for (output, mut record) in self.host.emitted.iter() {
             let output = output as usize;
             record.sequence = self.counters.emitted[output];
-            self.sinks[output]
-                .write(&record)
-                .map_err(|error| OperatorError::Sink {
-                    output: self.host.outputs[output].clone(),
-                    error,
-                })?;
+            if let Err(error) = self.sinks[output].write(&record) {
+                failed = Some((output, error));
+                break;
+            }
             self.counters.emitted[output] += 1;
         }
         self.host.emitted.clear();
-        Ok(())
+        match failed {
+            Some((output, error)) => Err(self.sink_failed(output, error)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -71,6 +71,11 @@ pub enum CallError {
         /// The runtime's own description of the failed growth.
         detail: String,
     },
+    /// The call (or a batch of one entry) emitted more than `[udf] max_emit_bytes`.
+    EmitLimit {
+        /// The limit ([`Emitted::limit`](services::Emitted::limit)).
+        limit_bytes: usize,
+    },
 }
 
 impl fmt::Display for CallError {
@@ -93,6 +98,11 @@ impl fmt::Display for CallError {
                 f,
                 "ran out of memory: it tried to grow past its limit of {} MiB ({detail})",
                 limit_bytes >> 20
+            ),
+            CallError::EmitLimit { limit_bytes } => write!(
+                f,
+                "emitted more than {} in one call, the pipeline's max_emit_bytes",
+                human_bytes(*limit_bytes)
             ),
         }
     }
@@ -202,5 +212,16 @@ pub trait ProcessFunction: Send {
         Err(CallError::Trapped(
             "this function does not take batches".into(),
         ))
+    }
+}
+
+/// `64 MiB`, `512 KiB` or `100 bytes`: a size as people write it.
+fn human_bytes(bytes: usize) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} bytes")
     }
 }

@@ -35,13 +35,50 @@ pub struct Scope {
     pub timestamp: Timestamp,
 }
 
+/// The most bytes (keys and values) one call may emit unless the pipeline says
+/// otherwise (`[udf] max_emit_bytes`): 64 MiB.
+pub const DEFAULT_MAX_EMIT_BYTES: usize = 64 << 20;
+
 /// Records the UDF emitted, waiting for the operator to route them. Their bytes share
-/// one buffer, so emitting allocates nothing per record once the buffer has grown.
-#[derive(Debug, Default)]
+/// one buffer, so emitting allocates nothing per record once the buffer has grown. One
+/// call may emit at most [`limit`](Self::limit) bytes: the host holds a call's records
+/// until the call has returned, so without a bound a UDF could make it hold any amount.
+#[derive(Debug)]
 pub struct Emitted {
     bytes: Vec<u8>,
     records: Vec<EmittedSpan>,
+    limit: usize,
 }
+
+impl Default for Emitted {
+    fn default() -> Self {
+        Self {
+            bytes: Vec::new(),
+            records: Vec::new(),
+            limit: DEFAULT_MAX_EMIT_BYTES,
+        }
+    }
+}
+
+/// A call emitted more than [`Emitted::limit`] bytes; the call fails with
+/// [`CallError::EmitLimit`](super::CallError::EmitLimit).
+#[derive(Debug, Clone, Copy)]
+pub struct EmitLimitExceeded {
+    /// The limit it went over.
+    pub limit_bytes: usize,
+}
+
+impl std::fmt::Display for EmitLimitExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the call emitted more than its limit of {} bytes (max_emit_bytes)",
+            self.limit_bytes
+        )
+    }
+}
+
+impl std::error::Error for EmitLimitExceeded {}
 
 #[derive(Debug, Clone)]
 struct EmittedSpan {
@@ -87,6 +124,22 @@ impl Emitted {
             };
             (r.output, record)
         })
+    }
+
+    /// The most bytes of keys and values one call may emit.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Sets [`limit`](Self::limit) (`[udf] max_emit_bytes`). The operator calls this
+    /// once, before the first call.
+    pub fn set_limit(&mut self, bytes: usize) {
+        self.limit = bytes;
+    }
+
+    /// Whether what is waiting is over [`limit`](Self::limit).
+    pub fn over_limit(&self) -> bool {
+        self.bytes.len() > self.limit
     }
 
     /// How many records are waiting.
@@ -843,8 +896,9 @@ impl Services {
 
     /// The `output.emit` import: queues a record for `output` (see
     /// [`emitted`](Self::emitted)), with `key` if given and `timestamp`, or by default
-    /// the timestamp of the element or timer being processed. An error outside a scope
-    /// or for an output never declared.
+    /// the timestamp of the element or timer being processed. An error outside a scope,
+    /// for an output never declared, or ([`EmitLimitExceeded`]) once the call has
+    /// emitted more than [`Emitted::limit`] bytes.
     pub fn emit(
         &mut self,
         output: OutputId,
@@ -859,6 +913,12 @@ impl Services {
         let scope = self.scope()?;
         let timestamp = timestamp.unwrap_or(scope.timestamp);
         self.emitted.push(output, key.as_deref(), &value, timestamp);
+        if self.emitted.over_limit() {
+            return Err(EmitLimitExceeded {
+                limit_bytes: self.emitted.limit(),
+            }
+            .into());
+        }
         Ok(())
     }
 }

@@ -195,6 +195,8 @@ pub struct Effects<'a> {
     writes: Vec<(KeyId, u32, Option<i64>, Write<'a>)>,
     timer_ops: Vec<(KeyId, TimeDomain, bool, i64)>,
     emits: Vec<EmitRef<'a>>,
+    /// The bytes of every emitted key and value.
+    pub emitted_bytes: usize,
     logs: Vec<(KeyId, u8, String)>,
 }
 
@@ -285,6 +287,7 @@ pub fn decode<'a>(
     }
 
     let mut emits = Vec::new();
+    let mut emitted_bytes = 0;
     for _ in 0..r.count(17).map_err(bad)? {
         let output = r.u32().map_err(bad)?;
         if output as usize >= host.outputs.len() {
@@ -298,6 +301,7 @@ pub fn decode<'a>(
             _ => Some(r.bytes().map_err(bad)?),
         };
         let value = r.bytes().map_err(bad)?;
+        emitted_bytes += value.len() + key.map_or(0, <[u8]>::len);
         emits.push(EmitRef {
             output,
             timestamp,
@@ -325,6 +329,7 @@ pub fn decode<'a>(
         writes,
         timer_ops,
         emits,
+        emitted_bytes,
         logs,
     })
 }

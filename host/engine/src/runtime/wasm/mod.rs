@@ -318,7 +318,10 @@ impl WasmFunction {
         });
         if matches!(
             result,
-            Err(CallError::Trapped(_) | CallError::Timeout(_) | CallError::OutOfMemory { .. })
+            Err(CallError::Trapped(_)
+                | CallError::Timeout(_)
+                | CallError::OutOfMemory { .. }
+                | CallError::EmitLimit { .. })
         ) {
             // A trapped store cannot be used again; the next call gets a fresh instance.
             self.instance = None;
@@ -350,6 +353,12 @@ fn call<R>(
     store.set_epoch_deadline(sandbox::deadline_ticks(timeout));
     let result = f(&instance.exports, store);
     std::mem::swap(&mut store.data_mut().host, host);
+    if result.is_err() && host.emitted.over_limit() {
+        // The `emit` import refused the record that went over the limit (a trap).
+        return Err(CallError::EmitLimit {
+            limit_bytes: host.emitted.limit(),
+        });
+    }
     match result {
         Ok(Ok(value)) => {
             instance.stderr.clear();
@@ -377,6 +386,7 @@ fn classify_trap(
     if let Some(wasmtime::Trap::Interrupt) = error.downcast_ref::<wasmtime::Trap>() {
         return CallError::Timeout(timeout);
     }
+
     let cause = error.root_cause().to_string();
     if cause.contains("forcing trap when growing memory") {
         return CallError::OutOfMemory {
@@ -517,6 +527,13 @@ impl ProcessFunction for WasmFunction {
         let effects = result.and_then(|effects| {
             let decoded = batch::decode(host, &encoded.keys, entries.len(), &effects)
                 .map_err(CallError::Trapped)?;
+            // Over the limit, the batch fails; the operator runs its entries again one
+            // call at a time, each under the limit on its own.
+            if decoded.emitted_bytes > host.emitted.limit() {
+                return Err(CallError::EmitLimit {
+                    limit_bytes: host.emitted.limit(),
+                });
+            }
             let taken = BatchTaken {
                 consumed: decoded.consumed,
                 skipped: decoded.skipped,
