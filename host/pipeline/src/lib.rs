@@ -22,12 +22,14 @@ pub use weir_io::sink::SinkTarget;
 use weir_io::source::kafka::{KafkaSourceSpec, Startup};
 pub use weir_io::source::SourceLocation;
 
+pub mod name;
+
 /// The TOML file as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineFile {
     /// The pipeline's name (default: the file's stem, or for `pipeline.toml` its
-    /// folder's name).
+    /// folder's name, made valid by [`name::derive`]); checked by [`name::check`].
     pub name: Option<String>,
     /// `[[source]]`: the inputs, at least one.
     #[serde(default, rename = "source")]
@@ -82,6 +84,10 @@ pub struct SourceEntry {
     pub out_of_orderness: Option<String>,
     /// A partition (or stdin) with no record for this long stops holding the watermark back.
     pub idle_timeout: Option<String>,
+    /// A size: the longest record (a line, a message's payload) the source hands on
+    /// (default 16 MiB); a longer one goes to the dead letters, and a line is never held
+    /// whole.
+    pub max_record_bytes: Option<String>,
     /// Kafka: bootstrap brokers.
     pub brokers: Option<String>,
     /// Kafka: the topic, or `topics` for several.
@@ -132,6 +138,8 @@ pub struct UdfEntry {
     /// A size: how much keyed state the instance may keep between batches (default an
     /// eighth of `memory_limit`; 0 keeps none).
     pub state_cache: Option<String>,
+    /// A size: the most bytes (keys and values) one call may emit (default 64 MiB).
+    pub max_emit_bytes: Option<String>,
     /// `[udf.config]`: key/value configuration handed to the UDF's `init`, as text.
     #[serde(default)]
     pub config: BTreeMap<String, toml::Value>,
@@ -277,6 +285,8 @@ pub struct SourceSpec {
     /// How long an input may go without a record before it stops holding the watermark
     /// back; `None`: never (the default for files and stdin, and `idle_timeout = "0"`).
     pub idle_timeout: Option<Duration>,
+    /// The longest record it hands on; a longer one goes to the dead letters.
+    pub max_record_bytes: usize,
 }
 
 /// The UDF, resolved: its component and its limits.
@@ -297,6 +307,8 @@ pub struct UdfSpec {
     pub max_batch: usize,
     /// Bytes of keyed state the instance may keep between batches (0: none).
     pub state_cache_bytes: usize,
+    /// The most bytes one call may emit; a call that emits more fails.
+    pub max_emit_bytes: usize,
     /// `[udf.dev]`: how `weir dev` rebuilds the component, if the file says.
     pub dev: Option<DevSpec>,
 }
@@ -322,6 +334,9 @@ pub struct SinkSpec {
     pub target: SinkTarget,
     /// `Some` for an upsert sink.
     pub upsert: Option<UpsertSpec>,
+    /// Routed by `--output` rather than by the file: an output the UDF does not declare
+    /// is then a mistake on the command line, and the run refuses it.
+    pub from_command_line: bool,
 }
 
 /// A resolved pipeline, ready to run.
@@ -343,7 +358,11 @@ pub struct PipelineSpec {
 }
 
 pub use weir_engine::operator::DEFAULT_MAX_BATCH;
+pub use weir_engine::runtime::services::DEFAULT_MAX_EMIT_BYTES;
 pub use weir_engine::runtime::wasm::{DEFAULT_CALL_TIMEOUT, DEFAULT_MEMORY_LIMIT};
+
+/// The least `[udf] memory_limit` a pipeline file may give: 1 MiB.
+pub const MIN_MEMORY_LIMIT: usize = 1 << 20;
 
 impl PipelineSpec {
     /// Reads, checks and resolves a pipeline file.
@@ -389,6 +408,7 @@ impl PipelineSpec {
                 output: entry.output,
                 target,
                 upsert,
+                from_command_line: false,
             });
         }
 
@@ -396,7 +416,13 @@ impl PipelineSpec {
             Some(entry) => resolve(&entry.path),
             None => path.with_extension("dead-letter.jsonl"),
         };
-        let name = file.name.unwrap_or_else(|| default_name(path));
+        let name = match file.name {
+            Some(name) => {
+                name::check(&name).context("name")?;
+                name
+            }
+            None => name::derive(&default_name(path)),
+        };
         for source in &mut sources {
             if let SourceLocation::Kafka(kafka) = &mut source.location {
                 if kafka.group.is_empty() {
@@ -436,11 +462,15 @@ impl PipelineSpec {
                 path => SinkTarget::File(PathBuf::from(path)),
             };
             match self.sinks.iter_mut().find(|s| &s.output == output) {
-                Some(sink) => sink.target = target,
+                Some(sink) => {
+                    sink.target = target;
+                    sink.from_command_line = true;
+                }
                 None => self.sinks.push(SinkSpec {
                     output: output.clone(),
                     target,
                     upsert: None,
+                    from_command_line: true,
                 }),
             }
         }
@@ -555,6 +585,14 @@ fn resolve_source(
         (None, SourceKind::Kafka) => Some(DEFAULT_KAFKA_IDLE_TIMEOUT),
         (None, _) => None,
     };
+    let max_record_bytes = match &entry.max_record_bytes {
+        Some(text) => parse_size(text).context("max_record_bytes")?,
+        None => weir_io::source::DEFAULT_MAX_RECORD_BYTES,
+    };
+    anyhow::ensure!(
+        max_record_bytes > 0,
+        "max_record_bytes: must be more than zero (default 16MiB)"
+    );
     // Check the field paths now, so a bad pointer is a start-up error, not a dead letter per line.
     weir_io::source::decode::RecordDecoder::new(
         &entry.key,
@@ -571,6 +609,7 @@ fn resolve_source(
         timestamp_format: entry.timestamp_format,
         out_of_orderness_ms,
         idle_timeout,
+        max_record_bytes,
     })
 }
 
@@ -645,6 +684,18 @@ fn resolve_udf(
         Some(text) => parse_size(text).context("memory_limit")?,
         None => DEFAULT_MEMORY_LIMIT,
     };
+    anyhow::ensure!(
+        memory_limit_bytes >= MIN_MEMORY_LIMIT,
+        "memory_limit: {memory_limit_bytes} bytes is too little for any UDF: give at least 1MiB (default 64MiB)"
+    );
+    let max_emit_bytes = match &entry.max_emit_bytes {
+        Some(text) => parse_size(text).context("max_emit_bytes")?,
+        None => DEFAULT_MAX_EMIT_BYTES,
+    };
+    anyhow::ensure!(
+        max_emit_bytes > 0,
+        "max_emit_bytes: must be more than zero (default 64MiB)"
+    );
     let call_timeout = match &entry.call_timeout {
         Some(text) => {
             Duration::from_millis(parse_duration_ms(text).context("call_timeout")? as u64)
@@ -681,6 +732,7 @@ fn resolve_udf(
         call_timeout,
         max_batch: entry.max_batch.unwrap_or(DEFAULT_MAX_BATCH),
         state_cache_bytes,
+        max_emit_bytes,
         dev: match &entry.dev {
             Some(dev) => {
                 anyhow::ensure!(!dev.watch.is_empty(), "dev.watch: list at least one path");
@@ -1002,6 +1054,22 @@ path = "out/clicks.jsonl"
                 "unknown variant `rfc822`",
             ),
             (GOOD.replace("32MiB", "lots"), "memory_limit"),
+            (
+                GOOD.replace("\"32MiB\"", "\"0\""),
+                "memory_limit: 0 bytes is too little",
+            ),
+            (
+                GOOD.replace("memory_limit", "max_emit_bytes = \"0\"\nmemory_limit"),
+                "max_emit_bytes: must be more than zero",
+            ),
+            (
+                GOOD.replace("name = \"ad-clicks\"", "name = \"../../escaped\""),
+                "name: the name \"../../escaped\" holds '/'",
+            ),
+            (
+                GOOD.replace("name = \"ad-clicks\"", "name = \"..\""),
+                "starts with \".\"",
+            ),
             (
                 GOOD.replace("path = \"clicks.jsonl\"\n", ""),
                 "a file source needs a path",

@@ -13,11 +13,12 @@ use serde::Deserialize;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 type Shared = State<Arc<Server>>;
 
 /// Every route of the admin API and the status page, on `server`'s shared state. Request
-/// bodies may be up to 64 MiB (a UDF component).
+/// bodies may be up to [`MAX_BODY_BYTES`] (a UDF component).
 pub fn router(server: Arc<Server>) -> Router {
     Router::new()
         .route("/", get(|| async { Html(crate::page::PAGE) }))
@@ -27,16 +28,50 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/api/pipelines/{name}/udf", put(deploy_udf))
         .route("/api/pipelines/{name}/rollback", post(rollback))
         .route("/api/pipelines/{name}/stop", post(stop))
-        .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::map_response(json_refusals))
         .with_state(server)
+}
+
+/// The largest request body the API takes (a UDF component): 64 MiB.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// Gives axum's own refusals (a body over [`MAX_BODY_BYTES`], a body that is not UTF-8
+/// text, a bad query) the JSON body `{"error": ...}` every other refusal has. Runs on
+/// every answer; those that are not an error with a plain-text body pass unchanged.
+async fn json_refusals(response: Response) -> Response {
+    let status = response.status();
+    let plain_text = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !plain_text {
+        return response;
+    }
+    let text = axum::body::to_bytes(response.into_body(), 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        format!(
+            "the request body is over the API's limit of {} MiB ({text})",
+            MAX_BODY_BYTES >> 20
+        )
+    } else {
+        text
+    };
+    Refused::new(status.as_u16(), message).into_response()
 }
 
 /// Mutating calls need `Authorization: Bearer <token>`.
 fn authorize(server: &Server, headers: &HeaderMap) -> Result<(), Refused> {
+    // The scheme is case-insensitive (RFC 9110 §11.1); the token is not.
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     match given {
         Some(token) if token == server.token => Ok(()),
         Some(_) => Err(Refused::new(401, "wrong token")),
@@ -91,7 +126,25 @@ async fn create(
     body: String,
 ) -> Result<Response, Refused> {
     authorize(&server, &headers)?;
-    let base = query.base.unwrap_or_else(|| PathBuf::from("."));
+    let base = match query.base {
+        Some(base) if !base.is_absolute() => {
+            return Err(Refused::new(
+                400,
+                format!(
+                    "base {:?} is not an absolute path: give the folder the pipeline file's relative paths start from",
+                    base.display()
+                ),
+            ))
+        }
+        Some(base) if !base.is_dir() => {
+            return Err(Refused::new(
+                400,
+                format!("base {:?} is not a folder on the server", base.display()),
+            ))
+        }
+        Some(base) => base,
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+    };
     let name =
         tokio::task::spawn_blocking(move || server.create(&body, &base).map(|n| (n, server)))
             .await
@@ -109,9 +162,27 @@ async fn swap_in(
     bytes: Arc<Vec<u8>>,
     probation_calls: u64,
 ) -> Result<Response, Refused> {
+    let deployed = swap(server, name, bytes, probation_calls).await?;
+    Ok(Json(deployed).into_response())
+}
+
+/// Swaps in version `bytes`; answers with what the swap did.
+async fn swap(
+    server: Arc<Server>,
+    name: String,
+    bytes: Arc<Vec<u8>>,
+    probation_calls: u64,
+) -> Result<weir_control::Deployed, Refused> {
     let result = tokio::task::spawn_blocking(move || {
         let sha256 = weir_core::identity::sha256_hex(&bytes);
-        // Prepare and swap without holding the lock: compiling takes a while.
+        // One swap of a pipeline at a time, from numbering the version to recording it.
+        let swapping = {
+            let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+            let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
+            Arc::clone(&d.swapping)
+        };
+        let _turn = swapping.lock().unwrap_or_else(|e| e.into_inner());
+        // Prepare and swap without holding the pipelines' lock: compiling takes a while.
         let (number, known, spec, control, steering, running) = {
             let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
             let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
@@ -146,18 +217,102 @@ async fn swap_in(
     })
     .await
     .map_err(|e| Refused::new(500, e.to_string()))??;
-    Ok(Json(result).into_response())
+    Ok(result)
 }
+
+#[derive(Deserialize)]
+struct DeployQuery {
+    /// Answer once probation has decided (see [`PROBATION_WAIT`]).
+    #[serde(default)]
+    wait: bool,
+}
+
+/// How long `PUT .../udf?wait=true` waits for probation to decide before it answers
+/// that it is still pending.
+pub const PROBATION_WAIT: Duration = Duration::from_secs(60);
 
 async fn deploy_udf(
     State(server): Shared,
     headers: HeaderMap,
     UrlPath(name): UrlPath<String>,
+    Query(query): Query<DeployQuery>,
     body: Bytes,
 ) -> Result<Response, Refused> {
     authorize(&server, &headers)?;
     let probation = server.probation_calls;
-    swap_in(server, name, Arc::new(body.to_vec()), probation).await
+    let deployed = swap(
+        Arc::clone(&server),
+        name.clone(),
+        Arc::new(body.to_vec()),
+        probation,
+    )
+    .await?;
+    let mut answer = serde_json::to_value(&deployed).unwrap_or_default();
+    if query.wait && probation > 0 {
+        let control = {
+            let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+            let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
+            Arc::clone(&d.control)
+        };
+        let outcome = probation_outcome(&control, &deployed.sha256).await;
+        if let Probation::RolledBack(reason) = &outcome {
+            return Err(Refused::new(
+                409,
+                format!(
+                    "version {} was rolled back within its probation: {reason}",
+                    deployed.version
+                ),
+            ));
+        }
+        answer["probation"] = outcome.to_json();
+    }
+    Ok(Json(answer).into_response())
+}
+
+/// What probation decided about a version just swapped in.
+enum Probation {
+    /// It passed its probation calls.
+    Passed,
+    /// It failed within them and was rolled back, for this reason.
+    RolledBack(String),
+    /// Not decided within [`PROBATION_WAIT`], or the pipeline ended first: calls left.
+    Pending(u64),
+}
+
+impl Probation {
+    fn to_json(&self) -> serde_json::Value {
+        match self {
+            Probation::Passed => json!({ "outcome": "passed" }),
+            Probation::RolledBack(reason) => json!({ "outcome": "rolled back", "reason": reason }),
+            Probation::Pending(left) => json!({ "outcome": "pending", "calls_left": left }),
+        }
+    }
+}
+
+/// Watches the status of the pipeline `control` runs until the version `sha256` passes
+/// its probation or is rolled back, at most [`PROBATION_WAIT`].
+async fn probation_outcome(control: &weir_run::RunControl, sha256: &str) -> Probation {
+    let deadline = tokio::time::Instant::now() + PROBATION_WAIT;
+    loop {
+        let status = control.status();
+        // A group's status joins the hashes its tasks run.
+        let running = status.udf_sha256.split(',').any(|h| h == sha256);
+        if !running {
+            let reason = status.last_error.unwrap_or_default();
+            return Probation::RolledBack(reason);
+        }
+        let Some(left) = status.probation_calls_left else {
+            return Probation::Passed;
+        };
+        let ended = !matches!(
+            status.state,
+            weir_run::RunState::Running | weir_run::RunState::Starting
+        );
+        if ended || tokio::time::Instant::now() >= deadline {
+            return Probation::Pending(left);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn rollback(

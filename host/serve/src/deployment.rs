@@ -1,7 +1,7 @@
 //! One pipeline running inside `weir serve`: its thread, its control, its UDF versions.
 
 use crate::refused::Refused;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use weir_cluster::steering::Steering;
 use weir_control::{prepare, Prepared, VersionInfo, Versions};
@@ -18,6 +18,9 @@ pub struct Deployment {
     pub versions: Versions,
     /// Set when the pipeline runs as a member of a consumer group (`weir serve --group`).
     pub steering: Option<Arc<Steering>>,
+    /// Held by a deploy or a rollback from choosing its version number until the swap
+    /// is answered: swaps of one pipeline take turns, so two never get the same number.
+    pub swapping: Arc<Mutex<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -86,6 +89,7 @@ impl Deployment {
             control,
             versions,
             steering,
+            swapping: Arc::default(),
             thread: Some(thread),
         })
     }

@@ -116,6 +116,10 @@ enum Command {
         /// Swaps FILE in as the UDF of this running pipeline.
         #[arg(long)]
         pipeline: Option<String>,
+        /// With --pipeline: answer once the new version has passed its probation (exit
+        /// 0) or been rolled back (exit 1, saying why), waiting at most 60 s.
+        #[arg(long, requires = "pipeline")]
+        wait: bool,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -319,11 +323,12 @@ pub fn main() -> ExitCode {
         Command::Deploy {
             file,
             pipeline,
+            wait,
             server,
         } => {
             let client = server.client();
             answer(match pipeline {
-                Some(name) => client.deploy_udf(&name, &file),
+                Some(name) => client.deploy_udf(&name, &file, wait),
                 None => client.create(&file),
             })
         }
@@ -414,10 +419,14 @@ pub fn main() -> ExitCode {
                 }
                 Err(failure) => {
                     eprintln!("error: {failure}");
-                    if let Some(report) = failure.report {
+                    if let Some(report) = &failure.report {
                         eprintln!("{}", report.summary());
                     }
-                    ExitCode::FAILURE
+                    if failure.command_line {
+                        ExitCode::from(2)
+                    } else {
+                        ExitCode::FAILURE
+                    }
                 }
             }
         }

@@ -84,13 +84,20 @@ impl Client {
         self.call("POST", &query, Some(text.into_bytes()))
     }
 
-    /// Swaps in a new UDF component.
-    pub fn deploy_udf(&self, pipeline: &str, wasm: &Path) -> anyhow::Result<serde_json::Value> {
+    /// Swaps in a new UDF component; with `wait`, the answer comes once probation has
+    /// decided (a rollback is an error).
+    pub fn deploy_udf(
+        &self,
+        pipeline: &str,
+        wasm: &Path,
+        wait: bool,
+    ) -> anyhow::Result<serde_json::Value> {
         let bytes =
             std::fs::read(wasm).with_context(|| format!("cannot read {}", wasm.display()))?;
+        let query = if wait { "?wait=true" } else { "" };
         self.call(
             "PUT",
-            &format!("/api/pipelines/{pipeline}/udf"),
+            &format!("/api/pipelines/{pipeline}/udf{query}"),
             Some(bytes),
         )
     }

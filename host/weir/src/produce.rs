@@ -7,7 +7,9 @@ use weir_core::time::format::TimestampFormat;
 use weir_io::sink::kafka::KafkaTarget;
 use weir_io::sink::{KafkaSink, OutputRecord, Sink};
 use weir_io::source::decode::RecordDecoder;
-use weir_io::source::{FileSource, Polled, Source, SourceRecord, StdinSource};
+use weir_io::source::{
+    FileSource, Polled, Source, SourceRecord, StdinSource, DEFAULT_MAX_RECORD_BYTES,
+};
 
 /// Produces every non-blank line of `input` (a path, or `-` for stdin) to `topic`, keyed
 /// by the JSON field `key` if given; returns how many records were produced.
@@ -20,8 +22,8 @@ pub fn produce(brokers: &str, topic: &str, input: &str, key: Option<&str>) -> an
     };
     let mut sink = KafkaSink::connect(&target, "produce", topic)?;
     let mut source: Box<dyn Source> = match input {
-        "-" => Box::new(StdinSource::stdin()),
-        path => Box::new(FileSource::open(Path::new(path))?),
+        "-" => Box::new(StdinSource::stdin(DEFAULT_MAX_RECORD_BYTES)),
+        path => Box::new(FileSource::open(Path::new(path), DEFAULT_MAX_RECORD_BYTES)?),
     };
     // Only the key is wanted: the timestamp path is one no record has, and is ignored.
     let decoder = match key {
