@@ -1635,3 +1635,227 @@ topic = "{output}"
         "the first records were counted"
     );
 }
+
+// ----------------------------------------------------------------------------------
+// f. What a hostile probe of the admin API found
+// ----------------------------------------------------------------------------------
+
+/// A pipeline file for `POST /api/pipelines` named `name`: one stdin source, the echo
+/// component, outputs in the base folder.
+fn named_pipeline(name: &str) -> String {
+    format!(
+        "name = {name:?}\n[[source]]\nname = \"events\"\ntype = \"stdin\"\nkey = \"key\"\n\
+         timestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n[udf]\npath = {:?}\n\
+         [[sink]]\noutput = \"main\"\ntype = \"file\"\npath = \"out.jsonl\"\n",
+        component("misbehaving-udf").display().to_string()
+    )
+}
+
+#[test]
+fn pipeline_names_bases_and_bodies_the_api_refuses_and_the_bearer_scheme_it_accepts() {
+    let work = Workdir::new();
+    let base = work.path("base");
+    std::fs::create_dir(&base).unwrap();
+    let server = Server::start(&[]);
+    let long = "a".repeat(10_000);
+    for bad in [
+        "../../escaped",
+        "/tmp/absolute",
+        "..",
+        "",
+        "a/b",
+        long.as_str(),
+    ] {
+        let reply = server.create(&named_pipeline(bad), &base);
+        assert_eq!(reply.status, 400, "{bad:?}: {}", reply.text);
+        let error = reply.json["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("name") && error.contains("1 to 100 ASCII letters"),
+            "{bad:?}: {error}"
+        );
+    }
+    let state = server.data_dir().join("state");
+    assert!(
+        !state.exists() || std::fs::read_dir(&state).unwrap().next().is_none(),
+        "no refused pipeline left a state folder"
+    );
+    for outside in [work.path("escaped"), server.data_dir().join("lock")] {
+        assert!(!outside.exists(), "{} was written", outside.display());
+    }
+
+    // A base that is relative, or not a folder: 400 at create, not a failure later.
+    for (query, expected) in [
+        ("base=relative/dir", "is not an absolute path"),
+        ("base=/nonexistent/folder", "is not a folder on the server"),
+    ] {
+        let reply = server.request(
+            "POST",
+            &format!("/api/pipelines?{query}"),
+            Some(TOKEN),
+            named_pipeline("ok").as_bytes(),
+        );
+        assert_eq!(reply.status, 400, "{query}: {}", reply.text);
+        let error = reply.json["error"].as_str().unwrap_or_default();
+        assert!(error.contains(expected), "{query}: {error}");
+    }
+
+    // A body over the limit: 413, with the JSON error every refusal has.
+    let reply = server.request(
+        "PUT",
+        "/api/pipelines/ok/udf",
+        Some(TOKEN),
+        &vec![0u8; 65 << 20],
+    );
+    assert_eq!(reply.status, 413, "{}", reply.text);
+    assert!(
+        reply.content_type.starts_with("application/json"),
+        "{reply:?}"
+    );
+    assert!(
+        reply.json["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("over the API's limit of 64 MiB")),
+        "{}",
+        reply.text
+    );
+
+    // The scheme of `Authorization` is case-insensitive; the token is not.
+    let send = |authorization: &str| {
+        agent()
+            .post(format!(
+                "{}/api/pipelines?base={}",
+                server.url,
+                base.display()
+            ))
+            .header("Authorization", authorization)
+            .send(named_pipeline("lower-case-bearer").as_bytes())
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(send(&format!("bearer {}", TOKEN.to_uppercase())), 401);
+    assert_eq!(send(&format!("bearer {TOKEN}")), 201);
+}
+
+#[test]
+fn two_deploys_at_once_get_two_version_numbers_and_the_later_one_is_active() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let mut server = Server::start(&[&file]);
+    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let feeder = Feeder::start(server.stdin.take().unwrap(), 4, 0, 0);
+    let server = Arc::new(server);
+    let deploys: Vec<_> = ["versioned-udf-v2", "versioned-udf-migrated"]
+        .into_iter()
+        .map(|udf| {
+            let server = Arc::clone(&server);
+            std::thread::spawn(move || {
+                let reply = server.put_udf("counter", &wasm(udf));
+                assert_eq!(reply.status, 200, "{udf}: {}", reply.text);
+                (reply.json["version"].as_u64().unwrap(), Instant::now())
+            })
+        })
+        .collect();
+    let mut answers: Vec<(u64, Instant)> = deploys.into_iter().map(|t| t.join().unwrap()).collect();
+    answers.sort_by_key(|(_, answered)| *answered);
+    let numbers: Vec<u64> = answers.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        numbers,
+        [2, 3],
+        "one number each, in the order the swaps happened"
+    );
+    let p = server.pipeline("counter");
+    let versions: Vec<u64> = p["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, [1, 2, 3], "{p:#}");
+    assert_eq!(
+        version(&p),
+        Some(3),
+        "the swap answered last is active: {p:#}"
+    );
+    feeder.finish();
+}
+
+#[test]
+fn a_version_that_cannot_read_the_live_state_is_rolled_back_and_deploy_wait_says_so() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let mut server = Server::start(&[&file]);
+    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let feeder = Feeder::start(server.stdin.take().unwrap(), 4, 0, 100);
+    server.wait_for("counter", "100 records", Duration::from_secs(20), |p| {
+        processed(p) >= 100
+    });
+
+    // The migrating version passes its probation: `?wait=true` answers once it has.
+    let reply = server.request(
+        "PUT",
+        "/api/pipelines/counter/udf?wait=true",
+        Some(TOKEN),
+        &wasm("versioned-udf-migrated"),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json["version"], 2);
+    assert_eq!(
+        reply.json["probation"]["outcome"], "passed",
+        "{}",
+        reply.text
+    );
+    let migrated_sha = reply.json["sha256"].as_str().unwrap().to_string();
+
+    // Version 1 cannot read the state version 2 migrated: it fails its probation on the
+    // first key it reads, instead of sending record after record to the dead letters.
+    let reply = server.request(
+        "PUT",
+        "/api/pipelines/counter/udf?wait=true",
+        Some(TOKEN),
+        &wasm("versioned-udf-v1"),
+    );
+    assert_eq!(reply.status, 409, "{}", reply.text);
+    let error = reply.json["error"].as_str().unwrap();
+    assert!(
+        error.contains("version 1 was rolled back within its probation")
+            && error.contains("cannot read its state"),
+        "{error}"
+    );
+    let p = server.pipeline("counter");
+    assert_eq!(p["udf"]["sha256"], migrated_sha.as_str(), "{p:#}");
+    assert_eq!(version(&p), Some(2));
+
+    // The CLI's `deploy --wait` exits 1 with the same reason.
+    let v1 = component("versioned-udf-v1").display().to_string();
+    let (code, _, stderr) = weir_cli(&[
+        "deploy",
+        &v1,
+        "--pipeline",
+        "counter",
+        "--wait",
+        "--server",
+        &server.url,
+        "--token",
+        TOKEN,
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rolled back within its probation"),
+        "{stderr}"
+    );
+
+    let written = feeder.finish();
+    let p = server.wait_for("counter", "the end", Duration::from_secs(30), |p| {
+        state(p) == "finished"
+    });
+    assert_eq!(processed(&p), written, "every record was processed: {p:#}");
+    assert_eq!(
+        p["status"]["dead_letters"], 0,
+        "no record went to the dead letters: {p:#}"
+    );
+}

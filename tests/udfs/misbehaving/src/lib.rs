@@ -6,7 +6,14 @@
 //! - `"memory"`: allocates until its memory limit (the limit must stop it);
 //! - `"error"`: returns an error from `process_element`;
 //! - `"escape"`: tries to read a file, an environment variable and the clock, and
-//!   emits what it got (the sandbox must give it nothing).
+//!   emits what it got (the sandbox must give it nothing);
+//! - `"flood"`: emits `{"n": i, "pad": ...}` for i in 0..`count` from this one call, each
+//!   record `size` bytes or so (default 100): more than a call may emit, with `count`
+//!   large enough;
+//! - `"timers"`: registers `count` event-time timers, one each at the record's
+//!   timestamp plus 1 to `count`; each timer spins `work` loop iterations (default 0),
+//!   then emits `{"timer": at, "pad": ...}` padded to `size` bytes. So the end of input
+//!   fires `count` timers taking as long as `work` makes them.
 //!
 //! With config `side = "NAME"` it also declares a side output `NAME`, to test routing.
 //! With config `annotate = true` it emits `{"input", "watermark", "record"}` instead of
@@ -19,6 +26,8 @@ use weir_sdk::prelude::*;
 pub struct Misbehaving {
     out: Output<Value>,
     annotate: bool,
+    /// For `"timers"`: the `work` and `size` of the key's timers.
+    timer_work: ValueState<(u64, u64)>,
 }
 
 impl ProcessFunction for Misbehaving {
@@ -33,6 +42,7 @@ impl ProcessFunction for Misbehaving {
         Ok(Self {
             out: ctx.main_output()?,
             annotate,
+            timer_work: ctx.value_state("timer-work")?,
         })
     }
 
@@ -59,6 +69,21 @@ impl ProcessFunction for Misbehaving {
                 self.out.emit(&value)
             }
             Some("error") => bail!("asked to fail on {value}"),
+            Some("flood") => {
+                let pad = "x".repeat(number(&value, "size", 100).saturating_sub(20) as usize);
+                for n in 0..number(&value, "count", 1) {
+                    self.out.emit(&serde_json::json!({ "n": n, "pad": pad }))?;
+                }
+                Ok(())
+            }
+            Some("timers") => {
+                let (work, size) = (number(&value, "work", 0), number(&value, "size", 0));
+                self.timer_work.set(&(work, size))?;
+                for i in 1..=number(&value, "count", 1) as i64 {
+                    ctx.register_event_timer(element.timestamp().saturating_add(i));
+                }
+                Ok(())
+            }
             Some("escape") => {
                 let file = std::fs::read_to_string("/etc/hostname").ok();
                 let dir = std::fs::read_dir("/").map(|d| d.count()).ok();
@@ -81,6 +106,22 @@ impl ProcessFunction for Misbehaving {
             _ => self.out.emit(&value),
         }
     }
+
+    fn on_timer(&mut self, _ctx: &mut Context, timer: &Timer) -> Result<()> {
+        let (work, size) = self.timer_work.get()?.unwrap_or_default();
+        let mut spins = 0u64;
+        for _ in 0..work {
+            spins = std::hint::black_box(spins.wrapping_add(1));
+        }
+        let pad = "x".repeat(size.saturating_sub(30) as usize);
+        self.out
+            .emit(&serde_json::json!({ "timer": timer.timestamp(), "pad": pad }))
+    }
+}
+
+/// Field `name` of `record` as a number, `default` if it has none.
+fn number(record: &Value, name: &str, default: u64) -> u64 {
+    record.get(name).and_then(Value::as_u64).unwrap_or(default)
 }
 
 weir_sdk::export!(Misbehaving);
