@@ -82,7 +82,12 @@ impl Server {
     }
 
     fn start_with_args(pipelines: &[&Path], token: Option<&str>, args: &[&str]) -> Self {
-        let data = Workdir::new();
+        Self::start_in(Workdir::new(), pipelines, token, args)
+    }
+
+    /// Starts `weir serve` with `data`'s folder `data` as its data dir (one that another
+    /// server may have used: a restart).
+    fn start_in(data: Workdir, pipelines: &[&Path], token: Option<&str>, args: &[&str]) -> Self {
         let mut command = Command::new(weir_bin());
         command
             .arg("serve")
@@ -1857,5 +1862,297 @@ fn a_version_that_cannot_read_the_live_state_is_rolled_back_and_deploy_wait_says
     assert_eq!(
         p["status"]["dead_letters"], 0,
         "no record went to the dead letters: {p:#}"
+    );
+}
+
+// ----------------------------------------------------------------------------------
+// g. Deployments that outlive the server (its registry)
+// ----------------------------------------------------------------------------------
+
+impl Server {
+    /// Kills the server with SIGKILL (no graceful stop, no last checkpoint) and starts a
+    /// new one on the same data dir, with the same token and no pipeline files.
+    fn kill_and_restart(self) -> Server {
+        self.kill_and_restart_after(|_| {})
+    }
+
+    /// [`kill_and_restart`](Self::kill_and_restart), doing `between` to the data dir
+    /// while no server runs.
+    fn kill_and_restart_after(mut self, between: impl FnOnce(&Path)) -> Server {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        between(&self.data_dir());
+        let data = std::mem::take(&mut self.data);
+        Server::start_in(data, &[], Some(TOKEN), &[])
+    }
+
+    /// The record file of pipeline `name` in the registry, as JSON (its header line
+    /// dropped).
+    fn registry_record(&self, name: &str) -> Value {
+        let path = self
+            .data_dir()
+            .join("registry/pipelines")
+            .join(format!("{name}.json"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (header, body) = text.split_once('\n').unwrap();
+        assert!(header.starts_with("weir-registry 1 "), "{header}");
+        serde_json::from_str(body).unwrap()
+    }
+
+    /// Files under the registry that a crash left half-written, if any.
+    fn leftover_temporary_files(&self) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for sub in ["pipelines", "components"] {
+            for entry in std::fs::read_dir(self.data_dir().join("registry").join(sub)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.to_string_lossy().contains(".tmp-") {
+                    found.push(path);
+                }
+            }
+        }
+        found
+    }
+}
+
+/// A pipeline reading Kafka topic `topic` from its start into `out.jsonl` in `base`,
+/// checkpointing every 100 ms, with the versioned counter v1.
+fn kafka_pipeline(name: &str, topic: &str) -> String {
+    format!(
+        r#"name = "{name}"
+
+[[source]]
+name = "events"
+type = "kafka"
+brokers = "{brokers}"
+topic = "{topic}"
+startup = "earliest"
+idle_timeout = "0"
+key = "key"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+
+[udf]
+path = "{udf}"
+
+[checkpoint]
+interval = "100ms"
+
+[[sink]]
+output = "main"
+type = "file"
+path = "out.jsonl"
+"#,
+        brokers = kafka_brokers(),
+        udf = component("versioned-udf-v1").display()
+    )
+}
+
+/// Records `from..to` of the steady stream, to partition 0 of `topic`.
+fn produce_seqs(topic: &str, from: u64, to: u64) {
+    let records: Vec<Outgoing> = (from..to)
+        .map(|seq| Outgoing::new(record(seq).trim_end()))
+        .collect();
+    produce(topic, &records);
+}
+
+#[test]
+fn a_killed_server_comes_back_with_its_pipelines_active_versions_and_state() {
+    let work = Workdir::new();
+    let topic = unique_table("registry_in");
+    create_topic(&topic, 1);
+    let server = Server::start(&[]);
+    let reply = server.create(&kafka_pipeline("kept", &topic), &work.path(""));
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    produce_seqs(&topic, 0, 300);
+    server.wait_for("kept", "300 records", Duration::from_secs(30), |p| {
+        processed(p) >= 300
+    });
+    let reply = server.put_udf("kept", &wasm("versioned-udf-v2"));
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let v2_sha = reply.json["sha256"].as_str().unwrap().to_string();
+    produce_seqs(&topic, 300, 600);
+    server.wait_for("kept", "600 records", Duration::from_secs(30), |p| {
+        processed(p) >= 600
+    });
+
+    // kill -9, with records arriving while the server is down.
+    let server = server.kill_and_restart();
+    produce_seqs(&topic, 600, 900);
+    let p = server.wait_for("kept", "the resumed run", Duration::from_secs(60), |p| {
+        state(p) == "running" && p["status"]["processed"].as_u64().is_some()
+    });
+    assert_eq!(version(&p), Some(2), "version 2 runs again: {p:#}");
+    assert_eq!(p["udf"]["sha256"], v2_sha.as_str());
+    let versions: Vec<u64> = p["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, [1, 2], "the version history is kept: {p:#}");
+    assert!(
+        server
+            .log()
+            .contains("pipeline \"kept\" resumed with version 2 from the registry"),
+        "{}",
+        server.log()
+    );
+    produce_seqs(&topic, 900, 1000);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let outputs = loop {
+        let (elements, _) = split_outputs(&read_jsonl(work.path("out.jsonl")));
+        if elements.len() >= 1000 || Instant::now() > deadline {
+            break elements;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Exactly once over the crash: one output per record, and per key the count goes on
+    // from the checkpointed state (v1's counts, then v2's totals).
+    let mut seen = HashSet::new();
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for e in &outputs {
+        assert!(seen.insert(e.seq), "seq {} has two outputs", e.seq);
+        let n = counts.entry(e.key.clone()).or_default();
+        *n += 1;
+        assert_eq!(e.count, *n, "key {}: {e:?}", e.key);
+    }
+    assert_eq!(seen.len(), 1000, "every record has one output");
+    assert!(
+        outputs[600..].iter().all(|e| e.v == 2),
+        "after the restart, version 2 wrote every output"
+    );
+}
+
+#[test]
+fn a_kill_during_a_deploy_or_a_rollback_leaves_one_of_the_two_versions_and_the_api_agrees() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let mut server = Server::start(&[&file]);
+    let mut delays = [0u64, 40, 120].into_iter();
+    // Each round: a deploy (or a rollback) is sent and the server killed a moment later.
+    for round in 0..3 {
+        server.wait_for("counter", "running", Duration::from_secs(60), |p| {
+            state(p) == "running"
+        });
+        let before = version(&server.pipeline("counter")).unwrap();
+        let delay = delays.next().unwrap();
+        let call = {
+            let url = server.url.clone();
+            let rollback = before == 2;
+            std::thread::spawn(move || {
+                let agent = agent();
+                let auth = format!("Bearer {TOKEN}");
+                let _ = if rollback {
+                    agent
+                        .post(format!("{url}/api/pipelines/counter/rollback"))
+                        .header("Authorization", &auth)
+                        .send(&[][..])
+                } else {
+                    agent
+                        .put(format!("{url}/api/pipelines/counter/udf"))
+                        .header("Authorization", &auth)
+                        .send(&wasm("versioned-udf-v2")[..])
+                };
+            })
+        };
+        std::thread::sleep(Duration::from_millis(delay));
+        server = server.kill_and_restart();
+        let _ = call.join();
+        let p = server.wait_for("counter", "the restart", Duration::from_secs(60), |p| {
+            state(p) == "running" && version(p).is_some()
+        });
+        let after = version(&p).unwrap();
+        assert!(
+            [1, 2].contains(&after),
+            "round {round}: version {after} after a kill {delay} ms into the call from {before}"
+        );
+        let record = server.registry_record("counter");
+        assert_eq!(
+            record["active"].as_u64(),
+            Some(after),
+            "round {round}: the registry and the API agree: {record:#}"
+        );
+        assert!(
+            server.leftover_temporary_files().is_empty(),
+            "no half-written file is left to be used"
+        );
+    }
+}
+
+#[test]
+fn a_rollback_after_a_restart_goes_to_the_version_before_and_the_history_says_so() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let server = Server::start(&[&file]);
+    server.wait_for("counter", "running", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let reply = server.put_udf("counter", &wasm("versioned-udf-v2"));
+    assert_eq!(reply.status, 200, "{}", reply.text);
+
+    let server = server.kill_and_restart();
+    server.wait_for("counter", "the restart", Duration::from_secs(60), |p| {
+        state(p) == "running" && version(p) == Some(2)
+    });
+    let reply = server.request("POST", "/api/pipelines/counter/rollback", Some(TOKEN), b"");
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json["version"], 1);
+    let p = server.pipeline("counter");
+    assert_eq!(version(&p), Some(1), "{p:#}");
+    let actions: Vec<(&str, u64)> = p["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["action"].as_str().unwrap(),
+                h["version"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [("created", 1), ("deployed", 2), ("rolled back", 1)],
+        "{p:#}"
+    );
+    // Stopped through the API, it stays stopped after another restart.
+    let reply = server.request("POST", "/api/pipelines/counter/stop", Some(TOKEN), b"");
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let server = server.kill_and_restart();
+    std::thread::sleep(Duration::from_millis(500));
+    let reply = server.get("/api/pipelines/counter");
+    assert_eq!(
+        reply.status, 404,
+        "a stopped pipeline is not started: {}",
+        reply.text
+    );
+    assert_eq!(server.registry_record("counter")["desired"], "stopped");
+}
+
+#[test]
+fn a_damaged_registry_file_is_reported_and_the_server_starts_with_the_rest() {
+    let work = Workdir::new();
+    let server = Server::start(&[]);
+    for name in ["kept-a", "kept-b"] {
+        let toml =
+            std::fs::read_to_string(stdin_pipeline(&work, name, "versioned-udf-v1", "")).unwrap();
+        let reply = server.create(&toml, &work.path(""));
+        assert_eq!(reply.status, 201, "{}", reply.text);
+    }
+    let server = server.kill_and_restart_after(|data| {
+        let damaged = data.join("registry/pipelines/kept-b.json");
+        let mut bytes = std::fs::read(&damaged).unwrap();
+        let at = bytes.len() - 10;
+        bytes[at] ^= 0x20;
+        std::fs::write(&damaged, &bytes).unwrap();
+    });
+    server.wait_for("kept-a", "running", Duration::from_secs(60), |p| {
+        state(p) == "running"
+    });
+    assert_eq!(server.get("/api/pipelines/kept-b").status, 404);
+    let log = server.log();
+    assert!(
+        log.contains("kept-b.json cannot be used") && log.contains("damaged"),
+        "{log}"
     );
 }

@@ -62,6 +62,13 @@ pub struct VersionInfo {
 pub struct Versions(Arc<Mutex<Vec<UdfVersion>>>);
 
 impl Versions {
+    /// The list of `versions` kept from an earlier run of the server (its registry),
+    /// sorted by number.
+    pub fn restored(mut versions: Vec<UdfVersion>) -> Self {
+        versions.sort_by_key(|v| v.number);
+        Self(Arc::new(Mutex::new(versions)))
+    }
+
     /// The list with one version, number 1: the component a pipeline starts with.
     pub fn starting_with(bytes: Arc<Vec<u8>>, sha256: String) -> Self {
         let this = Self::default();

@@ -87,28 +87,37 @@ fn not_found(name: &str) -> Refused {
 }
 
 /// One pipeline as the API shows it.
-fn describe(name: &str, d: &Deployment) -> serde_json::Value {
+fn describe(server: &Server, name: &str, d: &Deployment) -> serde_json::Value {
     let status = d.control.status();
     let active = d.active_version();
+    let history = server
+        .registry
+        .get(name)
+        .map(|r| r.history)
+        .unwrap_or_default();
     json!({
         "name": name,
         "state": status.state,
         "udf": { "name": d.spec.udf.name, "version": active, "sha256": status.udf_sha256 },
         "versions": d.version_info(),
+        "history": history,
         "status": status,
     })
 }
 
 async fn list(State(server): Shared) -> Json<serde_json::Value> {
     let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-    let all: Vec<_> = pipelines.iter().map(|(n, d)| describe(n, d)).collect();
+    let all: Vec<_> = pipelines
+        .iter()
+        .map(|(n, d)| describe(&server, n, d))
+        .collect();
     Json(json!({ "pipelines": all }))
 }
 
 async fn inspect(State(server): Shared, UrlPath(name): UrlPath<String>) -> Response {
     let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
     match pipelines.get(&name) {
-        Some(d) => Json(describe(&name, d)).into_response(),
+        Some(d) => Json(describe(&server, &name, d)).into_response(),
         None => not_found(&name).into_response(),
     }
 }
@@ -152,7 +161,7 @@ async fn create(
     let (name, server) = name?;
     let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
     let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
-    Ok((StatusCode::CREATED, Json(describe(&name, d))).into_response())
+    Ok((StatusCode::CREATED, Json(describe(&server, &name, d))).into_response())
 }
 
 /// Swaps in version `bytes` (a new one, or an earlier one for a rollback).
@@ -162,16 +171,18 @@ async fn swap_in(
     bytes: Arc<Vec<u8>>,
     probation_calls: u64,
 ) -> Result<Response, Refused> {
-    let deployed = swap(server, name, bytes, probation_calls).await?;
+    let deployed = swap(server, name, bytes, probation_calls, "rolled back").await?;
     Ok(Json(deployed).into_response())
 }
 
-/// Swaps in version `bytes`; answers with what the swap did.
+/// Swaps in version `bytes` and records it in the registry as `action` (`deployed`,
+/// `rolled back`) before answering with what the swap did.
 async fn swap(
     server: Arc<Server>,
     name: String,
     bytes: Arc<Vec<u8>>,
     probation_calls: u64,
+    action: &'static str,
 ) -> Result<weir_control::Deployed, Refused> {
     let result = tokio::task::spawn_blocking(move || {
         let sha256 = weir_core::identity::sha256_hex(&bytes);
@@ -182,6 +193,32 @@ async fn swap(
             Arc::clone(&d.swapping)
         };
         let _turn = swapping.lock().unwrap_or_else(|e| e.into_inner());
+        // Stored before the swap: a crash after it finds the component the record names.
+        server
+            .registry
+            .store_component(&bytes)
+            .map_err(|e| Refused::new(500, format!("{e:#}")))?;
+        let result = swap_recorded(&server, &name, bytes, probation_calls, action);
+        server.registry.release_component(&sha256);
+        result
+    })
+    .await
+    .map_err(|e| Refused::new(500, e.to_string()))??;
+    Ok(result)
+}
+
+/// The swap of [`swap`], under its pipeline's turn: numbers the version, swaps it in,
+/// and records it.
+fn swap_recorded(
+    server: &Server,
+    name: &str,
+    bytes: Arc<Vec<u8>>,
+    probation_calls: u64,
+    action: &str,
+) -> Result<weir_control::Deployed, Refused> {
+    let name = name.to_string();
+    let sha256 = weir_core::identity::sha256_hex(&bytes);
+    {
         // Prepare and swap without holding the pipelines' lock: compiling takes a while.
         let (number, known, spec, control, steering, running) = {
             let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
@@ -210,14 +247,40 @@ async fn swap(
         if !known {
             let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(d) = pipelines.get_mut(&name) {
-                d.versions.insert(number, bytes, sha256);
+                d.versions.insert(number, bytes, sha256.clone());
             }
         }
-        Ok::<_, Refused>(deployed)
-    })
-    .await
-    .map_err(|e| Refused::new(500, e.to_string()))??;
-    Ok(result)
+        let keep = server.registry.keep_versions();
+        let recorded = server.registry.update(
+            &name,
+            || unreachable_record(&name),
+            |r| {
+                r.activate(number, &sha256, keep);
+                r.record(action, "");
+            },
+        );
+        if let Err(e) = recorded {
+            return Err(Refused::new(
+                500,
+                format!("version {number} runs, but the registry could not record it: {e:#}"),
+            ));
+        }
+        Ok(deployed)
+    }
+}
+
+/// A record for a pipeline the registry does not hold; every running pipeline has one,
+/// so this is never written in practice, but a deploy must not fail for the lack of it.
+fn unreachable_record(name: &str) -> crate::registry::PipelineRecord {
+    crate::registry::PipelineRecord {
+        name: name.to_string(),
+        definition: String::new(),
+        base: PathBuf::from("/"),
+        desired: crate::registry::Desired::Running,
+        active: 0,
+        versions: Vec::new(),
+        history: Vec::new(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -245,6 +308,7 @@ async fn deploy_udf(
         name.clone(),
         Arc::new(body.to_vec()),
         probation,
+        "deployed",
     )
     .await?;
     let mut answer = serde_json::to_value(&deployed).unwrap_or_default();
@@ -346,6 +410,17 @@ async fn stop(
         let thread = {
             let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
             let d = pipelines.get_mut(&name).ok_or_else(|| not_found(&name))?;
+            server
+                .registry
+                .update(
+                    &name,
+                    || unreachable_record(&name),
+                    |r| {
+                        r.desired = crate::registry::Desired::Stopped;
+                        r.record("stopped", "");
+                    },
+                )
+                .map_err(|e| Refused::new(500, format!("{e:#}")))?;
             d.request_stop()
         };
         // Joined without the lock: a pipeline stuck in a UDF call must not hold up the API.
@@ -354,7 +429,7 @@ async fn stop(
         }
         let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
         let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
-        Ok::<_, Refused>(describe(&name, d))
+        Ok::<_, Refused>(describe(&server, &name, d))
     })
     .await
     .map_err(|e| Refused::new(500, e.to_string()))??;
@@ -370,7 +445,12 @@ async fn delete(
     tokio::task::spawn_blocking(move || {
         let mut d = {
             let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-            pipelines.remove(&name).ok_or_else(|| not_found(&name))?
+            let d = pipelines.remove(&name).ok_or_else(|| not_found(&name))?;
+            server
+                .registry
+                .remove(&name)
+                .map_err(|e| Refused::new(500, format!("{e:#}")))?;
+            d
         };
         d.stop();
         Ok::<_, Refused>(())

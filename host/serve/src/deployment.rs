@@ -25,23 +25,19 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    /// Checks the pipeline's UDF and starts the pipeline on its own thread: the whole
-    /// pipeline, or with `group` this process's share of its tasks.
+    /// Checks the UDF component `bytes` (one of `versions`, the pipeline's known
+    /// versions) and starts the pipeline with it on its own thread: the whole pipeline,
+    /// or with `group` this process's share of its tasks.
     pub fn start(
         spec: PipelineSpec,
+        bytes: Arc<Vec<u8>>,
+        versions: Versions,
         group: Option<&str>,
         probation_calls: u64,
     ) -> Result<Self, Refused> {
-        let bytes = Arc::new(std::fs::read(&spec.udf.path).map_err(|e| {
-            Refused::new(
-                400,
-                format!("cannot read UDF component {}: {e}", spec.udf.path.display()),
-            )
-        })?);
         let Prepared { function, identity } = prepare(&spec, &bytes)?;
         let control = RunControl::new();
         control.update(|s| s.state = RunState::Starting);
-        let versions = Versions::starting_with(Arc::clone(&bytes), identity.sha256.clone());
         let steering = group.map(|_| {
             Steering::new(
                 Arc::clone(&control),

@@ -5,7 +5,9 @@
 //! through which the API swaps its UDF and reads its status. New UDF versions are
 //! compiled, checked against the contract and `init`ed off the processing path, then
 //! swapped in between two runs of records; a version that fails within its first calls
-//! is rolled back automatically. The API is described in `docs/admin-api.md`.
+//! is rolled back automatically. What the server runs (each pipeline's definition, its
+//! versions and their components, its history) is kept in its [`registry`], so that a
+//! restart or a crash comes back to it. The API is described in `docs/admin-api.md`.
 
 #![warn(missing_docs)]
 
@@ -14,6 +16,7 @@ pub mod deployment;
 mod metrics;
 mod page;
 mod refused;
+pub mod registry;
 mod server;
 
 pub use refused::Refused;
@@ -41,6 +44,8 @@ pub struct ServeConfig {
     pub pipelines: Vec<PathBuf>,
     /// Runs every pipeline as a member of this consumer group (see `weir_cluster`).
     pub group: Option<String>,
+    /// How many versions of each pipeline the registry keeps.
+    pub keep_versions: usize,
 }
 
 /// The token in force: given, or kept in `<data dir>/token` (created on first start).
@@ -72,21 +77,32 @@ pub fn token(data_dir: &Path, given: Option<String>) -> anyhow::Result<(String, 
 /// Runs the server until SIGINT/SIGTERM, then stops every pipeline gracefully.
 pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let (token, generated) = token(&config.data_dir, config.token.clone())?;
+    let (registry, damaged) =
+        registry::Registry::open(&config.data_dir.join("registry"), config.keep_versions)?;
+    for d in &damaged {
+        eprintln!(
+            "weir serve: the registry file {} cannot be used ({}); its pipeline is not started",
+            d.path.display(),
+            d.reason
+        );
+    }
     let server = Arc::new(Server {
         token: token.clone(),
         data_dir: config.data_dir.clone(),
         probation_calls: config.probation_calls,
         pipelines: Mutex::new(BTreeMap::new()),
         group: config.group.clone(),
+        registry,
     });
-    for path in &config.pipelines {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        let name = server
-            .create(&text, base)
-            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message))?;
-        tracing::info!("pipeline {name:?} started from {}", path.display());
+    start_pipelines(&server, &config.pipelines)?;
+    {
+        let server = Arc::clone(&server);
+        std::thread::Builder::new()
+            .name("weir-registry".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                server.record_what_pipelines_did();
+            })?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -114,6 +130,72 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
     for (name, deployment) in pipelines.iter_mut() {
         tracing::info!("stopping pipeline {name:?}");
         deployment.stop();
+    }
+    Ok(())
+}
+
+/// Starts what the server runs: the pipeline files on its command line, then every
+/// pipeline the registry holds as running. A file whose pipeline the registry holds with
+/// the same definition resumes it (its active version); with another definition, the
+/// file wins, as a `POST` of it would. A file that cannot be started stops the server; a
+/// pipeline of the registry that cannot is reported and left out.
+fn start_pipelines(server: &Server, files: &[PathBuf]) -> anyhow::Result<()> {
+    let mut named = std::collections::BTreeSet::new();
+    for path in files {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+        let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+        let base = std::fs::canonicalize(folder.unwrap_or(Path::new(".")))
+            .with_context(|| format!("cannot find the folder of {}", path.display()))?;
+        let name = weir_pipeline::PipelineSpec::parse(
+            &text,
+            &base.join("pipeline.toml"),
+            &weir_pipeline::Overrides::default(),
+        )
+        .map(|spec| spec.name)
+        .map_err(|e| anyhow::anyhow!("{}: invalid pipeline: {e:#}", path.display()))?;
+        named.insert(name.clone());
+        match server.registry.get(&name) {
+            Some(record) if record.definition == text && record.base == base => {
+                let again = (record.desired == registry::Desired::Stopped)
+                    .then(|| format!("from the command line ({})", path.display()));
+                server
+                    .resume(&record, again.as_deref())
+                    .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+                tracing::info!(
+                    "pipeline {name:?} resumed with version {} (its file {} is the one in the registry)",
+                    record.active,
+                    path.display()
+                );
+            }
+            known => {
+                if known.is_some() {
+                    eprintln!(
+                        "weir serve: pipeline {name:?}: {} differs from the definition in the registry; running the file's",
+                        path.display()
+                    );
+                }
+                server
+                    .create(&text, &base)
+                    .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message))?;
+                tracing::info!("pipeline {name:?} started from {}", path.display());
+            }
+        }
+    }
+    for record in server.registry.records() {
+        if named.contains(&record.name) || record.desired != registry::Desired::Running {
+            continue;
+        }
+        match server.resume(&record, None) {
+            Ok(()) => eprintln!(
+                "weir serve: pipeline {:?} resumed with version {} from the registry",
+                record.name, record.active
+            ),
+            Err(e) => eprintln!(
+                "weir serve: pipeline {:?} from the registry cannot be started: {e:#}",
+                record.name
+            ),
+        }
     }
     Ok(())
 }

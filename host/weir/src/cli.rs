@@ -108,6 +108,10 @@ enum Command {
         /// deployed UDF version goes to all of them (docs/scaling.md).
         #[arg(long)]
         group: Option<String>,
+        /// How many UDF versions of each pipeline the registry keeps (and can roll back
+        /// to); older components are removed.
+        #[arg(long, default_value_t = weir_serve::registry::DEFAULT_KEEP_VERSIONS)]
+        keep_versions: usize,
     },
     /// Starts a pipeline on a running `weir serve`, or (with --pipeline) swaps in a new UDF.
     Deploy {
@@ -309,6 +313,7 @@ pub fn main() -> ExitCode {
             token,
             probation_calls,
             group,
+            keep_versions,
         } => {
             let config = weir_serve::ServeConfig {
                 listen,
@@ -317,6 +322,7 @@ pub fn main() -> ExitCode {
                 probation_calls,
                 pipelines,
                 group,
+                keep_versions,
             };
             finished(weir_serve::serve(config))
         }
