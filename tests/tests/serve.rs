@@ -334,6 +334,17 @@ path = "{name}.dead.jsonl"
     path
 }
 
+/// `weir serve` running the pipeline `counter` (the versioned counter v1 on the server's
+/// stdin, outputs in `work`), once it runs.
+fn running_counter(work: &Workdir) -> Server {
+    let file = stdin_pipeline(work, "counter", "versioned-udf-v1", "");
+    let server = Server::start(&[&file]);
+    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    server
+}
+
 /// Record `seq` of the steady stream: key `k{seq % 20}`, a unique `seq`, rising time.
 fn record(seq: u64) -> String {
     format!(
@@ -941,11 +952,7 @@ fn unused_port() -> u16 {
 #[test]
 fn mutating_calls_need_the_token_and_the_cli_clients_work() {
     let work = Workdir::new();
-    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
-    let mut server = Server::start(&[&file]);
-    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
-        state(p) == "running"
-    });
+    let mut server = running_counter(&work);
     let v2_path = component("versioned-udf-v2").display().to_string();
     let v2 = wasm("versioned-udf-v2");
 
@@ -1745,11 +1752,7 @@ fn pipeline_names_bases_and_bodies_the_api_refuses_and_the_bearer_scheme_it_acce
 #[test]
 fn two_deploys_at_once_get_two_version_numbers_and_the_later_one_is_active() {
     let work = Workdir::new();
-    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
-    let mut server = Server::start(&[&file]);
-    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
-        state(p) == "running"
-    });
+    let mut server = running_counter(&work);
     let feeder = Feeder::start(server.stdin.take().unwrap(), 4, 0, 0);
     let server = Arc::new(server);
     let deploys: Vec<_> = ["versioned-udf-v2", "versioned-udf-migrated"]
@@ -1790,11 +1793,7 @@ fn two_deploys_at_once_get_two_version_numbers_and_the_later_one_is_active() {
 #[test]
 fn a_version_that_cannot_read_the_live_state_is_rolled_back_and_deploy_wait_says_so() {
     let work = Workdir::new();
-    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
-    let mut server = Server::start(&[&file]);
-    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
-        state(p) == "running"
-    });
+    let mut server = running_counter(&work);
     let feeder = Feeder::start(server.stdin.take().unwrap(), 4, 0, 100);
     server.wait_for("counter", "100 records", Duration::from_secs(20), |p| {
         processed(p) >= 100
@@ -2082,11 +2081,7 @@ fn a_kill_during_a_deploy_or_a_rollback_leaves_one_of_the_two_versions_and_the_a
 #[test]
 fn a_rollback_after_a_restart_goes_to_the_version_before_and_the_history_says_so() {
     let work = Workdir::new();
-    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
-    let server = Server::start(&[&file]);
-    server.wait_for("counter", "running", Duration::from_secs(20), |p| {
-        state(p) == "running"
-    });
+    let server = running_counter(&work);
     let reply = server.put_udf("counter", &wasm("versioned-udf-v2"));
     assert_eq!(reply.status, 200, "{}", reply.text);
 
