@@ -1471,6 +1471,10 @@ fn the_status_page_shows_the_pipeline_in_a_browser() {
     assert_eq!(cell(row, "state state-running"), Some("running"), "{row}");
     assert_eq!(cell(row, "number"), Some("v2"), "{row}");
     assert_eq!(cell(row, "sha"), Some(&sha[..12]), "{row}");
+    assert!(
+        cell(row, "history").is_some_and(|h| h.starts_with("deployed v2 at ")),
+        "the last change from the registry's history: {row}"
+    );
     let processed_cell: u64 = cell(row, "processed")
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("no processed count: {row}"));

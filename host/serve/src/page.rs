@@ -1,6 +1,7 @@
 //! `GET /`: a status page for people. It reads `/api/pipelines` every two seconds and
-//! shows each pipeline's state, UDF version, throughput over the last minutes as a small
-//! chart, watermark lag and errors. No build step, no outside assets.
+//! shows each pipeline's state, UDF version and its last change (from the registry),
+//! throughput over the last minutes as a small chart, watermark lag and errors. No build
+//! step, no outside assets.
 
 /// The page: one self-contained HTML document, its script and styles inline.
 pub const PAGE: &str = r##"<!doctype html>
@@ -19,6 +20,7 @@ pub const PAGE: &str = r##"<!doctype html>
   code { font-size: .9em; }
   svg { display: block; }
   #updated { color: #888; font-size: .85em; }
+  .history { color: #666; font-size: .8em; }
 </style>
 </head>
 <body>
@@ -83,6 +85,11 @@ async function refresh() {
       version.appendChild(text("span", "v" + (p.udf.version ?? "?"), "number"));
       version.appendChild(document.createTextNode(" "));
       version.appendChild(text("code", (p.udf.sha256 || "").slice(0, 12), "sha"));
+      const last = (p.history || [])[(p.history || []).length - 1];
+      if (last) {
+        const when = new Date(last.at).toLocaleTimeString();
+        version.appendChild(text("div", last.action + " v" + last.version + " at " + when, "history"));
+      }
       tr.appendChild(version);
       tr.appendChild(text("td", Math.round(s.records_per_second).toString(), "rate"));
       const spark = document.createElement("td");
