@@ -104,6 +104,17 @@ fn a_rust_project_passes_its_unit_tests_builds_and_runs() {
     std::fs::create_dir_all(&local).unwrap();
     std::fs::copy(wasm, local.join("rust_sessions.wasm")).unwrap();
     runs_as_expected(&dir);
+    // `weir dev pipeline.toml` exactly as `weir new` prints it, with no folder in the
+    // path (it used to fail to start `cargo metadata` in the folder "").
+    let dev = check(
+        Command::new(weir_bin())
+            .args(["dev", "pipeline.toml"])
+            .current_dir(&dir)
+            .env("CARGO_TARGET_DIR", repo_root().join("target"))
+            .stdin(std::process::Stdio::null()),
+        "weir dev pipeline.toml",
+    );
+    assert_eq!(dev, MAIN, "weir dev's main output");
 }
 
 #[test]

@@ -256,11 +256,13 @@ fn find_crate(wasm: &Path) -> anyhow::Result<PathBuf> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // A relative path's last ancestor is "" (`pipeline.toml` given without a folder):
+    // that is the current directory, which a child process cannot be started in by name.
     let dir = wasm
         .ancestors()
         .find(|d| d.join("Cargo.toml").exists())
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let output = Command::new("cargo")
         .args(["metadata", "--no-deps", "--format-version", "1"])
         .current_dir(&dir)
