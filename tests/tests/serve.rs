@@ -463,6 +463,27 @@ fn split_outputs(outputs: &[Value]) -> (Vec<ElementOut>, Vec<TimerOut>) {
 /// with, and per key the counts go 1, 2, 3, ... in output order; every element's timer
 /// fired exactly once, for its key.
 fn check_exactly_once(elements: &[ElementOut], timers: &[TimerOut], written: u64) {
+    check_elements_once(elements, written);
+    let mut fired = HashSet::new();
+    for t in timers {
+        let seq = (t.timer - 1_000 - BASE) / 10;
+        assert!(
+            (0..written as i64).contains(&seq) && (t.timer - 1_000 - BASE) % 10 == 0,
+            "a timer no element registered: {t:?}"
+        );
+        assert_eq!(t.key, format!("k{}", seq as u64 % KEYS), "{t:?}");
+        assert!(fired.insert(t.timer), "timer {} fired twice", t.timer);
+    }
+    assert_eq!(
+        timers.len() as u64,
+        written,
+        "every element's timer fires once"
+    );
+}
+
+/// Every seq in `0..written` has exactly one element output, with the key it was sent
+/// with, and per key the counts go 1, 2, 3, ... in output order.
+fn check_elements_once(elements: &[ElementOut], written: u64) {
     let mut seen = HashSet::new();
     for e in elements {
         assert!(seen.insert(e.seq), "seq {} has two outputs", e.seq);
@@ -484,21 +505,6 @@ fn check_exactly_once(elements: &[ElementOut], timers: &[TimerOut], written: u64
             e.key
         );
     }
-    let mut fired = HashSet::new();
-    for t in timers {
-        let seq = (t.timer - 1_000 - BASE) / 10;
-        assert!(
-            (0..written as i64).contains(&seq) && (t.timer - 1_000 - BASE) % 10 == 0,
-            "a timer no element registered: {t:?}"
-        );
-        assert_eq!(t.key, format!("k{}", seq as u64 % KEYS), "{t:?}");
-        assert!(fired.insert(t.timer), "timer {} fired twice", t.timer);
-    }
-    assert_eq!(
-        timers.len() as u64,
-        written,
-        "every element's timer fires once"
-    );
 }
 
 // ----------------------------------------------------------------------------------
@@ -2011,15 +2017,7 @@ fn a_killed_server_comes_back_with_its_pipelines_active_versions_and_state() {
     };
     // Exactly once over the crash: one output per record, and per key the count goes on
     // from the checkpointed state (v1's counts, then v2's totals).
-    let mut seen = HashSet::new();
-    let mut counts: HashMap<String, u64> = HashMap::new();
-    for e in &outputs {
-        assert!(seen.insert(e.seq), "seq {} has two outputs", e.seq);
-        let n = counts.entry(e.key.clone()).or_default();
-        *n += 1;
-        assert_eq!(e.count, *n, "key {}: {e:?}", e.key);
-    }
-    assert_eq!(seen.len(), 1000, "every record has one output");
+    check_elements_once(&outputs, 1000);
     assert!(
         outputs[600..].iter().all(|e| e.v == 2),
         "after the restart, version 2 wrote every output"

@@ -251,14 +251,10 @@ fn swap_recorded(
             }
         }
         let keep = server.registry.keep_versions();
-        let recorded = server.registry.update(
-            &name,
-            || unreachable_record(&name),
-            |r| {
-                r.activate(number, &sha256, keep);
-                r.record(action, "");
-            },
-        );
+        let recorded = server.registry.change(&name, |r| {
+            r.activate(number, &sha256, keep);
+            r.record(action, "");
+        });
         if let Err(e) = recorded {
             return Err(Refused::new(
                 500,
@@ -266,20 +262,6 @@ fn swap_recorded(
             ));
         }
         Ok(deployed)
-    }
-}
-
-/// A record for a pipeline the registry does not hold; every running pipeline has one,
-/// so this is never written in practice, but a deploy must not fail for the lack of it.
-fn unreachable_record(name: &str) -> crate::registry::PipelineRecord {
-    crate::registry::PipelineRecord {
-        name: name.to_string(),
-        definition: String::new(),
-        base: PathBuf::from("/"),
-        desired: crate::registry::Desired::Running,
-        active: 0,
-        versions: Vec::new(),
-        history: Vec::new(),
     }
 }
 
@@ -412,14 +394,10 @@ async fn stop(
             let d = pipelines.get_mut(&name).ok_or_else(|| not_found(&name))?;
             server
                 .registry
-                .update(
-                    &name,
-                    || unreachable_record(&name),
-                    |r| {
-                        r.desired = crate::registry::Desired::Stopped;
-                        r.record("stopped", "");
-                    },
-                )
+                .change(&name, |r| {
+                    r.desired = crate::registry::Desired::Stopped;
+                    r.record("stopped", "");
+                })
                 .map_err(|e| Refused::new(500, format!("{e:#}")))?;
             d.request_stop()
         };

@@ -294,8 +294,22 @@ impl Registry {
         self.dir.join("pipelines").join(format!("{name}.json"))
     }
 
-    /// Changes (or, with `None` from `change`, leaves) the record of `name`, creating it
-    /// from `create` if there is none, and makes the change durable before returning:
+    /// Changes the record of a pipeline the registry holds (see [`update`](Self::update));
+    /// an error if it holds none.
+    pub fn change(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut PipelineRecord),
+    ) -> anyhow::Result<PipelineRecord> {
+        anyhow::ensure!(
+            self.lock().contains_key(name),
+            "the registry holds no pipeline {name:?}"
+        );
+        self.update(name, || unreachable!("checked above"), change)
+    }
+
+    /// Changes the record of `name`, creating it from `create` if there is none, and
+    /// makes the change durable before returning:
     /// the record file is replaced atomically, then components no kept version names any
     /// more are removed. Returns the record as written.
     pub fn update(
