@@ -67,7 +67,8 @@ pub fn event_time<M: KeyedModel>(
         let key_timers = timers.entry(key.clone()).or_default();
         let out = model.element(&key, state, &input, ts, key_timers);
         outputs.entry(key.clone()).or_default().extend(out);
-        let candidate = ts - out_of_orderness;
+        // Flink's bounded-out-of-orderness rule: the newest timestamp, less the bound, less 1 ms.
+        let candidate = ts - out_of_orderness - 1;
         if candidate > watermark {
             watermark = candidate;
             fire(watermark, &mut states, &mut timers, &mut outputs);

@@ -330,7 +330,7 @@ fn merge(input: &Input) -> Vec<Arrival<'_>> {
             watermark,
         });
         next[source] += 1;
-        source_wm[source] = source_wm[source].max(time - OUT_OF_ORDERNESS);
+        source_wm[source] = source_wm[source].max(time - OUT_OF_ORDERNESS - 1);
         let combined = (0..3)
             .filter(|&i| next[i] < files[i].len())
             .map(|i| source_wm[i])

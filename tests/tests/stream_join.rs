@@ -251,7 +251,7 @@ fn model(inputs: &Inputs, ttl: i64, ttl_text: &str) -> Expected {
         // Neither file ends before the final pair, and once one has, the other's
         // watermark is the smaller anyway: the minimum is the host's watermark throughout.
         let watermark = match max_ts {
-            [Some(a), Some(b)] => a.min(b) - OUT_OF_ORDERNESS,
+            [Some(a), Some(b)] => a.min(b) - OUT_OF_ORDERNESS - 1,
             _ => i64::MIN,
         };
         if rec.ts <= watermark {

@@ -50,14 +50,17 @@ fn fnv1a_64(bytes: &[u8]) -> u64 {
 
 /// The steps the engine takes for one file source with `out_of_orderness` (ms): each
 /// record, then the watermark advance it causes (the largest timestamp seen minus
-/// `out_of_orderness`, if that is later), then the end of input. One JSON line each.
+/// `out_of_orderness` and 1 ms, if that is later), then the end of input. One JSON line each.
 fn steps(records: &[Record], out_of_orderness: i64) -> String {
     let mut text = String::new();
     let mut watermark = i64::MIN;
     for record in records {
         let process = json!({"process": [record.key, record.line, record.timestamp]});
         text.push_str(&format!("{process}\n"));
-        let candidate = record.timestamp.saturating_sub(out_of_orderness);
+        let candidate = record
+            .timestamp
+            .saturating_sub(out_of_orderness)
+            .saturating_sub(1);
         if candidate > watermark {
             watermark = candidate;
             text.push_str(&format!("{}\n", json!({ "watermark": watermark })));

@@ -196,7 +196,7 @@ fn model(lines: &[Line], size: i64, lateness: i64) -> Expected {
             expected.refused += 1;
             continue;
         };
-        let watermark = max_ts.map_or(i64::MIN, |m| m - OUT_OF_ORDERNESS);
+        let watermark = max_ts.map_or(i64::MIN, |m| m - OUT_OF_ORDERNESS - 1);
         let start = ride.ts.div_euclid(size) * size;
         let last = start + size - 1;
         let key = (window_start_text(start), ride.pu);
@@ -236,7 +236,7 @@ fn model(lines: &[Line], size: i64, lateness: i64) -> Expected {
             }
         }
         max_ts = Some(max_ts.map_or(ride.ts, |m| m.max(ride.ts)));
-        let watermark = max_ts.unwrap() - OUT_OF_ORDERNESS;
+        let watermark = max_ts.unwrap() - OUT_OF_ORDERNESS - 1;
         for w in windows
             .iter_mut()
             .filter(|w| !w.fired && w.last <= watermark)

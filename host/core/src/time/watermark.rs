@@ -2,7 +2,9 @@
 //!
 //! Each source runs a bounded-out-of-orderness generator (Flink's
 //! `forBoundedOutOfOrderness`): after each record its watermark becomes
-//! `max timestamp seen - out_of_orderness` if that is larger. The pipeline's watermark
+//! `max timestamp seen - out_of_orderness - 1 ms` if that is larger, so a record whose
+//! timestamp equals the newest one seen is never late, even at `out_of_orderness = 0`
+//! (Flink's `forMonotonousTimestamps`). The pipeline's watermark
 //! is the minimum over its sources; a source that has ended no longer holds it back, and
 //! once every source has ended the watermark is [`END_OF_TIME`]. A source marked idle
 //! (no record for its `idle_timeout`) does not hold it back either until it delivers
@@ -22,7 +24,7 @@ pub struct BoundedOutOfOrderness {
 
 impl BoundedOutOfOrderness {
     /// A generator that trails the largest timestamp seen by `out_of_orderness_ms`
-    /// milliseconds, starting at [`MIN_WATERMARK`] (nothing seen yet).
+    /// milliseconds and one more, starting at [`MIN_WATERMARK`] (nothing seen yet).
     pub fn new(out_of_orderness_ms: Timestamp) -> Self {
         Self {
             out_of_orderness: out_of_orderness_ms,
@@ -39,7 +41,7 @@ impl BoundedOutOfOrderness {
 
     /// Accounts for a record's timestamp.
     pub fn observe(&mut self, ts: Timestamp) {
-        let candidate = ts.saturating_sub(self.out_of_orderness);
+        let candidate = ts.saturating_sub(self.out_of_orderness).saturating_sub(1);
         if candidate > self.watermark {
             self.watermark = candidate;
         }
@@ -161,17 +163,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn single_source_follows_max_minus_bound() {
+    fn a_record_at_the_newest_timestamp_is_not_late_at_zero_out_of_orderness() {
+        let mut wm = PipelineWatermark::new(vec![BoundedOutOfOrderness::new(0)]);
+        assert_eq!(wm.observe(0, 1_000), Some(999));
+        assert!(1_000 > wm.current(), "a second record at 1000 is on time");
+        assert!(999 <= wm.current(), "one at 999 is late");
+    }
+
+    #[test]
+    fn single_source_follows_max_minus_bound_minus_one_millisecond() {
         let mut wm = PipelineWatermark::new(vec![BoundedOutOfOrderness::new(5_000)]);
         assert_eq!(wm.current(), MIN_WATERMARK);
-        assert_eq!(wm.observe(0, 10_000), Some(5_000));
+        assert_eq!(wm.observe(0, 10_000), Some(4_999));
         assert_eq!(
             wm.observe(0, 9_000),
             None,
             "an older record never moves it back"
         );
         assert_eq!(wm.observe(0, 10_000), None, "no advance, no event");
-        assert_eq!(wm.observe(0, 12_000), Some(7_000));
+        assert_eq!(wm.observe(0, 12_000), Some(6_999));
         assert_eq!(wm.end(0), Some(END_OF_TIME));
         assert!(wm.all_ended());
     }
@@ -183,9 +193,9 @@ mod tests {
             BoundedOutOfOrderness::new(1_000),
         ]);
         assert_eq!(wm.observe(0, 50_000), None, "source 1 has seen nothing yet");
-        assert_eq!(wm.observe(1, 20_000), Some(19_000));
+        assert_eq!(wm.observe(1, 20_000), Some(18_999));
         assert_eq!(wm.observe(0, 60_000), None);
-        assert_eq!(wm.end(1), Some(60_000));
+        assert_eq!(wm.end(1), Some(59_999));
         assert_eq!(wm.end(0), Some(END_OF_TIME));
     }
 
@@ -199,15 +209,15 @@ mod tests {
         wm.observe(0, 100);
         wm.observe(1, 50);
         assert_eq!(wm.current(), MIN_WATERMARK, "source 2 has seen nothing");
-        assert_eq!(wm.set_idle(2, true), Some(50));
-        assert_eq!(wm.set_idle(1, true), Some(100));
+        assert_eq!(wm.set_idle(2, true), Some(49));
+        assert_eq!(wm.set_idle(1, true), Some(99));
         assert_eq!(
             wm.set_idle(0, true),
             None,
-            "all idle: the largest, still 100"
+            "all idle: the largest, still 99"
         );
         wm.set_idle(2, false);
         assert_eq!(wm.observe(2, 30), None, "active again, but never backwards");
-        assert_eq!(wm.current(), 100);
+        assert_eq!(wm.current(), 99);
     }
 }
