@@ -50,6 +50,22 @@ fn failed(message: String) -> types::Error {
     }
 }
 
+/// A call's result for the host: a [`Reject`](crate::Reject) becomes the
+/// `dead-letters.reject` import and a successful return (the host then takes the call
+/// back and writes the dead letter); any other error is the call's error.
+fn finish_call(result: crate::Result<()>) -> Result<(), types::Error> {
+    match result {
+        Err(e) => match crate::Reject::find(&e) {
+            Some(rejection) => {
+                crate::__private::bindings::weir::udf::dead_letters::reject(rejection.reason());
+                Ok(())
+            }
+            None => Err(error(e)),
+        },
+        Ok(()) => Ok(()),
+    }
+}
+
 fn not_initialized() -> types::Error {
     failed("weir-sdk: called before a successful init".to_owned())
 }
@@ -85,7 +101,7 @@ impl<S: Slot> Guest for Adapter<S> {
             let mut ctx = Context::new(el.key(), el.timestamp());
             let result = udf.process_element(&mut ctx, &el);
             Active::call_finished();
-            result.map_err(error)
+            finish_call(result)
         })
     }
 
@@ -100,7 +116,7 @@ impl<S: Slot> Guest for Adapter<S> {
             let mut ctx = Context::new(timer.key(), timer.timestamp());
             let result = udf.on_timer(&mut ctx, &timer);
             Active::call_finished();
-            result.map_err(error)
+            finish_call(result)
         })
     }
 }

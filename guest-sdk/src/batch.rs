@@ -789,6 +789,8 @@ fn run_entries<T: ProcessFunction>(
                 });
                 let element = Element::new(input_name, input, keys[key as usize], value, timestamp);
                 let mut ctx = Context::new(keys[key as usize], timestamp);
+                // An error ends the batch, a rejection too: the host runs its entries
+                // again one call at a time, where a rejection is the import.
                 udf.process_element(&mut ctx, &element)?;
                 watermark_after
             }

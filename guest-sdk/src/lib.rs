@@ -47,6 +47,7 @@ mod config;
 mod context;
 mod duration;
 mod output;
+mod reject;
 mod state;
 pub mod time;
 mod ttl;
@@ -63,6 +64,7 @@ pub use ::anyhow::{self, anyhow, bail, ensure};
 pub use context::{Context, Element, InitContext, LogLevel, TimeDomain, Timer};
 pub use duration::{Duration, ParseDurationError};
 pub use output::{Output, Record};
+pub use reject::{reject, Reject};
 pub use state::{ListState, MapState, StateDecodeError, ValueState};
 pub use ttl::StateTtl;
 
@@ -73,8 +75,9 @@ pub type Result<T, E = anyhow::Error> = anyhow::Result<T, E>;
 /// Everything a UDF usually needs, in one `use`.
 pub mod prelude {
     pub use crate::{
-        anyhow, bail, ensure, Context, Duration, Element, InitContext, ListState, LogLevel,
-        MapState, Output, ProcessFunction, Record, Result, StateTtl, TimeDomain, Timer, ValueState,
+        anyhow, bail, ensure, reject, Context, Duration, Element, InitContext, ListState, LogLevel,
+        MapState, Output, ProcessFunction, Record, Reject, Result, StateTtl, TimeDomain, Timer,
+        ValueState,
     };
     /// `.context(..)` / `.with_context(..)` on results and options, without clashing with
     /// [`Context`].

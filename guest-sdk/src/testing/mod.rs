@@ -151,6 +151,7 @@ impl<T: ProcessFunction> TestHostBuilder<T> {
             config: self.config,
             inputs: self.inputs,
             world,
+            rejected: Vec::new(),
         })
     }
 }
@@ -178,6 +179,19 @@ pub struct TestHost<T: ProcessFunction> {
     config: Vec<(String, String)>,
     inputs: Vec<String>,
     world: Rc<RefCell<World>>,
+    rejected: Vec<Rejected>,
+}
+
+/// An element or timer the UDF rejected ([`Reject`](crate::Reject)): the host sends it
+/// to the dead-letter output with the reason and takes back everything its call did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejected {
+    /// The key of the element or timer.
+    pub key: Vec<u8>,
+    /// Its timestamp.
+    pub timestamp: i64,
+    /// The UDF's reason.
+    pub reason: String,
 }
 
 impl<T: ProcessFunction> TestHost<T> {
@@ -214,14 +228,36 @@ impl<T: ProcessFunction> TestHost<T> {
     ) -> Result<()> {
         let _installed = native::install(self.world.clone());
         self.world.borrow_mut().expire();
+        let saved = self.world.borrow().save();
         self.world.borrow_mut().phase = Phase::Keyed {
             key: key.to_vec(),
             timestamp,
         };
         let result = f(&mut self.udf, &self.inputs);
+        let rejection = result
+            .as_ref()
+            .err()
+            .and_then(crate::Reject::find)
+            .map(|r| r.reason().to_owned());
         self.world.borrow_mut().end_call(result.is_ok());
         Active::call_finished();
-        result
+        match rejection {
+            Some(reason) => {
+                self.world.borrow_mut().restore(saved);
+                self.rejected.push(Rejected {
+                    key: key.to_vec(),
+                    timestamp,
+                    reason,
+                });
+                Ok(())
+            }
+            None => result,
+        }
+    }
+
+    /// The elements and timers the UDF rejected so far, in order.
+    pub fn rejected(&self) -> &[Rejected] {
+        &self.rejected
     }
 
     /// Feeds one element from `input` (a name given to the builder), with the key and

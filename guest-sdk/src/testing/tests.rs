@@ -897,3 +897,53 @@ fn a_timer_loop_is_reported() {
     h.process("main", "k", "{}", 0).unwrap();
     h.finish().unwrap();
 }
+
+#[test]
+fn a_rejected_record_is_taken_back_and_listed() {
+    struct Picky {
+        out: Output<u32>,
+        seen: ValueState<u32>,
+    }
+    impl ProcessFunction for Picky {
+        fn init(ctx: &mut InitContext) -> Result<Self> {
+            Ok(Picky {
+                out: ctx.main_output()?,
+                seen: ctx.value_state("seen")?,
+            })
+        }
+        fn process_element(&mut self, ctx: &mut Context, el: &Element) -> Result<()> {
+            let n = self.seen.get()?.unwrap_or(0) + 1;
+            self.seen.set(&n)?;
+            ctx.register_event_timer(el.timestamp() + 10);
+            self.out.emit(&n)?;
+            if !el.json::<bool>()? {
+                return crate::reject(format!("record {n} says false"));
+            }
+            Ok(())
+        }
+    }
+    let mut h = TestHost::<Picky>::new().unwrap();
+    h.process("main", "k", "true", 1).unwrap();
+    h.process("main", "k", "false", 2).unwrap();
+    h.process("main", "k", "true", 3).unwrap();
+    assert_eq!(
+        h.outputs("main"),
+        vec![Emitted::new(json!(1), 1), Emitted::new(json!(2), 3)],
+        "the rejected call's emit, state write and timer were taken back"
+    );
+    assert_eq!(
+        h.rejected(),
+        &[Rejected {
+            key: b"k".to_vec(),
+            timestamp: 2,
+            reason: "record 2 says false".into()
+        }]
+    );
+    assert_eq!(
+        h.pending_timers(),
+        vec![
+            (b"k".to_vec(), TimeDomain::EventTime, 11),
+            (b"k".to_vec(), TimeDomain::EventTime, 13)
+        ]
+    );
+}

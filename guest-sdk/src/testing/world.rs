@@ -51,7 +51,30 @@ pub(crate) struct World {
     pub(crate) logs: Vec<LogLine>,
 }
 
+/// The state and timers before a call, to take a rejected call back.
+pub(crate) struct Saved {
+    data: HashMap<Vec<u8>, HashMap<u32, StateData>>,
+    timers: TimerService,
+    pending_timers: BTreeSet<(HostDomain, i64, KeyId)>,
+}
+
 impl World {
+    /// The state and timers as they are, for [`restore`](Self::restore).
+    pub(crate) fn save(&self) -> Saved {
+        Saved {
+            data: self.data.clone(),
+            timers: self.timers.clone(),
+            pending_timers: self.pending_timers.clone(),
+        }
+    }
+
+    /// Takes state and timers back to `saved`, as the host takes back a rejected call.
+    pub(crate) fn restore(&mut self, saved: Saved) {
+        self.data = saved.data;
+        self.timers = saved.timers;
+        self.pending_timers = saved.pending_timers;
+    }
+
     pub(crate) fn new(processing_time: i64) -> Self {
         World {
             phase: Phase::Idle,

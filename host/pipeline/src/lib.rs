@@ -140,6 +140,17 @@ pub struct UdfEntry {
     pub state_cache: Option<String>,
     /// A size: the most bytes (keys and values) one call may emit (default 64 MiB).
     pub max_emit_bytes: Option<String>,
+    /// What the run does when a call on a record or timer fails: `"fail"` (the
+    /// default), `"dead-letter"` or `"retry"`.
+    pub on_error: Option<String>,
+    /// With `on_error = "retry"`: how many times a failed call is made again (default 3).
+    pub retries: Option<u32>,
+    /// With `on_error = "retry"`: a duration, the wait before the first retry, doubled
+    /// before each next one up to 30 s (default 100ms).
+    pub retry_backoff: Option<String>,
+    /// With `on_error = "retry"`: what happens once the retries failed too, `"fail"`
+    /// (the default) or `"dead-letter"`.
+    pub after_retries: Option<String>,
     /// `[udf.config]`: key/value configuration handed to the UDF's `init`, as text.
     #[serde(default)]
     pub config: BTreeMap<String, toml::Value>,
@@ -309,9 +320,105 @@ pub struct UdfSpec {
     pub state_cache_bytes: usize,
     /// The most bytes one call may emit; a call that emits more fails.
     pub max_emit_bytes: usize,
+    /// What the run does when a call on a record or timer fails.
+    pub on_error: OnUdfError,
     /// `[udf.dev]`: how `weir dev` rebuilds the component, if the file says.
     pub dev: Option<DevSpec>,
 }
+
+/// `[udf] on_error`: what the run does when a UDF call on a record or a timer fails
+/// (returns an error, traps, runs past its `call_timeout` or out of memory, emits past
+/// `max_emit_bytes`). A failure of `init`, a new version's failure within its probation
+/// (rolled back), a state the UDF cannot read (always a dead letter) and a record the
+/// UDF rejects itself (always a dead letter) follow their own rules, whatever the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnUdfError {
+    /// The run ends with the error, naming the record or timer (Flink's default: the
+    /// job fails). A restarted run meets the same record again.
+    #[default]
+    Fail,
+    /// The record (or timer) goes to the dead-letter output with the error as its
+    /// reason, its call leaving nothing behind; the run goes on.
+    DeadLetter,
+    /// The call is made again, up to `retries` times, after a wait that starts at
+    /// `backoff` and doubles (at most [`MAX_RETRY_BACKOFF`]); then `then`.
+    Retry {
+        /// How many more calls are made after the first failed one.
+        retries: u32,
+        /// The wait before the first retry.
+        backoff: Duration,
+        /// What happens once every retry has failed too: [`OnUdfError::Fail`] or
+        /// [`OnUdfError::DeadLetter`].
+        then: AfterRetries,
+    },
+}
+
+/// What happens to a record or timer whose retries all failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRetries {
+    /// The run ends with the error.
+    Fail,
+    /// It goes to the dead-letter output; the run goes on.
+    DeadLetter,
+}
+
+/// The longest wait between two retries of a failed UDF call.
+pub const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(30);
+
+impl OnUdfError {
+    /// The wait before retry number `attempt` (1 for the first retry).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        match self {
+            OnUdfError::Retry { backoff, .. } => backoff
+                .saturating_mul(1 << attempt.saturating_sub(1).min(20))
+                .min(MAX_RETRY_BACKOFF),
+            _ => Duration::ZERO,
+        }
+    }
+
+    fn parse(entry: &UdfEntry) -> anyhow::Result<Self> {
+        let retry_fields = entry.retries.is_some()
+            || entry.retry_backoff.is_some()
+            || entry.after_retries.is_some();
+        let policy = match entry.on_error.as_deref().unwrap_or("fail") {
+            "fail" => OnUdfError::Fail,
+            "dead-letter" => OnUdfError::DeadLetter,
+            "retry" => {
+                let backoff = match &entry.retry_backoff {
+                    Some(text) => Duration::from_millis(
+                        parse_duration_ms(text).context("retry_backoff")?.max(0) as u64,
+                    ),
+                    None => DEFAULT_RETRY_BACKOFF,
+                };
+                let then = match entry.after_retries.as_deref().unwrap_or("fail") {
+                    "fail" => AfterRetries::Fail,
+                    "dead-letter" => AfterRetries::DeadLetter,
+                    other => bail!(
+                        "after_retries: {other:?} is not a policy: use \"fail\" or \"dead-letter\""
+                    ),
+                };
+                return Ok(OnUdfError::Retry {
+                    retries: entry.retries.unwrap_or(DEFAULT_RETRIES),
+                    backoff,
+                    then,
+                });
+            }
+            other => bail!(
+                "on_error: {other:?} is not a policy: use \"fail\", \"dead-letter\" or \"retry\""
+            ),
+        };
+        anyhow::ensure!(
+            !retry_fields,
+            "retries, retry_backoff and after_retries apply only with on_error = \"retry\""
+        );
+        Ok(policy)
+    }
+}
+
+/// How often a failed call is retried when `retries` is not given.
+pub const DEFAULT_RETRIES: u32 = 3;
+/// The first wait before a retry when `retry_backoff` is not given.
+pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How `weir dev` rebuilds a UDF that is not found as a Rust crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -733,6 +840,7 @@ fn resolve_udf(
         max_batch: entry.max_batch.unwrap_or(DEFAULT_MAX_BATCH),
         state_cache_bytes,
         max_emit_bytes,
+        on_error: OnUdfError::parse(entry)?,
         dev: match &entry.dev {
             Some(dev) => {
                 anyhow::ensure!(!dev.watch.is_empty(), "dev.watch: list at least one path");
@@ -1042,6 +1150,40 @@ path = "out/clicks.jsonl"
     }
 
     #[test]
+    fn on_error_defaults_to_fail_and_retry_takes_its_settings() {
+        let spec = parse(GOOD, &Overrides::default()).unwrap();
+        assert_eq!(spec.udf.on_error, OnUdfError::Fail);
+        let retry = GOOD.replace(
+            "memory_limit",
+            "on_error = \"retry\"\nretries = 4\nretry_backoff = \"250ms\"\nafter_retries = \"dead-letter\"\nmemory_limit",
+        );
+        let policy = parse(&retry, &Overrides::default()).unwrap().udf.on_error;
+        assert_eq!(
+            policy,
+            OnUdfError::Retry {
+                retries: 4,
+                backoff: Duration::from_millis(250),
+                then: AfterRetries::DeadLetter
+            }
+        );
+        assert_eq!(policy.backoff(1), Duration::from_millis(250));
+        assert_eq!(policy.backoff(3), Duration::from_millis(1000), "doubles");
+        assert_eq!(policy.backoff(40), MAX_RETRY_BACKOFF, "at most");
+        let defaults = GOOD.replace("memory_limit", "on_error = \"retry\"\nmemory_limit");
+        assert_eq!(
+            parse(&defaults, &Overrides::default())
+                .unwrap()
+                .udf
+                .on_error,
+            OnUdfError::Retry {
+                retries: DEFAULT_RETRIES,
+                backoff: DEFAULT_RETRY_BACKOFF,
+                then: AfterRetries::Fail
+            }
+        );
+    }
+
+    #[test]
     fn mistakes_name_the_field() {
         let cases = [
             (
@@ -1061,6 +1203,21 @@ path = "out/clicks.jsonl"
             (
                 GOOD.replace("memory_limit", "max_emit_bytes = \"0\"\nmemory_limit"),
                 "max_emit_bytes: must be more than zero",
+            ),
+            (
+                GOOD.replace("memory_limit", "on_error = \"skip\"\nmemory_limit"),
+                "on_error: \"skip\" is not a policy: use \"fail\", \"dead-letter\" or \"retry\"",
+            ),
+            (
+                GOOD.replace("memory_limit", "retries = 5\nmemory_limit"),
+                "apply only with on_error = \"retry\"",
+            ),
+            (
+                GOOD.replace(
+                    "memory_limit",
+                    "on_error = \"retry\"\nafter_retries = \"ignore\"\nmemory_limit",
+                ),
+                "after_retries: \"ignore\" is not a policy",
             ),
             (
                 GOOD.replace("name = \"ad-clicks\"", "name = \"../../escaped\""),

@@ -179,8 +179,14 @@ pub struct LiveStatus {
     /// `None` when no version is on probation (it passed, or was rolled back: then
     /// `udf_sha256` names the version before it again).
     pub probation_calls_left: Option<u64>,
-    /// UDF failures that rolled a new version back.
+    /// Failed UDF calls on records and timers: those that rolled a new version back, and
+    /// those the pipeline's `on_error` policy sent to the dead letters or retried (the
+    /// failure that ends a run is not counted; it is in `last_error`).
     pub udf_errors: u64,
+    /// Calls made again after a failure (`on_error = "retry"`).
+    pub udf_retries: u64,
+    /// Records and timers the UDF rejected itself (sent to the dead letters).
+    pub rejected: u64,
     /// The latest error worth showing: why a new version was rolled back, or what the
     /// run failed with.
     pub last_error: Option<String>,

@@ -1,23 +1,120 @@
 //! What a run does when a UDF call fails, and how it says so.
 //!
+//! - A record or timer the UDF rejects itself (`dead-letters.reject`) goes to the
+//!   dead-letter output with the UDF's reason; the run goes on. It is not a failure.
 //! - A new UDF version that fails within its probation (any failure, a state it cannot
 //!   read included) is rolled back to the version it replaced, which takes the failed
 //!   call again.
 //! - After its probation, a record or timer whose key's state the UDF cannot read
 //!   (written by another version, as another type) goes to the dead-letter output; the
 //!   run goes on.
-//! - Anything else ends the run, with a message naming the UDF and the record (source,
-//!   line or offset) or timer it failed on.
+//! - Any other failure on a record or timer follows `[udf] on_error`: the end of the run
+//!   (`fail`, the default), the dead-letter output (`dead-letter`), or the same call
+//!   again after a wait (`retry`), then one of the two.
+//! - A failure of `init` ends the run.
+//!
+//! A run that ends names the UDF and the record (source, line or offset) or timer it
+//! failed on; a dead letter carries the same message as its reason.
 
 use crate::inputs::Pending;
 use crate::runner::Runner;
 use crate::short_hash;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::{display, Timestamp};
 use weir_engine::operator::{Activity, KeyedOperator, OperatorError};
 use weir_engine::runtime::{CallError, ElementRef};
 use weir_io::sink::DeadLetter;
 use weir_io::source::SourceRecord;
+use weir_pipeline::{AfterRetries, OnUdfError};
+
+/// The record or timer a failed call was on, to count its attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Site {
+    /// Record `number` of input `input`.
+    Record {
+        /// The input's index.
+        input: usize,
+        /// The record's number in it.
+        number: u64,
+    },
+    /// A timer.
+    Timer {
+        /// Its clock.
+        domain: TimeDomain,
+        /// Its time.
+        timestamp: Timestamp,
+        /// Its key.
+        key: Vec<u8>,
+    },
+}
+
+/// What the run does with a failed call, as [`Runner::on_failure`] decides.
+#[derive(Debug)]
+pub(crate) enum Handling {
+    /// The run ends with the error.
+    Fail,
+    /// The record or timer goes to the dead letters with this reason.
+    DeadLetter(String),
+    /// The same call again (the wait is over).
+    Retry,
+}
+
+/// The pipeline's `on_error` policy and the failures the run survived under it.
+pub(crate) struct UdfFailures {
+    policy: OnUdfError,
+    /// Cuts a retry's wait short when the run is asked to stop.
+    stop: Option<Arc<AtomicBool>>,
+    /// The site of the latest failure and how many calls on it failed in a row.
+    latest: Option<(Site, u32)>,
+    /// Failed calls the run survived: rolled back, dead-lettered or retried.
+    pub errors: u64,
+    /// Calls made again after a failure.
+    pub retries: u64,
+    /// Records and timers the UDF rejected.
+    pub rejected: u64,
+}
+
+impl UdfFailures {
+    /// No failures yet, under `policy`; waits end early once `stop` is set.
+    pub fn new(policy: OnUdfError, stop: Option<Arc<AtomicBool>>) -> Self {
+        Self {
+            policy,
+            stop,
+            latest: None,
+            errors: 0,
+            retries: 0,
+            rejected: 0,
+        }
+    }
+
+    /// Counts a failed call on `site`; returns how many calls on it failed in a row.
+    fn failed_on(&mut self, site: Site) -> u32 {
+        let attempts = match self.latest.take() {
+            Some((latest, attempts)) if latest == site => attempts + 1,
+            _ => 1,
+        };
+        self.latest = Some((site, attempts));
+        attempts
+    }
+
+    /// Sleeps `wait`, or less once the run is asked to stop.
+    fn wait(&self, wait: Duration) {
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if self
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed))
+            {
+                return;
+            }
+            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(20)));
+        }
+    }
+}
 
 /// Where a record came from, for messages.
 pub(crate) struct Origin {
@@ -44,7 +141,7 @@ impl Runner {
             line: pending.record.line,
             offset: pending.record.offset,
         };
-        self.describe(error, Some(origin))
+        self.describe(&error, Some(origin))
     }
 
     /// Processes a run of elements; if a UDF version on probation fails, rolls back to
@@ -62,8 +159,12 @@ impl Runner {
                     // A new version that cannot read the live state fails its probation
                     // too: rolled back, not left to send record after record to the dead
                     // letters.
+                    // A rejection is not a failure: it never rolls a version back.
                     let activity = match &error {
-                        OperatorError::Udf { activity, .. } if self.operator.in_probation() => {
+                        OperatorError::Udf { activity, error }
+                            if self.operator.in_probation()
+                                && !matches!(error, CallError::Rejected(_)) =>
+                        {
                             activity.clone()
                         }
                         _ => return Err((index, error)),
@@ -110,9 +211,10 @@ impl Runner {
         Ok(())
     }
 
-    /// A timer's failure that need not end the run: a state the UDF cannot read sends the
-    /// timer to the dead letters; a new version failing within its probation is rolled
-    /// back, and the timer registered again for the old one. Anything else ends the run.
+    /// A timer's failure that need not end the run: a new version failing within its
+    /// probation is rolled back, and the timer registered again for the old one; else
+    /// [`Self::on_failure`] decides (a rejection or a state the UDF cannot read sends the
+    /// timer to the dead letters, a retry registers it again).
     fn recover_timer(&mut self, error: OperatorError) -> anyhow::Result<()> {
         let OperatorError::Udf {
             activity:
@@ -124,15 +226,25 @@ impl Runner {
             error: call,
         } = &error
         else {
-            return Err(self.describe(error, None));
+            return Err(self.describe(&error, None));
         };
         let (domain, timestamp, key) = (*domain, *timestamp, key.clone());
-        if !self.operator.in_probation() {
-            if let CallError::StateDecode(message) = call {
-                let reason = self.state_reason(&key, message);
-                return self.timer_dead_letter(domain, timestamp, &key, &reason);
-            }
-            return Err(self.describe(error, None));
+        if !self.operator.in_probation() || matches!(call, CallError::Rejected(_)) {
+            let site = Site::Timer {
+                domain,
+                timestamp,
+                key: key.clone(),
+            };
+            return match self.on_failure(site, &error, None) {
+                Handling::Fail => Err(self.describe(&error, None)),
+                Handling::DeadLetter(reason) => {
+                    self.timer_dead_letter(domain, timestamp, &key, &reason)
+                }
+                Handling::Retry => {
+                    self.operator.register_timer_again(domain, timestamp, &key);
+                    Ok(())
+                }
+            };
         }
         self.roll_back(&error);
         self.operator.register_timer_again(domain, timestamp, &key);
@@ -152,14 +264,88 @@ impl Runner {
             short_hash(&self.udf.current.sha256)
         );
         tracing::warn!("{message}");
-        self.udf.errors += 1;
+        self.failures.errors += 1;
         if let Some(control) = &self.control {
             control.update(|s| {
-                s.udf_errors = self.udf.errors;
+                s.udf_errors = self.failures.errors;
                 s.last_error = Some(message);
                 s.udf_sha256 = self.udf.current.sha256.clone();
             });
         }
+    }
+
+    /// Decides what happens after a call on `site` failed with `error` (after probation,
+    /// or a rejection at any time), `pending` being the record for a record's call:
+    /// counts it, says so in the live status, and waits before a retry.
+    pub(crate) fn on_failure(
+        &mut self,
+        site: Site,
+        error: &OperatorError,
+        pending: Option<&(usize, Pending)>,
+    ) -> Handling {
+        let OperatorError::Udf { error: call, .. } = error else {
+            return Handling::Fail;
+        };
+        let key = match (&site, pending) {
+            (Site::Timer { key, .. }, _) => key.clone(),
+            (_, Some((_, p))) => p.key().to_vec(),
+            _ => Vec::new(),
+        };
+        let message = {
+            let origin = pending.map(|(input, p)| Origin {
+                input: *input,
+                number: p.number,
+                line: p.record.line,
+                offset: p.record.offset,
+            });
+            format!("{:#}", self.describe(error, origin))
+        };
+        let handling = match call {
+            CallError::Rejected(_) => {
+                self.failures.rejected += 1;
+                return Handling::DeadLetter(message.clone());
+            }
+            CallError::StateDecode(reason) => Handling::DeadLetter(self.state_reason(&key, reason)),
+            _ => match self.failures.policy {
+                OnUdfError::Fail => return Handling::Fail,
+                OnUdfError::DeadLetter => Handling::DeadLetter(message.clone()),
+                OnUdfError::Retry { retries, then, .. } => {
+                    let attempts = self.failures.failed_on(site);
+                    if attempts <= retries {
+                        let wait = self.failures.policy.backoff(attempts);
+                        tracing::warn!(
+                            "{}; retry {attempts} of {retries} in {} ms",
+                            message.clone(),
+                            wait.as_millis()
+                        );
+                        self.failures.wait(wait);
+                        self.failures.retries += 1;
+                        Handling::Retry
+                    } else {
+                        match then {
+                            AfterRetries::Fail => return Handling::Fail,
+                            AfterRetries::DeadLetter => Handling::DeadLetter(format!(
+                                "{} (and {retries} retries)",
+                                message.clone()
+                            )),
+                        }
+                    }
+                }
+            },
+        };
+        self.failures.errors += 1;
+        let last = match &handling {
+            Handling::DeadLetter(reason) => reason.clone(),
+            _ => message.clone(),
+        };
+        if let Some(control) = &self.control {
+            control.update(|s| {
+                s.udf_errors = self.failures.errors;
+                s.udf_retries = self.failures.retries;
+                s.last_error = Some(last);
+            });
+        }
+        handling
     }
 
     /// Why a record or timer went to the dead letters because its key's state could not
@@ -219,7 +405,7 @@ impl Runner {
     }
 
     /// Turns an operator error into a message naming the UDF and where the run was.
-    pub(crate) fn describe(&self, error: OperatorError, origin: Option<Origin>) -> anyhow::Error {
+    pub(crate) fn describe(&self, error: &OperatorError, origin: Option<Origin>) -> anyhow::Error {
         let udf = self.operator.function_name();
         let at = |o: &Origin| {
             let input = self.inputs.input(o.input);
@@ -230,13 +416,21 @@ impl Runner {
             };
             format!("record {} of source {:?} ({place})", o.number, source.name)
         };
-        match &error {
+        // A rejection is the UDF's own verdict, with its reason; anything else failed.
+        let (verb, why) = match error {
+            OperatorError::Udf {
+                error: CallError::Rejected(reason),
+                ..
+            } => ("rejected", reason.clone()),
+            _ => ("failed on", error.to_string()),
+        };
+        match error {
             OperatorError::Udf {
                 activity: Activity::Element,
                 ..
             } => {
                 let at = origin.as_ref().map(at).unwrap_or_default();
-                anyhow::anyhow!("UDF {udf:?} failed on {at}: {error}")
+                anyhow::anyhow!("UDF {udf:?} {verb} {at}: {why}")
             }
             OperatorError::Udf {
                 activity:
@@ -252,7 +446,7 @@ impl Runner {
                     .map(|o| format!(" (after {})", at(o)))
                     .unwrap_or_default();
                 anyhow::anyhow!(
-                    "UDF {udf:?} failed on its {} timer at {} for key {:?}{after}: {error}",
+                    "UDF {udf:?} {verb} its {} timer at {} for key {:?}{after}: {why}",
                     domain.label(),
                     display(*timestamp),
                     String::from_utf8_lossy(key)

@@ -17,6 +17,12 @@ pub struct RunReport {
     pub processed: u64,
     /// Records and timers written to the dead-letter output.
     pub dead_letters: u64,
+    /// Failed UDF calls the run survived: rolled back, dead-lettered or retried.
+    pub udf_errors: u64,
+    /// Calls made again after a failure (`on_error = "retry"`).
+    pub udf_retries: u64,
+    /// Records and timers the UDF rejected itself.
+    pub rejected: u64,
     /// Where the dead-letter output is written.
     pub dead_letter_path: String,
     /// Elements that arrived at or below the watermark.
@@ -62,6 +68,15 @@ impl RunReport {
             "  dead letters: {} ({})\n",
             self.dead_letters, self.dead_letter_path
         );
+        if self.udf_errors > 0 {
+            s += &format!(
+                "  UDF errors survived: {} ({} retries)\n",
+                self.udf_errors, self.udf_retries
+            );
+        }
+        if self.rejected > 0 {
+            s += &format!("  rejected by the UDF: {}\n", self.rejected);
+        }
         s += &format!("  late records: {}\n", self.late);
         s += &format!(
             "  timers fired: {} event-time, {} processing-time\n",

@@ -3,6 +3,7 @@
 
 use crate::checkpointing::{Checkpoints, Cut, Restored};
 use crate::inputs::{Inputs, Pending, Read, SourceSettings, READ_AHEAD};
+use crate::recovery::{Handling, Site, UdfFailures};
 use crate::report::{progress_bar, RunReport};
 use crate::steering::{apply_swap, StatusPublisher, UdfVersions};
 use crate::{RunControl, RunOptions, RunState};
@@ -15,7 +16,7 @@ use weir_checkpoint::Checkpointer;
 use weir_core::identity::UdfIdentity;
 use weir_core::time::{display, wall_clock_ms};
 use weir_engine::operator::{Activity, KeyedOperator, OperatorError};
-use weir_engine::runtime::{CallError, ElementRef, InitInfo, ProcessFunction};
+use weir_engine::runtime::{ElementRef, InitInfo, ProcessFunction};
 use weir_io::sink::{DeadLetters, Sink};
 use weir_io::source::decode::RecordDecoder;
 use weir_pipeline::PipelineSpec;
@@ -42,6 +43,8 @@ pub(crate) struct Runner {
     /// Set when run under a `RunControl` (`weir serve`, `weir dev`).
     pub(crate) control: Option<Arc<RunControl>>,
     pub(crate) status: StatusPublisher,
+    /// What `[udf] on_error` says, and the failures the run survived so far.
+    pub(crate) failures: UdfFailures,
 }
 
 impl Runner {
@@ -178,6 +181,7 @@ impl Runner {
             init_info: info,
             control: options.control.clone(),
             status: StatusPublisher::new(),
+            failures: UdfFailures::new(spec.udf.on_error, options.stop.clone()),
         })
     }
 
@@ -223,7 +227,7 @@ impl Runner {
             if chunk.is_empty() {
                 // Live input is idle: fire what is due and show what was written.
                 self.fire_processing_timers()?;
-                self.operator.flush().map_err(|e| self.describe(e, None))?;
+                self.operator.flush().map_err(|e| self.describe(&e, None))?;
                 self.dead_letters.flush()?;
                 continue;
             }
@@ -290,7 +294,7 @@ impl Runner {
         self.checkpoints.commit_durable(&mut self.inputs)?;
         self.operator
             .close_sinks()
-            .map_err(|e| self.describe(e, None))?;
+            .map_err(|e| self.describe(&e, None))?;
         self.dead_letters.flush()?;
         if let Some(bar) = progress {
             bar.finish_and_clear();
@@ -298,9 +302,9 @@ impl Runner {
         Ok(())
     }
 
-    /// Hands a chunk of records to the operator. A record whose key's state the UDF
-    /// cannot read goes to the dead letters and the rest of the chunk goes on; any other
-    /// failure ends the run, with a message naming the record.
+    /// Hands a chunk of records to the operator. A record whose call failed is dealt
+    /// with as [`Runner::on_failure`] decides: sent to the dead letters (the rest of the
+    /// chunk goes on), tried again, or the end of the run, with a message naming it.
     fn process_chunk(&mut self, chunk: &[(usize, Pending)]) -> anyhow::Result<()> {
         let elements: Vec<(usize, ElementRef<'_>)> = chunk
             .iter()
@@ -320,27 +324,32 @@ impl Runner {
                 return Ok(());
             };
             let at = start + index;
-            // A state the UDF cannot read (written by another version, as another type)
-            // sends the record to the dead letters, not the run to its end.
-            let OperatorError::Udf {
-                error: CallError::StateDecode(message),
-                activity,
-            } = &error
-            else {
+            let OperatorError::Udf { activity, .. } = &error else {
                 return Err(self.fail_at(&chunk[at], error));
             };
             match activity {
                 Activity::Element => {
                     let (input, pending) = &chunk[at];
-                    let reason = self.state_reason(pending.key(), message);
-                    self.dead_letter(*input, &pending.record, &reason)?;
+                    let site = Site::Record {
+                        input: *input,
+                        number: pending.number,
+                    };
+                    match self.on_failure(site, &error, Some(&chunk[at])) {
+                        Handling::Fail => return Err(self.fail_at(&chunk[at], error)),
+                        Handling::DeadLetter(reason) => {
+                            self.dead_letter(*input, &pending.record, &reason)?;
+                            start = at + 1;
+                        }
+                        // The failed call left nothing behind: the same record again.
+                        Handling::Retry => start = at,
+                    }
                 }
                 Activity::Timer { .. } => {
-                    self.fire_through(Err(error), KeyedOperator::resume_event_timers)?
+                    self.fire_through(Err(error), KeyedOperator::resume_event_timers)?;
+                    start = at + 1;
                 }
                 Activity::Init => return Err(self.fail_at(&chunk[at], error)),
             }
-            start = at + 1;
         }
         Ok(())
     }
@@ -501,6 +510,9 @@ impl Runner {
                 .collect(),
             processed: counters.elements,
             dead_letters: self.dead_letters.count(),
+            udf_errors: self.failures.errors,
+            udf_retries: self.failures.retries,
+            rejected: self.failures.rejected,
             dead_letter_path: self.dead_letters.location().to_string(),
             late: counters.late,
             event_timers: counters.event_timers,

@@ -14,15 +14,13 @@ use weir_engine::runtime::InitInfo;
 /// How often a steered run publishes its status.
 const STATUS_EVERY: Duration = Duration::from_millis(200);
 
-/// The UDF version a run is on, the one a swap replaced (while it may still be rolled
-/// back to), and how many failures rolled a new version back.
+/// The UDF version a run is on, and the one a swap replaced (while it may still be rolled
+/// back to).
 pub(crate) struct UdfVersions {
     /// The version running.
     pub current: UdfIdentity,
     /// The version the last swap replaced, kept until its probation is over.
     pub previous: Option<UdfIdentity>,
-    /// New versions rolled back so far.
-    pub errors: u64,
 }
 
 impl UdfVersions {
@@ -31,7 +29,6 @@ impl UdfVersions {
         Self {
             current,
             previous: None,
-            errors: 0,
         }
     }
 }
@@ -129,7 +126,9 @@ impl StatusPublisher {
             s.state_bytes = state_bytes;
             s.event_timers = event_timers;
             s.processing_timers = processing_timers;
-            s.udf_errors = udf.errors;
+            s.udf_errors = report.udf_errors;
+            s.udf_retries = report.udf_retries;
+            s.rejected = report.rejected;
             s.probation_calls_left = operator.probation_calls_left();
             s.checkpoints = checkpoints_taken;
             rate.observe(s, now);

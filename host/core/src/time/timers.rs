@@ -48,6 +48,7 @@ pub type EventTimer = (Timestamp, u64, KeyId);
 
 /// The pending timers of every key, both domains, in firing order (see the module docs
 /// for the order and for how timers registered or deleted while timers fire behave).
+#[derive(Clone)]
 pub struct TimerService {
     event: BTreeSet<EventTimer>,
     /// Processing-time timers by (the key's tie order, key id), so that the wheel hands

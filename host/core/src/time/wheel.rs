@@ -68,7 +68,7 @@ fn slot_index(tick: u64, level: usize) -> usize {
 /// bytes, 32 in all for `u32` or `u64` keys, plus hashbrown's control byte and load-factor
 /// slack) and an 8-byte tick in its slot (just a bit on level 0), and, while its slot is
 /// the earliest, 8 bytes in the min-heap. The wheel itself is a fixed ~8 KiB of empty slots.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TimingWheel<K> {
     /// The wheel's current time: timers at or before it are due.
     now: i64,
@@ -95,7 +95,7 @@ pub struct TimingWheel<K> {
 }
 
 /// The keys of one timestamp and where that timestamp sits in its slot.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Bucket<K> {
     keys: Keys<K>,
     /// Index of the tick in its slot's vector (the overdue list or a level-1+ slot).
@@ -103,7 +103,7 @@ struct Bucket<K> {
 }
 
 /// One key inline, or a set of two or more.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Keys<K> {
     One(K),
     #[allow(clippy::box_collection)] // Boxed so that a single key costs no more than itself.
@@ -164,7 +164,7 @@ impl<K: Eq + Hash> Keys<K> {
 }
 
 /// One level above level 0.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Level {
     /// Bit `i` set iff slot `i` is non-empty.
     occupied: u64,

@@ -71,6 +71,10 @@ pub enum CallError {
         /// The runtime's own description of the failed growth.
         detail: String,
     },
+    /// The UDF rejected its element or timer (the `dead-letters.reject` import): the
+    /// call's effects are taken back and the element goes to the dead letters with the
+    /// reason, whatever the pipeline's `on_error` policy.
+    Rejected(String),
     /// The call (or a batch of one entry) emitted more than `[udf] max_emit_bytes`.
     EmitLimit {
         /// The limit ([`Emitted::limit`](services::Emitted::limit)).
@@ -83,6 +87,7 @@ impl fmt::Display for CallError {
         match self {
             CallError::Returned(message) => write!(f, "returned an error: {message}"),
             CallError::StateDecode(message) => write!(f, "cannot read its state: {message}"),
+            CallError::Rejected(reason) => write!(f, "rejected it: {reason}"),
             CallError::Trapped(detail) => write!(f, "trapped: {detail}"),
             CallError::Timeout(limit) => {
                 write!(

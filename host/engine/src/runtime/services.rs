@@ -183,6 +183,9 @@ pub struct Services {
     pub(crate) processing_time: Timestamp,
     /// How to take back what the current call changed, should it fail.
     journal: Vec<Undo>,
+    /// The reason the current call gave for rejecting its element or timer (the
+    /// `dead-letters.reject` import), if it did.
+    pub(crate) rejected: Option<String>,
 }
 
 /// One change a call made to state or timers, and what was there before.
@@ -251,6 +254,7 @@ impl HostServices {
             watermark: MIN_WATERMARK,
             processing_time: now,
             journal: Vec::new(),
+            rejected: None,
         }))
     }
 }

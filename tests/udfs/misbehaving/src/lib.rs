@@ -14,12 +14,20 @@
 //!   timestamp plus 1 to `count`; each timer spins `work` loop iterations (default 0),
 //!   then emits `{"timer": at, "pad": ...}` padded to `size` bytes. So the end of input
 //!   fires `count` timers taking as long as `work` makes them.
+//! - `"reject"`: emits the record, then rejects it with its `"reason"` (the host takes
+//!   the emit back and writes the record to the dead letters);
+//! - `"flaky"`: fails the first `count` calls on a record with this `"id"` (default 1),
+//!   counted in the instance, not in state, as a transient failure would be; then
+//!   echoes it;
+//! - `"timer-error"`: registers an event-time timer at the record's timestamp + 1 whose
+//!   `on_timer` returns an error.
 //!
 //! With config `side = "NAME"` it also declares a side output `NAME`, to test routing.
 //! With config `annotate = true` it emits `{"input", "watermark", "record"}` instead of
 //! the bare record, to show which input a record came through and the watermark then.
 
 use serde_json::Value;
+use std::collections::HashMap;
 use weir_sdk::prelude::*;
 
 /// The process function; see the crate docs.
@@ -28,6 +36,10 @@ pub struct Misbehaving {
     annotate: bool,
     /// For `"timers"`: the `work` and `size` of the key's timers.
     timer_work: ValueState<(u64, u64)>,
+    /// For `"timer-error"`: the key's timers fail.
+    timer_fails: ValueState<bool>,
+    /// For `"flaky"`: failed calls so far per record id.
+    flaky_calls: HashMap<String, u64>,
 }
 
 impl ProcessFunction for Misbehaving {
@@ -43,6 +55,8 @@ impl ProcessFunction for Misbehaving {
             out: ctx.main_output()?,
             annotate,
             timer_work: ctx.value_state("timer-work")?,
+            timer_fails: ctx.value_state("timer-fails")?,
+            flaky_calls: HashMap::new(),
         })
     }
 
@@ -69,6 +83,25 @@ impl ProcessFunction for Misbehaving {
                 self.out.emit(&value)
             }
             Some("error") => bail!("asked to fail on {value}"),
+            Some("reject") => {
+                self.out.emit(&value)?;
+                let reason = value.get("reason").and_then(Value::as_str);
+                reject(reason.unwrap_or("asked to reject"))
+            }
+            Some("flaky") => {
+                let id = value.get("id").map(Value::to_string).unwrap_or_default();
+                let calls = self.flaky_calls.entry(id).or_default();
+                if *calls < number(&value, "count", 1) {
+                    *calls += 1;
+                    bail!("flaky: call {calls} on {value} fails");
+                }
+                self.out.emit(&value)
+            }
+            Some("timer-error") => {
+                self.timer_fails.set(&true)?;
+                ctx.register_event_timer(element.timestamp().saturating_add(1));
+                self.out.emit(&value)
+            }
             Some("flood") => {
                 let pad = "x".repeat(number(&value, "size", 100).saturating_sub(20) as usize);
                 for n in 0..number(&value, "count", 1) {
@@ -108,6 +141,9 @@ impl ProcessFunction for Misbehaving {
     }
 
     fn on_timer(&mut self, _ctx: &mut Context, timer: &Timer) -> Result<()> {
+        if self.timer_fails.get()?.unwrap_or(false) {
+            bail!("asked to fail on the timer at {}", timer.timestamp());
+        }
         let (work, size) = self.timer_work.get()?.unwrap_or_default();
         let mut spins = 0u64;
         for _ in 0..work {

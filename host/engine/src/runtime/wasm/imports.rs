@@ -2,7 +2,7 @@
 //! [`Services`](crate::runtime::services::Services). A broken rule of the contract
 //! becomes a trap whose message says which rule.
 
-use super::bindings::weir::udf::{logging, output, state, timers, types};
+use super::bindings::weir::udf::{dead_letters, logging, output, state, timers, types};
 use super::StoreData;
 use wasmtime::Result;
 use weir_core::state::{StateKind, StateTtl, TtlRefresh};
@@ -167,6 +167,18 @@ impl output::Host for StoreData {
         timestamp: Option<i64>,
     ) -> Result<()> {
         self.host.emit(output, value, key, timestamp).map_err(trap)
+    }
+}
+
+impl dead_letters::Host for StoreData {
+    fn reject(&mut self, reason: String) -> Result<()> {
+        if self.host.scope.is_none() {
+            return Err(wasmtime::Error::msg(
+                "dead-letters.reject called outside an element or timer (from init)",
+            ));
+        }
+        self.host.rejected.get_or_insert(reason);
+        Ok(())
     }
 }
 

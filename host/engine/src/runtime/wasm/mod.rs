@@ -150,16 +150,16 @@ impl LoadedComponent {
             .context("the component needs imports Weir does not provide (a UDF may import only the weir:udf interfaces and WASI)")?;
         let pre = bindings::KeyedProcessPre::new(instance_pre)
             .map_err(anyhow::Error::from)
-            .context("the component does not implement the weir:udf/keyed-process world (it must export weir:udf/process-function@0.1.1 or an earlier 0.1 version)")?;
+            .context("the component does not implement the weir:udf/keyed-process world (it must export weir:udf/process-function@0.1.2 or an earlier 0.1 version)")?;
         // Looked up by the contract's version; wasmtime finds an export of an earlier
         // 0.1.x version under it too (semver-compatible names).
         let export = |interface: &str| {
             let interface = component.get_export_index(None, interface)?;
             component.get_export_index(Some(&interface), "process-batch")
         };
-        let batch = export("weir:udf/cached-batch@0.1.1")
+        let batch = export("weir:udf/cached-batch@0.1.2")
             .map(|index| (BatchPath::Cached, index))
-            .or_else(|| export("weir:udf/batch@0.1.1").map(|index| (BatchPath::Plain, index)));
+            .or_else(|| export("weir:udf/batch@0.1.2").map(|index| (BatchPath::Plain, index)));
         Ok(Self {
             name: name.to_string(),
             sha256: weir_core::identity::hex(&sha256),
@@ -349,6 +349,7 @@ fn call<R>(
     f: impl FnOnce(&Exports, &mut Store<StoreData>) -> wasmtime::Result<Result<R, types::Error>>,
 ) -> Result<R, CallError> {
     let store = &mut instance.store;
+    host.rejected = None;
     std::mem::swap(&mut store.data_mut().host, host);
     store.set_epoch_deadline(sandbox::deadline_ticks(timeout));
     let result = f(&instance.exports, store);
@@ -360,6 +361,12 @@ fn call<R>(
         });
     }
     match result {
+        Ok(Ok(_)) if host.rejected.is_some() => {
+            instance.stderr.clear();
+            Err(CallError::Rejected(
+                host.rejected.take().unwrap_or_default(),
+            ))
+        }
         Ok(Ok(value)) => {
             instance.stderr.clear();
             Ok(value)
