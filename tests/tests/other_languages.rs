@@ -89,10 +89,18 @@ fn python_change_only_counter_equals_the_rust_one() {
 fn javascript_order_timeout_equals_the_rust_one() {
     let work = Workdir::new();
     let events = gen::purchases(1_500, 43, 0.2, 0.05);
-    let lines = events
+    let mut lines: Vec<String> = events
         .iter()
         .map(|e| Purchase::to_json(e).to_string())
         .collect();
+    // Poison records the UDFs reject (issue 17's "cost": "abc"): the run goes on.
+    let poison = [
+        r#"{"orderId":9001,"item":"tea","cost":"abc","timestamp":"2026-01-01 00:00:00"}"#,
+        r#"{"orderId":9002,"item":"tea","timestamp":"2026-01-01 00:00:00"}"#,
+    ];
+    for (i, line) in poison.iter().enumerate() {
+        lines.insert(300 + 400 * i, line.to_string());
+    }
     let input = work.write("orders.jsonl", &with_bad_lines(lines));
     let pipeline = "examples/orders/pipeline.toml";
     let rust = run(
@@ -117,4 +125,16 @@ fn javascript_order_timeout_equals_the_rust_one() {
     );
     assert!(rust.0 == js.0, "the outputs differ");
     assert_eq!(rust.1, js.1);
+    let rejected: Vec<&str> = rust.1.lines().filter(|l| l.contains("rejected")).collect();
+    assert_eq!(rejected.len(), 2, "{}", rust.1);
+    assert!(
+        rejected[0].contains(r#"field `cost`: \"abc\" is not a valid decimal"#),
+        "{}",
+        rejected[0]
+    );
+    assert!(
+        rejected[1].contains("field `cost` is missing"),
+        "{}",
+        rejected[1]
+    );
 }

@@ -2153,3 +2153,89 @@ fn a_damaged_registry_file_is_reported_and_the_server_starts_with_the_rest() {
         "{log}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The restart strategy
+
+#[test]
+fn a_failed_pipeline_is_restarted_from_its_checkpoint_as_often_as_its_restart_strategy_says() {
+    let work = Workdir::new();
+    let mut input = String::new();
+    for seq in 0..200 {
+        input.push_str(&format!(
+            "{{\"key\":\"k{}\",\"ts\":{seq},\"seq\":{seq}}}\n",
+            seq % 5
+        ));
+    }
+    // The poison record: the UDF fails on it, every time (on_error is "fail").
+    input.push_str("{\"key\":\"p\",\"ts\":200,\"fail\":\"error\"}\n");
+    for seq in 201..210 {
+        input.push_str(&format!("{{\"key\":\"k1\",\"ts\":{seq},\"seq\":{seq}}}\n"));
+    }
+    work.write("poisoned.jsonl", &input);
+    let toml = format!(
+        r#"name = "poisoned"
+
+[[source]]
+name = "events"
+type = "file"
+path = "poisoned.jsonl"
+key = "key"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+
+[udf]
+path = "{udf}"
+max_batch = 7
+
+[[sink]]
+output = "main"
+type = "file"
+path = "poisoned.out.jsonl"
+
+[dead_letter]
+path = "poisoned.dead.jsonl"
+
+[checkpoint]
+interval = "50ms"
+
+[restart]
+attempts = 2
+delay = "300ms"
+"#,
+        udf = component("misbehaving-udf").display()
+    );
+    let file = work.path("poisoned.toml");
+    std::fs::write(&file, toml).unwrap();
+    let server = Server::start(&[&file]);
+    let restarting = server.wait_for("poisoned", "a restart", Duration::from_secs(20), |p| {
+        state(p) == "restarting"
+    });
+    assert_eq!(restarting["status"]["restarts"], 1, "{restarting:#}");
+    let failed = server.wait_for("poisoned", "the end", Duration::from_secs(20), |p| {
+        state(p) == "failed"
+    });
+    assert_eq!(
+        failed["status"]["restarts"], 2,
+        "two restarts, then failed: {failed:#}"
+    );
+    let error = failed["status"]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("record 201 of source \"events\" (line 201 of"),
+        "the error names the poison record: {error}"
+    );
+    let log = server.log();
+    assert_eq!(
+        log.matches("restarting it from its last checkpoint")
+            .count(),
+        2,
+        "{log}"
+    );
+    // Every run resumed from a checkpoint and wrote what it processed once: the 200
+    // records before the poison, each exactly once, nothing after it.
+    let out = read_jsonl(&work.path("poisoned.out.jsonl"));
+    let seqs: Vec<u64> = out.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs.len(), 200, "{seqs:?}");
+    let unique: HashSet<u64> = seqs.iter().copied().collect();
+    assert_eq!(unique, (0..200).collect::<HashSet<u64>>());
+}

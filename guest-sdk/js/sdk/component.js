@@ -9,9 +9,10 @@
  * @module weir/component
  */
 
-import state from "weir:udf/state@0.1.1";
-import timers from "weir:udf/timers@0.1.1";
-import output from "weir:udf/output@0.1.1";
-import logging from "weir:udf/logging@0.1.1";
+import state from "weir:udf/state@0.1.2";
+import timers from "weir:udf/timers@0.1.2";
+import output from "weir:udf/output@0.1.2";
+import logging from "weir:udf/logging@0.1.2";
+import deadLetters from "weir:udf/dead-letters@0.1.2";
 
-export default Object.freeze({ state, timers, output, logging });
+export default Object.freeze({ state, timers, output, logging, deadLetters });

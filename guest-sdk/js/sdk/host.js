@@ -1,8 +1,8 @@
 /**
  * Internal: where the SDK's calls to the host go. UDFs never import this module.
  *
- * The SDK (`index.js`) calls the host through the four live bindings below, which hold
- * the contract's imported interfaces (`weir:udf/state@0.1.1` and so on, with camelCase
+ * The SDK (`index.js`) calls the host through the five live bindings below, which hold
+ * the contract's imported interfaces (`weir:udf/state@0.1.2` and so on, with camelCase
  * functions: `state.valueGet(id)`, `timers.register(domain, at)`, ...). Which host
  * they point at is decided here, once, when the module loads:
  *
@@ -29,22 +29,25 @@ export let timers = null;
 export let output = null;
 /** The logging interface (`log`). */
 export let logging = null;
+/** The dead-letters interface (`reject`). */
+export let deadLetters = null;
 
 /**
- * Points the SDK at `host`: `{state, timers, output, logging}`, objects with the functions
- * of the contract's interfaces as componentize-qjs presents them.
- * @param {{state: object, timers: object, output: object, logging: object}} host
+ * Points the SDK at `host`: `{state, timers, output, logging, deadLetters}`, objects with
+ * the functions of the contract's interfaces as componentize-qjs presents them.
+ * @param {{state: object, timers: object, output: object, logging: object, deadLetters: object}} host
  */
 export function setHost(host) {
   state = host.state;
   timers = host.timers;
   output = host.output;
   logging = host.logging;
+  deadLetters = host.deadLetters;
 }
 
 /** The current host, as one object (to restore it after {@link setHost}). */
 export function currentHost() {
-  return { state, timers, output, logging };
+  return { state, timers, output, logging, deadLetters };
 }
 
 /** Filled in by `index.js` for `testing.js`: the pieces of the SDK a test host drives. */
@@ -78,6 +81,7 @@ function absentHost(why) {
     timers: iface(["register", "delete", "currentWatermark", "currentProcessingTime"]),
     output: iface(["declare", "emit"]),
     logging: iface(["log"]),
+    deadLetters: iface(["reject"]),
   });
 }
 

@@ -48,7 +48,7 @@
  *
  * How the contract (`wit/weir.wit`, world `keyed-process`) looks from JavaScript with
  * componentize-qjs, which is what this module hides: each WIT interface is an ES module
- * `weir:udf/<name>@0.1.1` with camelCase functions (`component.js` imports them, and
+ * `weir:udf/<name>@0.1.2` with camelCase functions (`component.js` imports them, and
  * the SDK reaches them through `host.js`, which lets `testing.js` stand in for them under
  * Node.js); `list<u8>` is a `Uint8Array`; `s64`, `u64` and `u32` are numbers; enums are
  * their case names (`"event-time"`, `"on-read-and-write"`); a record is an object with
@@ -64,11 +64,12 @@
  * @module weir
  */
 
-// The host's interfaces: the component's imports (`weir:udf/state@0.1.1`, ...), or the
+// The host's interfaces: the component's imports (`weir:udf/state@0.1.2`, ...), or the
 // in-memory host of testing.js under Node.js. host.js decides; these bindings are live.
 import {
   DEFINITION,
   componentHost,
+  deadLetters as deadLettersHost,
   internals,
   logging as loggingHost,
   output as outputHost,
@@ -127,6 +128,43 @@ export class StateDecodeError extends Error {
     super(message);
     this.name = "StateDecodeError";
   }
+}
+
+/**
+ * Throw it from `processElement` or `onTimer` to reject the record or timer being
+ * processed: `throw new weir.Reject(\`cost ${JSON.stringify(cost)} is not a number\`)`.
+ * The host takes back everything the call did (emitted records, state writes, timer
+ * changes), writes the record to the dead-letter output with the reason, and goes on,
+ * whatever the pipeline's `on_error` policy. It is not a failure: a new version's
+ * probation does not count it. The JavaScript counterpart of Rust's `weir::reject` and
+ * Python's `raise weir.Reject(...)`.
+ */
+export class Reject extends Error {
+  /** @param {string} reason the text the dead letter carries */
+  constructor(reason) {
+    super(String(reason));
+    this.name = "Reject";
+    /** The reason given. */
+    this.reason = String(reason);
+  }
+}
+
+/** The {@link Reject} that is `e` or one of its causes, or `null`. */
+function rejectionIn(e) {
+  for (let depth = 0; e instanceof Error && depth < 16; depth++, e = e.cause) {
+    if (e instanceof Reject) return e;
+  }
+  return null;
+}
+
+/**
+ * Ends a keyed call that threw `e`: a rejection goes to the host's `dead-letters.reject`
+ * import and the call returns; anything else is the call's error.
+ */
+function rejectOrThrow(e, toThrown) {
+  const rejection = rejectionIn(e);
+  if (rejection === null) throw toThrown(e);
+  deadLettersHost.reject(rejection.reason);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1235,7 +1273,8 @@ function checkSync(result, method) {
  * instance is created (`new Class(ctx)`, or `Object.create(object)`) and its `init(ctx)`
  * called; `processElement(ctx, element)` and `onTimer(ctx, timer)` are then called on it.
  * Whatever they throw becomes the contract's `error`: `failed`, with the message and the
- * stack, or `state-decode` for a {@link StateDecodeError}.
+ * stack, or `state-decode` for a {@link StateDecodeError}; a {@link Reject} becomes the
+ * `dead-letters.reject` import instead.
  *
  * Under Node.js, `new TestHost(processFunction)` (`testing.js`) runs the same definition
  * against an in-memory host, for unit tests.
@@ -1300,7 +1339,7 @@ function makeRunner(definition, toThrown, failure) {
       try {
         checkSync(udf.processElement(ctx, el), "processElement");
       } catch (e) {
-        throw toThrown(e);
+        rejectOrThrow(e, toThrown);
       } finally {
         phase = IDLE;
         current = null;
@@ -1317,7 +1356,7 @@ function makeRunner(definition, toThrown, failure) {
       try {
         checkSync(udf.onTimer(ctx, t), "onTimer");
       } catch (e) {
-        throw toThrown(e);
+        rejectOrThrow(e, toThrown);
       } finally {
         phase = IDLE;
         current = null;

@@ -254,7 +254,41 @@ class World {
       timers: this.timersInterface(),
       output: this.outputInterface(),
       logging: Object.freeze({ log: (level, message) => this.log(level, message) }),
+      deadLetters: Object.freeze({ reject: (reason) => this.reject(reason) }),
     });
+    /** The running call's `dead-letters.reject` reason, or `null`. */
+    this.rejected = null;
+  }
+
+  reject(reason) {
+    if (this.phase !== KEYED) {
+      throw new Error("weir host: `dead-letters.reject` called outside processElement/onTimer (the host traps)");
+    }
+    if (this.rejected === null) this.rejected = String(reason);
+  }
+
+  /** The state and timers as they are, for {@link restore}. Stored bytes are never changed in place, so they are shared. */
+  save() {
+    const data = new Map();
+    for (const [key, states] of this.data) {
+      const copy = new Map();
+      for (const [id, value] of states) {
+        copy.set(id, Array.isArray(value) ? value.slice() : value instanceof Map ? new Map(value) : value);
+      }
+      data.set(key, copy);
+    }
+    return {
+      data,
+      timers: { [EVENT_TIME]: this.timers[EVENT_TIME].slice(), [PROCESSING_TIME]: this.timers[PROCESSING_TIME].slice() },
+      staged: this.staged.slice(),
+    };
+  }
+
+  /** Takes state and timers back to `saved`, as the host takes back a rejected call. */
+  restore(saved) {
+    this.data = saved.data;
+    this.timers = saved.timers;
+    this.staged = saved.staged;
   }
 
   currentKey(call) {
@@ -753,6 +787,7 @@ export class TestHost {
   #inputs;
   #world;
   #calling = false;
+  #rejected = [];
 
   /**
    * Creates the host and calls the UDF's `init`; throws what `init` throws.
@@ -799,13 +834,20 @@ export class TestHost {
     // Expired state is gone before the call sees it (the clocks moved, or a declaration
     // shortened a time-to-live), and again after it (for a declaration in init).
     world.expire();
+    const saved = phase === KEYED ? world.save() : null;
     world.phase = phase;
     world.key = key;
     world.timestamp = timestamp;
+    world.rejected = null;
     let succeeded = false;
     try {
       body();
-      succeeded = true;
+      if (world.rejected !== null) {
+        world.restore(saved);
+        this.#rejected.push({ key: keyText(unbinary(key)), timestamp, reason: world.rejected });
+      } else {
+        succeeded = true;
+      }
     } finally {
       world.endCall(succeeded);
       world.expire();
@@ -928,6 +970,16 @@ export class TestHost {
    */
   outputs(name) {
     return this.#world.emitted[this.#world.outputId(name)].slice();
+  }
+
+  /**
+   * The records and timers the UDF rejected so far ({@link weir.Reject}), in order: the
+   * host would write them to the dead-letter output and take back everything their calls
+   * did, as the TestHost does.
+   * @returns {{key: string|Uint8Array, timestamp: number, reason: string}[]}
+   */
+  rejected() {
+    return this.#rejected.slice();
   }
 
   /** Like {@link outputs}, and forgets them, for checking step by step. */

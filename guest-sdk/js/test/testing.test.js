@@ -1188,3 +1188,37 @@ test("the last declaration sets the TTL; entries kept without one start theirs t
   h.setProcessingTime(1_000);
   assert.equal(h.hasState("q"), false);
 });
+
+test("a rejected record is taken back and listed", () => {
+  const Picky = weir.processFunction(
+    class {
+      init(ctx) {
+        this.out = ctx.mainOutput();
+        this.seen = ctx.valueState("seen");
+      }
+      processElement(ctx, el) {
+        const n = (this.seen.get() ?? 0) + 1;
+        this.seen.set(n);
+        ctx.registerEventTimer(el.timestamp + 10);
+        this.out.emit(n);
+        if (!el.json()) throw new weir.Reject(`record ${n} says false`);
+      }
+    },
+  );
+  const h = new TestHost(Picky);
+  h.process("main", "k", "true", 1);
+  h.process("main", "k", "false", 2);
+  h.process("main", "k", "true", 3);
+  assert.deepEqual(
+    h.outputs("main").map((r) => [r.value, r.timestamp]),
+    [
+      [1, 1],
+      [2, 3],
+    ],
+  );
+  assert.deepEqual(h.rejected(), [{ key: "k", timestamp: 2, reason: "record 2 says false" }]);
+  assert.deepEqual(h.pendingTimers(), [
+    { key: "k", domain: "event-time", timestamp: 11 },
+    { key: "k", domain: "event-time", timestamp: 13 },
+  ]);
+});

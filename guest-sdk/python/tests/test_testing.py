@@ -10,7 +10,7 @@ from unittest import mock
 
 import weir
 from weir import TimeDomain
-from weir.testing import Emitted, HostTrap, LogLine, TestHost, key_hash
+from weir.testing import Emitted, HostTrap, LogLine, Rejected, TestHost, key_hash
 
 MAX = weir.MAX_TIMESTAMP
 
@@ -1239,6 +1239,31 @@ class HostRulesTest(unittest.TestCase):
         self.assertEqual(h.outputs("main"), [])
         h.process("main", "k", "true", 8)
         self.assertEqual(h.outputs("main"), [Emitted(1, 8), Emitted(2, 8)])
+
+    def test_a_rejected_record_is_taken_back_and_listed(self):
+        class Picky(weir.ProcessFunction):
+            def init(self, ctx):
+                self.out = ctx.main_output()
+                self.seen = ctx.value_state("seen")
+
+            def process_element(self, ctx, el):
+                n = self.seen.get(0) + 1
+                self.seen.set(n)
+                ctx.register_event_timer(el.timestamp() + 10)
+                self.out.emit(n)
+                if not el.json():
+                    raise weir.Reject(f"record {n} says false")
+
+        h = TestHost(Picky)
+        h.process("main", "k", "true", 1)
+        h.process("main", "k", "false", 2)
+        h.process("main", "k", "true", 3)
+        self.assertEqual(h.outputs("main"), [Emitted(1, 1), Emitted(2, 3)])
+        self.assertEqual(h.rejected(), [Rejected(b"k", 2, "record 2 says false")])
+        self.assertEqual(
+            h.pending_timers(),
+            [(b"k", TimeDomain.EVENT_TIME, 11), (b"k", TimeDomain.EVENT_TIME, 13)],
+        )
 
     def test_a_record_that_is_not_json_traps(self):
         class Text(weir.ProcessFunction):

@@ -34,8 +34,11 @@ Rules, beyond those of the Rust SDK:
 - Times are `int` milliseconds since the epoch. Python's integers do not overflow, but
   the host takes 64-bit ones: clamp with `MIN_TIMESTAMP` / `MAX_TIMESTAMP` where a sum
   may pass them (the Rust SDK's `saturating_add`).
-- Any exception stops the run, and the host prints `Type: message` and the traceback.
-  `weir.Error("...")` is reported by its message alone (for bad config and the like).
+- An exception fails the call; what the run does then is the pipeline's `[udf] on_error`
+  (stop, the default; dead-letter; retry), and the host prints `Type: message` and the
+  traceback. `weir.Error("...")` is reported by its message alone (for bad config and
+  the like). `raise weir.Reject("reason")` rejects the record instead: the host takes
+  the call back and sends the record to the dead-letter output with the reason.
   A state value its codec cannot read raises `StateDecodeError`, which the host handles
   by sending the element to the dead-letter output.
 - A state may have a time-to-live (`ctx.value_state("seen", ttl=weir.StateTtl.event_time(
@@ -63,7 +66,17 @@ from . import time
 from ._bindings import IN_COMPONENT
 from ._export import ProcessFunction, export
 from .codec import JSON, RAW, TEXT, Codec, JsonCodec, to_json
-from .context import Context, Element, Error, InitContext, LogLevel, Output, TimeDomain, Timer
+from .context import (
+    Context,
+    Element,
+    Error,
+    InitContext,
+    LogLevel,
+    Output,
+    Reject,
+    TimeDomain,
+    Timer,
+)
 from .duration import ParseDurationError, format_duration, parse_duration
 from .state import ListState, MapState, StateDecodeError, StateTtl, ValueState
 from .time import format_millis, format_seconds, parse_millis
@@ -80,6 +93,7 @@ __all__ = [
     "ProcessFunction",
     "export",
     "Error",
+    "Reject",
     "StateDecodeError",
     "InitContext",
     "Context",

@@ -16,11 +16,11 @@ WIT imports one for one.
 
 try:
     from componentize_py_types import Err
-    from wit_world.imports import logging, output, state, timers, types
+    from wit_world.imports import dead_letters, logging, output, state, timers, types
 
     IN_COMPONENT = True
 except ImportError:  # plain CPython: the in-memory host
-    from ._native import Err, logging, output, state, timers, types
+    from ._native import Err, dead_letters, logging, output, state, timers, types
 
     IN_COMPONENT = False
 

@@ -7,6 +7,8 @@ the one `MyUdf` instance in a closure (an instance of the returned class holds n
 it does not matter how often componentize-py creates one), wraps the raw records in the
 SDK's types, and turns every exception into the contract's `error` result:
 
+- `weir.Reject` -> the `dead-letters.reject` import and a successful return (the host
+  takes the call back and dead-letters the element with the reason);
 - `weir.StateDecodeError` -> kind `state-decode` (the host dead-letters the element);
 - `weir.Error` -> kind `failed`, its message alone;
 - anything else -> kind `failed`, `Type: message` and the Python traceback, with the
@@ -30,7 +32,7 @@ import sys
 import traceback
 
 from . import _bindings as _host
-from .context import Context, Element, Error, InitContext, Timer
+from .context import Context, Element, Error, InitContext, Timer, _rejection
 from .state import StateDecodeError
 
 __all__ = ["ProcessFunction", "export"]
@@ -108,6 +110,15 @@ def _wit_error(e):
     return _WitError(f"{summary}\n{text}", _ErrorKind.FAILED)
 
 
+def _reject_or_raise(e):
+    """For exception `e` of a keyed call: a rejection goes to the host's import (and the
+    call returns), anything else is the call's error."""
+    rejection = _rejection(e)
+    if rejection is None:
+        raise _Err(_wit_error(e)) from None
+    _host.dead_letters.reject(rejection.reason)
+
+
 def _failed(message):
     return _Err(_WitError(message, _ErrorKind.FAILED))
 
@@ -152,7 +163,7 @@ def export(cls):
                     Element(inputs[index], index, key, element.value, timestamp),
                 )
             except BaseException as e:  # noqa: BLE001
-                raise _Err(_wit_error(e)) from None
+                _reject_or_raise(e)
 
         def on_timer(self, timer):
             udf = slot.get("udf")
@@ -162,7 +173,7 @@ def export(cls):
             try:
                 udf.on_timer(Context(key, timestamp), Timer(timer.domain, timestamp, key))
             except BaseException as e:  # noqa: BLE001
-                raise _Err(_wit_error(e)) from None
+                _reject_or_raise(e)
 
     Export.__name__ = Export.__qualname__ = "ProcessFunction"
     Export.udf_class = cls  # for weir.testing.TestHost(app.ProcessFunction)

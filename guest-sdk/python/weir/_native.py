@@ -22,6 +22,7 @@ and the TestHost calls it before every element and timer call and whenever it mo
 clock, so no read and no inspection ever sees one.
 """
 
+import copy
 import enum
 import functools
 import heapq
@@ -31,7 +32,9 @@ from collections import deque
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-__all__ = ["Err", "types", "state", "timers", "output", "logging", "HostTrap", "World"]
+__all__ = [
+    "Err", "types", "state", "timers", "output", "logging", "dead_letters", "HostTrap", "World",
+]
 
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
@@ -309,6 +312,7 @@ class World:
         }
         self.logs = []
         self.print_logs = print_logs
+        self.rejected = None  # the running call's `dead-letters.reject` reason
 
     # --- phases ------------------------------------------------------------------------
 
@@ -316,6 +320,24 @@ class World:
         if phase == _KEYED:  # no element or timer call sees an expired entry
             self.expire()
         self.phase, self.key, self.timestamp = phase, key, timestamp
+        self.rejected = None
+
+    def reject(self, reason):
+        if self.phase != _KEYED:
+            raise HostTrap(
+                "weir host: `dead-letters.reject` called outside process_element/on_timer "
+                "(the host traps)"
+            )
+        if self.rejected is None:
+            self.rejected = str(reason)
+
+    def save(self):
+        """The state and timers as they are, for `restore`."""
+        return copy.deepcopy((self.data, self.stamps, self._earliest, self.timers))
+
+    def restore(self, saved):
+        """Takes state and timers back to `saved`, as the host takes back a rejected call."""
+        self.data, self.stamps, self._earliest, self.timers = saved
 
     def end_call(self, succeeded):
         """Ends a call: its records reach the outputs if it succeeded, and are dropped
@@ -803,3 +825,10 @@ timers = SimpleNamespace(
 )
 output = SimpleNamespace(declare=_declare_output, emit=_emit)
 logging = SimpleNamespace(log=_log)
+
+
+def _reject(reason):
+    _world("dead-letters.reject").reject(reason)
+
+
+dead_letters = SimpleNamespace(reject=_reject)

@@ -36,6 +36,32 @@ class Error(Exception):
     failures such as bad config; any other exception is reported with its traceback."""
 
 
+class Reject(Exception):  # noqa: N818 - a verdict, not an error
+    """Raise it from `process_element` or `on_timer` to reject the element or timer
+    being processed: `raise weir.Reject(f"cost {cost!r} is not a number")`. The host takes
+    back everything the call did (emitted records, state writes, timer changes), writes
+    the element to the dead-letter output with the reason, and goes on, whatever the
+    pipeline's `on_error` policy. It is not a failure: a new version's probation does not
+    count it. The Python counterpart of Rust's `weir::reject` and JavaScript's
+    `throw new weir.Reject(...)`."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        #: The reason, the text the dead letter carries.
+        self.reason = str(reason)
+
+
+def _rejection(e):
+    """The `Reject` that is `e` or in its chain (`raise ... from`), if there is one."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, Reject):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
 class _Logging:
     """Logging methods, the same on `InitContext` and `Context`. The host writes the
     lines to its log with the UDF's name and the current key (default filter: info)."""

@@ -28,7 +28,8 @@ them, and each element and timer is its own call (the host batches them).
 Exceptions the UDF raises come out of the call that ran it (`process`, `advance_watermark`,
 `TestHost(...)` for `init`, ...) as they are: `weir.Error`, `weir.StateDecodeError` (the
 host would dead-letter that element), or any other. The records a failed call emitted are
-dropped, as the host does. Breaking one of the host's rules (state used in `init`, an
+dropped, as the host does. A call that raises `weir.Reject` is taken back whole (records,
+state writes, timers) and listed by `rejected()`, as the host dead-letters it. Breaking one of the host's rules (state used in `init`, an
 output declared elsewhere, a record that is not JSON) raises `HostTrap`.
 
 States declared with a time-to-live (`ttl=weir.StateTtl...`) expire as in the host: an
@@ -45,15 +46,27 @@ Keys are `str` (stored as UTF-8) or `bytes`; `Emitted.key` and the keys of
 """
 
 import json
+from dataclasses import dataclass
 
 from . import _native
 from ._export import ProcessFunction
 from ._native import Emitted, HostTrap, LogLine, TimeDomain, key_hash
 from .codec import to_json
-from .context import Context, Element, InitContext, Timer
+from .context import Context, Element, InitContext, Timer, _rejection
 from .state import _split
 
-__all__ = ["TestHost", "Emitted", "LogLine", "HostTrap", "key_hash"]
+__all__ = ["TestHost", "Emitted", "LogLine", "Rejected", "HostTrap", "key_hash"]
+
+
+@dataclass
+class Rejected:
+    """An element or timer the UDF rejected (`weir.Reject`): its key (bytes), its
+    timestamp and the reason. The host would write it to the dead-letter output and
+    take back everything its call did."""
+
+    key: bytes
+    timestamp: int
+    reason: str
 
 #: How many timers may fire in one advance before the TestHost calls it a loop.
 FIRING_LIMIT = 1_000_000
@@ -113,6 +126,7 @@ class TestHost:
             inputs = [inputs]
         self._inputs = list(inputs)
         self._world = _native.World(processing_time, print_logs)
+        self._rejected = []
         #: The UDF instance (replaced by `reinit`).
         self.udf = self._init()
 
@@ -120,18 +134,33 @@ class TestHost:
 
     def _run(self, phase, key, timestamp, call, *args):
         """Runs `call(*args)` in `phase` (scoped to `key` at `timestamp`), as the host
-        runs each call; a failed call's records are dropped."""
+        runs each call; a failed call's records are dropped. A keyed call that raises
+        `weir.Reject` is taken back whole (records, state, timers) and listed in
+        `rejected()`, and does not raise."""
         world = self._world
         previous = _native.install(world)
+        saved = world.save() if phase == _native._KEYED else None
         world.begin(phase, key, timestamp)
         ok = False
         try:
             result = call(*args)
             ok = True
             return result
+        except Exception as e:
+            rejection = _rejection(e) if saved is not None else None
+            if rejection is None:
+                raise
+            world.restore(saved)
+            self._rejected.append(Rejected(key, timestamp, rejection.reason))
+            return None
         finally:
             world.end_call(ok)
             _native.install(previous)
+
+    def rejected(self):
+        """The elements and timers the UDF rejected so far (`weir.Reject`), in order:
+        `Rejected(key, timestamp, reason)` each."""
+        return list(self._rejected)
 
     def _init(self):
         def init():

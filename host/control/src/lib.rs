@@ -114,6 +114,11 @@ impl Versions {
         self.lock().last().cloned()
     }
 
+    /// The version with this hash, if known.
+    pub fn with_sha256(&self, sha256: &str) -> Option<UdfVersion> {
+        self.lock().iter().find(|v| v.sha256 == sha256).cloned()
+    }
+
     /// The number of the version with this hash, if known.
     pub fn number_of(&self, sha256: &str) -> Option<u32> {
         self.lock()

@@ -45,6 +45,19 @@ pub struct PipelineFile {
     /// `[checkpoint]`: checkpoints (default: on, every 10 s, in
     /// `.weir-state/<pipeline name>` next to the file).
     pub checkpoint: Option<CheckpointEntry>,
+    /// `[restart]`: how `weir serve` restarts the pipeline after it failed (default: 3
+    /// times, 10 s apart).
+    pub restart: Option<RestartEntry>,
+}
+
+/// `[restart]`: Flink's fixed-delay restart strategy, for pipelines `weir serve` runs.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartEntry {
+    /// How many times a failed run is started again (default 3; 0: never).
+    pub attempts: Option<u32>,
+    /// A duration: the wait before each restart (default 10s).
+    pub delay: Option<String>,
 }
 
 /// `[checkpoint]`: where and how often the run saves what it needs to resume.
@@ -432,6 +445,27 @@ pub struct DevSpec {
     pub watch: Vec<PathBuf>,
 }
 
+/// How `weir serve` restarts a failed pipeline: up to `attempts` times in the
+/// deployment's life, each `delay` after the failure, from its last checkpoint (Flink's
+/// fixed-delay restart strategy). `weir run` never restarts: it exits 1, for whatever
+/// supervises it to decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartSpec {
+    /// How many restarts at most.
+    pub attempts: u32,
+    /// The wait before each.
+    pub delay: Duration,
+}
+
+impl Default for RestartSpec {
+    fn default() -> Self {
+        Self {
+            attempts: 3,
+            delay: Duration::from_secs(10),
+        }
+    }
+}
+
 /// The sink of one output, resolved.
 #[derive(Debug, Clone)]
 pub struct SinkSpec {
@@ -462,6 +496,8 @@ pub struct PipelineSpec {
     pub dead_letter: PathBuf,
     /// Whether, where and how often the run checkpoints.
     pub checkpoint: CheckpointSpec,
+    /// How `weir serve` restarts the pipeline after a failure.
+    pub restart: RestartSpec,
 }
 
 pub use weir_engine::operator::DEFAULT_MAX_BATCH;
@@ -539,6 +575,7 @@ impl PipelineSpec {
         }
         let checkpoint =
             checkpoint_spec(file.checkpoint.as_ref(), &name, &resolve).context("[checkpoint]")?;
+        let restart = restart_spec(file.restart.as_ref()).context("[restart]")?;
         let mut spec = PipelineSpec {
             name,
             sources,
@@ -546,6 +583,7 @@ impl PipelineSpec {
             sinks,
             dead_letter,
             checkpoint,
+            restart,
         };
         spec.apply(overrides)?;
         Ok(spec)
@@ -774,6 +812,19 @@ fn kafka_properties(
         out.push((name.clone(), text));
     }
     Ok(out)
+}
+
+fn restart_spec(entry: Option<&RestartEntry>) -> anyhow::Result<RestartSpec> {
+    let mut spec = RestartSpec::default();
+    if let Some(entry) = entry {
+        if let Some(attempts) = entry.attempts {
+            spec.attempts = attempts;
+        }
+        if let Some(delay) = &entry.delay {
+            spec.delay = Duration::from_millis(parse_duration_ms(delay).context("delay")? as u64);
+        }
+    }
+    Ok(spec)
 }
 
 fn resolve_udf(

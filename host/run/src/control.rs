@@ -116,6 +116,10 @@ pub enum RunState {
     /// Asked to stop; it took its last checkpoint and stopped.
     #[serde(rename = "stopped")]
     Stopped,
+    /// It stopped on an error (see the status's `last_error`), and `weir serve` waits to
+    /// start it again from its last checkpoint (its `[restart]` strategy).
+    #[serde(rename = "restarting")]
+    Restarting,
     /// It stopped on an error (see the status's `last_error`).
     #[serde(rename = "failed")]
     Failed,
@@ -123,7 +127,7 @@ pub enum RunState {
 
 impl RunState {
     /// The state as the status shows it: `starting`, `running`, `waiting for tasks`,
-    /// `finished`, `stopped` or `failed`.
+    /// `finished`, `stopped`, `restarting` or `failed`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunState::Starting => "starting",
@@ -131,6 +135,7 @@ impl RunState {
             RunState::WaitingForTasks => "waiting for tasks",
             RunState::Finished => "finished",
             RunState::Stopped => "stopped",
+            RunState::Restarting => "restarting",
             RunState::Failed => "failed",
         }
     }
@@ -187,6 +192,8 @@ pub struct LiveStatus {
     pub udf_retries: u64,
     /// Records and timers the UDF rejected itself (sent to the dead letters).
     pub rejected: u64,
+    /// How often `weir serve` restarted the pipeline after a failure.
+    pub restarts: u64,
     /// The latest error worth showing: why a new version was rolled back, or what the
     /// run failed with.
     pub last_error: Option<String>,

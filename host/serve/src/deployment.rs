@@ -1,8 +1,10 @@
 //! One pipeline running inside `weir serve`: its thread, its control, its UDF versions.
 
 use crate::refused::Refused;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use weir_cluster::steering::Steering;
 use weir_control::{prepare, Prepared, VersionInfo, Versions};
 use weir_pipeline::PipelineSpec;
@@ -24,6 +26,70 @@ pub struct Deployment {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Runs the pipeline; after a failure starts it again from its last checkpoint, with
+/// the version that was running, as its `[restart]` strategy allows (a stop request ends
+/// the wait). Returns the failure that ended it for good, if one did.
+fn run_restarting(
+    spec: &PipelineSpec,
+    first: Prepared,
+    control: &Arc<RunControl>,
+    versions: &Versions,
+) -> Option<String> {
+    let options = RunOptions {
+        progress: false,
+        stop: Some(Arc::clone(&control.stop)),
+        fresh: false,
+        control: Some(Arc::clone(control)),
+    };
+    let mut next = Some(first);
+    let mut restarts = 0;
+    loop {
+        let Prepared { function, identity } = next.take()?;
+        let failure = run_with(spec, function, identity, &options)
+            .err()?
+            .to_string();
+        let stopping = || control.stop.load(Ordering::Relaxed);
+        if restarts >= spec.restart.attempts || stopping() {
+            return Some(failure);
+        }
+        restarts += 1;
+        tracing::warn!(
+            "pipeline {:?} failed: {failure}; restarting it from its last checkpoint in {} ms ({restarts} of {} restarts)",
+            spec.name,
+            spec.restart.delay.as_millis(),
+            spec.restart.attempts
+        );
+        control.update(|s| {
+            s.state = RunState::Restarting;
+            s.last_error = Some(failure.clone());
+            s.restarts = restarts as u64;
+        });
+        let until = Instant::now() + spec.restart.delay;
+        while Instant::now() < until && !stopping() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if stopping() {
+            control.update(|s| s.state = RunState::Stopped);
+            return None;
+        }
+        // The version that was running when it failed (a swap may have replaced the
+        // one the deployment started with).
+        let running = control.status().udf_sha256;
+        let Some(version) = versions.with_sha256(&running).or_else(|| versions.last()) else {
+            return Some(failure);
+        };
+        match prepare(spec, &version.bytes) {
+            Ok(prepared) => next = Some(prepared),
+            Err(refusal) => {
+                return Some(format!(
+                    "{failure}; the restart failed: {}",
+                    refusal.message()
+                ))
+            }
+        }
+    }
+}
+
 impl Deployment {
     /// Checks the UDF component `bytes` (one of `versions`, the pipeline's known
     /// versions) and starts the pipeline with it on its own thread: the whole pipeline,
@@ -35,7 +101,7 @@ impl Deployment {
         group: Option<&str>,
         probation_calls: u64,
     ) -> Result<Self, Refused> {
-        let Prepared { function, identity } = prepare(&spec, &bytes)?;
+        let prepared = prepare(&spec, &bytes)?;
         let control = RunControl::new();
         control.update(|s| s.state = RunState::Starting);
         let steering = group.map(|_| {
@@ -49,6 +115,7 @@ impl Deployment {
         let run_spec = spec.clone();
         let run_control = Arc::clone(&control);
         let run_steering = steering.clone();
+        let run_versions = versions.clone();
         let group = group.map(str::to_string);
         let thread = std::thread::Builder::new()
             .name(format!("weir-{}", spec.name))
@@ -59,17 +126,7 @@ impl Deployment {
                         run_control.update(|s| s.state = RunState::Stopped);
                         result.err().map(|e| format!("{e:#}"))
                     }
-                    _ => {
-                        let options = RunOptions {
-                            progress: false,
-                            stop: Some(Arc::clone(&run_control.stop)),
-                            fresh: false,
-                            control: Some(Arc::clone(&run_control)),
-                        };
-                        run_with(&run_spec, function, identity, &options)
-                            .err()
-                            .map(|f| f.to_string())
-                    }
+                    _ => run_restarting(&run_spec, prepared, &run_control, &run_versions),
                 };
                 if let Some(failure) = failure {
                     tracing::error!("pipeline {:?} failed: {failure}", run_spec.name);

@@ -223,9 +223,16 @@ export const processFunction = weir.processFunction(
       if (typeof item !== "string") {
         throw new Error(`input \`${el.input}\`: record is not a valid Purchase: item: expected a string, got ${JSON.stringify(item)}`);
       }
+      // A record whose cost is missing or not a decimal is the input's fault, not the
+      // UDF's: rejected to the dead letters (with the reason), and the run goes on.
       const costText = rawMember(event, "cost");
-      if (costText === undefined) throw new Error("field `cost` is missing");
-      const cost = parseCost(costText);
+      if (costText === undefined) throw new weir.Reject("field `cost` is missing");
+      let cost;
+      try {
+        cost = parseCost(costText);
+      } catch (e) {
+        throw new weir.Reject(e.message);
+      }
 
       let order = this.orders.get();
       if (order !== undefined) {

@@ -139,7 +139,16 @@ impl ProcessFunction for OrderTimeout {
         let event: Purchase = el.json()?;
         let order_id = event.order_id.context("record has no `orderId`")?;
         let item = event.item.context("field `item` is missing")?;
-        let cost = parse_cost(event.cost.context("field `cost` is missing")?)?;
+        // A record whose cost is missing or not a decimal is the input's fault, not the
+        // UDF's: rejected to the dead letters (with the reason), and the run goes on.
+        let cost = match event
+            .cost
+            .context("field `cost` is missing")
+            .and_then(parse_cost)
+        {
+            Ok(cost) => cost,
+            Err(e) => return weir_sdk::reject(format!("{e:#}")),
+        };
 
         let from = match self.domain {
             TimeDomain::EventTime => el.timestamp(),
