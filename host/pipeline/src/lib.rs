@@ -155,6 +155,9 @@ pub struct DevEntry {
     pub build: String,
     /// Files or folders whose changes trigger a rebuild, relative to the pipeline file.
     pub watch: Vec<String>,
+    /// Shell command that runs the UDF's unit tests (`weir test`), in the pipeline
+    /// file's folder.
+    pub test: Option<String>,
 }
 
 /// One `[[sink]]`: where one output of the UDF goes.
@@ -299,6 +302,9 @@ pub struct UdfSpec {
     pub path: PathBuf,
     /// Key/value config, pipeline file first, overrides applied.
     pub config: Vec<(String, String)>,
+    /// The config keys `--config` set: a UDF that refuses its config was given a bad
+    /// command line when one of these is among them.
+    pub config_from_command_line: Vec<String>,
     /// The most linear memory an instance may have, in bytes.
     pub memory_limit_bytes: usize,
     /// The deadline of each call into the UDF; never zero.
@@ -323,6 +329,8 @@ pub struct DevSpec {
     /// The files or folders whose changes trigger a rebuild, resolved against the
     /// pipeline file's folder; at least one.
     pub watch: Vec<PathBuf>,
+    /// The shell command that runs the UDF's unit tests (`weir test`), run in `dir`.
+    pub test: Option<String>,
 }
 
 /// The sink of one output, resolved.
@@ -475,6 +483,7 @@ impl PipelineSpec {
             }
         }
         for (key, value) in &overrides.config {
+            self.udf.config_from_command_line.push(key.clone());
             match self.udf.config.iter_mut().find(|(k, _)| k == key) {
                 Some(entry) => entry.1 = value.clone(),
                 None => self.udf.config.push((key.clone(), value.clone())),
@@ -733,6 +742,7 @@ fn resolve_udf(
         max_batch: entry.max_batch.unwrap_or(DEFAULT_MAX_BATCH),
         state_cache_bytes,
         max_emit_bytes,
+        config_from_command_line: Vec::new(),
         dev: match &entry.dev {
             Some(dev) => {
                 anyhow::ensure!(!dev.watch.is_empty(), "dev.watch: list at least one path");
@@ -740,6 +750,7 @@ fn resolve_udf(
                     build: dev.build.clone(),
                     dir: resolve("."),
                     watch: dev.watch.iter().map(|p| resolve(p)).collect(),
+                    test: dev.test.clone(),
                 })
             }
             None => None,
@@ -994,7 +1005,7 @@ path = "out/clicks.jsonl"
     fn dev_section_resolves_against_the_pipeline_file() {
         let text = GOOD.replace(
             "[udf.config]",
-            "[udf.dev]\nbuild = \"./build.sh\"\nwatch = [\"app.py\", \"lib\"]\n\n[udf.config]",
+            "[udf.dev]\nbuild = \"./build.sh\"\nwatch = [\"app.py\", \"lib\"]\ntest = \"python3 -m unittest\"\n\n[udf.config]",
         );
         let spec = parse(&text, &Overrides::default()).unwrap();
         assert_eq!(
@@ -1003,6 +1014,7 @@ path = "out/clicks.jsonl"
                 build: "./build.sh".into(),
                 dir: "/p/demo/.".into(),
                 watch: vec!["/p/demo/app.py".into(), "/p/demo/lib".into()],
+                test: Some("python3 -m unittest".into()),
             })
         );
         let empty = GOOD.replace(

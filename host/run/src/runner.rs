@@ -97,10 +97,17 @@ impl Runner {
             inputs: input_names,
         };
         let outputs = operator.init(&info).map_err(|e| {
-            anyhow::anyhow!(
-                "UDF {:?} failed to initialise: {e}",
-                operator.function_name()
-            )
+            let failed = format!("UDF {:?} failed to initialise: {e}", operator.function_name());
+            match spec.udf.config_from_command_line.as_slice() {
+                [] => anyhow::anyhow!(failed),
+                // The UDF checks its config in `init`: with keys from the command line,
+                // the mistake may be the command line's (exit 2, as for a bad flag).
+                keys => crate::CommandLineMistake(format!(
+                    "{failed} (with --config {} from the command line)",
+                    keys.join(", ")
+                ))
+                .into(),
+            }
         })?;
 
         let unrouted: Vec<String> = outputs
