@@ -97,7 +97,10 @@ impl Runner {
             inputs: input_names,
         };
         let outputs = operator.init(&info).map_err(|e| {
-            let failed = format!("UDF {:?} failed to initialise: {e}", operator.function_name());
+            let failed = format!(
+                "UDF {:?} failed to initialise: {e}",
+                operator.function_name()
+            );
             match spec.udf.config_from_command_line.as_slice() {
                 [] => anyhow::anyhow!(failed),
                 // The UDF checks its config in `init`: with keys from the command line,

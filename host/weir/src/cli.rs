@@ -447,9 +447,7 @@ pub fn main() -> ExitCode {
             let started = std::time::Instant::now();
             build.run().map_err(|why| anyhow::anyhow!(why))?;
             let bytes = std::fs::metadata(&spec.udf.path)
-                .with_context(|| {
-                    format!("the build wrote no {}", spec.udf.path.display())
-                })?
+                .with_context(|| format!("the build wrote no {}", spec.udf.path.display()))?
                 .len();
             eprintln!(
                 "weir build: wrote {} ({:.1} MB) in {:.1} s",
@@ -468,7 +466,8 @@ pub fn main() -> ExitCode {
                     "the pipeline's [udf.dev] has no `test` command; add one, e.g. test = \"python3 -m unittest\""
                 )
             })?;
-            test.run().map_err(|why| anyhow::anyhow!("the tests failed: {why}"))
+            test.run()
+                .map_err(|why| anyhow::anyhow!("the tests failed: {why}"))
         }),
         Command::Serve {
             pipelines,
@@ -542,7 +541,7 @@ pub fn main() -> ExitCode {
             };
             finished(crate::new::create(&project).map(|dir| {
                 eprintln!("weir: created {}", dir.display());
-                eprintln!("{}", crate::new::next_steps(&project, &dir));
+                eprintln!("{}", crate::new::next_steps(&dir));
             }))
         }
         Command::Produce {

@@ -159,9 +159,7 @@ fn next_change(changed: &mpsc::Receiver<()>, settle: Duration, stop: &AtomicBool
 /// Watches `paths`; the receiver gets one message per relevant change. Files are
 /// watched through their folder: a build that replaces a file (write to a temporary
 /// name, rename over) gives it a new inode, which a watch on the file itself would miss.
-fn watch(
-    paths: &[PathBuf],
-) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
+fn watch(paths: &[PathBuf]) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
     let files: Vec<PathBuf> = paths.iter().filter(|p| !p.is_dir()).cloned().collect();
     let (changes, changed) = mpsc::channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {

@@ -76,16 +76,11 @@ pub fn create(project: &NewProject) -> anyhow::Result<PathBuf> {
 }
 
 /// What to do next, printed after the project is made.
-pub fn next_steps(project: &NewProject, dir: &Path) -> String {
-    let test = match project.lang {
-        Lang::Rust => "cargo test               ",
-        Lang::Python => "python3 -m unittest      ",
-        Lang::Js => "node --test              ",
-    };
+pub fn next_steps(dir: &Path) -> String {
     let steps = [
         format!("cd {}", dir.display()),
-        format!("{test} # the unit tests, natively, on the SDK's test host"),
-        "weir dev pipeline.toml    # builds the component, runs it, reloads it on every save"
+        "weir test                 # the unit tests, natively, on the SDK's test host".into(),
+        "weir dev pipeline.toml    # builds the component, runs input.jsonl, and again on every save (Ctrl-C stops)"
             .into(),
     ];
     format!(

@@ -73,10 +73,14 @@ impl Project {
             });
         }
         if let (None, Some(dev)) = (&args.crate_dir, &spec.udf.dev) {
-            let build = args.build.as_ref().map(from_command_line).unwrap_or(Build::Shell(Shell {
-                command: dev.build.clone(),
-                dir: Some(dev.dir.clone()),
-            }));
+            let build = args
+                .build
+                .as_ref()
+                .map(from_command_line)
+                .unwrap_or(Build::Shell(Shell {
+                    command: dev.build.clone(),
+                    dir: Some(dev.dir.clone()),
+                }));
             return Ok(Self {
                 sources: dev.watch.clone(),
                 build: Some(build),
@@ -138,8 +142,9 @@ impl Build {
             Build::Cargo {
                 manifest,
                 component,
-            } => cargo_build(manifest, component)
-                .map_err(|why| format!("the build failed: {why:#}")),
+            } => {
+                cargo_build(manifest, component).map_err(|why| format!("the build failed: {why:#}"))
+            }
         }
     }
 }
@@ -202,11 +207,7 @@ fn cargo_build(manifest: &Path, component: &Path) -> anyhow::Result<()> {
         std::fs::copy(&built, &temporary)
             .and_then(|_| std::fs::rename(&temporary, component))
             .with_context(|| {
-                format!(
-                    "cannot copy {} to {}",
-                    built.display(),
-                    component.display()
-                )
+                format!("cannot copy {} to {}", built.display(), component.display())
             })?;
     }
     Ok(())
