@@ -172,3 +172,35 @@ fn weir_test_fails_when_the_projects_tests_fail() {
         ran.stderr
     );
 }
+
+#[test]
+fn the_progress_line_shows_the_share_read_and_the_time_left_on_a_terminal() {
+    let work = Workdir::new();
+    let lines: String = (0..600_000)
+        .map(|i| format!("{{\"k\": \"k{}\", \"ts\": {i}}}\n", i % 1000))
+        .collect();
+    work.write("in.jsonl", &lines);
+    let pipeline = echo_pipeline(&work, "in.jsonl", "k", "");
+    // The progress line is drawn only on a terminal: `script` gives the run one.
+    let command = format!("{} run {pipeline} --no-checkpoints", weir_bin().display());
+    let ran = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(work.path(""))
+        .env_remove("WEIR_LOG")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux) runs a command on a terminal");
+    let screen = String::from_utf8_lossy(&ran.stdout);
+    assert_eq!(ran.status.code(), Some(0), "{screen}");
+    let megabytes = format!("{:.1} MB", lines.len() as f64 / 1e6);
+    let drawn = screen
+        .split(['\r', '\n'])
+        .find(|line| line.contains(" records/s, ") && line.contains("% of "))
+        .unwrap_or_else(|| panic!("no progress line with a share:\n{screen}"));
+    assert!(
+        drawn.contains(&format!("% of {megabytes}, ETA ")),
+        "{drawn}"
+    );
+    assert!(drawn.contains(", watermark 1970-01-01 "), "{drawn}");
+}
