@@ -20,7 +20,8 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn target_dir() -> PathBuf {
+/// The build's target folder: `$CARGO_TARGET_DIR`, else the repo's `target/`.
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target"))

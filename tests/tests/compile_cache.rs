@@ -8,8 +8,8 @@ use weir_e2e::{repo_root, weir_with_env, Finished};
 /// at debug level; returns the run and the entries in the cache afterwards.
 fn run_counter(cache: &Path, extra: &[&str]) -> (Finished, Vec<PathBuf>) {
     let pipeline = repo_root().join("examples/ad-clicks/pipeline.toml");
-    let mut args = extra.to_vec();
-    args.extend(["run", pipeline.to_str().unwrap(), "--no-checkpoints", "-q"]);
+    let mut args = vec!["run", pipeline.to_str().unwrap(), "--no-checkpoints", "-q"];
+    args.extend(extra);
     let run = weir_with_env(
         &args,
         &[

@@ -8,13 +8,13 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use weir_e2e::{parse_jsonl, repo_root, wait_for, weir_bin, StderrLog, Workdir};
+use weir_e2e::{parse_jsonl, repo_root, target_dir, wait_for, weir_bin, StderrLog, Workdir};
 
 /// The build settings of `make udfs`, so the copy reuses the workspace's compiled
 /// dependencies instead of building them again.
 fn cargo_env(command: &mut Command) -> &mut Command {
     command
-        .env("CARGO_TARGET_DIR", repo_root().join("target"))
+        .env("CARGO_TARGET_DIR", target_dir())
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
 }
@@ -70,8 +70,8 @@ fn editing_the_udf_reloads_it_with_state_and_timers_kept() {
     .status()
     .unwrap();
     assert!(status.success(), "the copy builds");
-    let wasm = repo_root()
-        .join("target/wasm32-wasip2/release")
+    let wasm = target_dir()
+        .join("wasm32-wasip2/release")
         .join(format!("{}.wasm", name.replace('-', "_")));
     let output = work.path("counts.jsonl");
     let pipeline = work.write(

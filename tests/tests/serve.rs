@@ -1081,8 +1081,8 @@ fn mutating_calls_need_the_token_and_the_cli_clients_work() {
         .text
         .contains("# TYPE weir_records_processed_total counter"));
 
-    // `weir status`, all or one; it needs no token.
-    let (code, stdout, stderr) = weir_cli(&["status", "--server", &url]);
+    // `weir status`, all or one; it needs no token. `-o json` prints the API's answer.
+    let (code, stdout, stderr) = weir_cli(&["status", "--server", &url, "-o", "json"]);
     assert_eq!(code, Some(0), "{stderr}");
     let all: Value = serde_json::from_str(&stdout).expect("JSON");
     let names: Vec<&str> = all["pipelines"]
@@ -1092,11 +1092,50 @@ fn mutating_calls_need_the_token_and_the_cli_clients_work() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["counter", "files"]);
-    let (code, stdout, stderr) = weir_cli(&["status", "counter", "--server", &url]);
+    let (code, stdout, stderr) =
+        weir_cli(&["status", "counter", "--server", &url, "--output", "json"]);
     assert_eq!(code, Some(0), "{stderr}");
     let one: Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(one["name"], "counter");
     assert_eq!(one["status"]["processed"], 30);
+    // By default, a table: a header and one line per pipeline.
+    let (code, stdout, stderr) = weir_cli(&["status", "--server", &url]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|line| {
+            line.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        lines[0],
+        [
+            "NAME",
+            "STATE",
+            "VERSION",
+            "RECORDS/S",
+            "PROCESSED",
+            "WATERMARK LAG",
+            "DEAD LETTERS",
+            "ERRORS"
+        ],
+        "{stdout}"
+    );
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert_eq!(
+        (
+            lines[1][0],
+            lines[1][2],
+            lines[1][4],
+            lines[1][6],
+            lines[1][7]
+        ),
+        ("counter", "1", "30", "0", "0"),
+        "{stdout}"
+    );
 
     // `weir deploy --pipeline`: v2 goes in; a wrong token or pipeline is refused.
     let (code, _, stderr) = weir_cli(&[
@@ -1232,12 +1271,18 @@ fn a_generated_token_is_kept_in_the_data_dir_where_the_cli_finds_it() {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
+    // The log says where the token is and shows a fingerprint, never the token.
+    let fingerprint = &weir_core::identity::sha256_hex(token.as_bytes())[..12];
+    let file = server.data_dir().join("token");
+    let log = server.log();
+    assert!(!log.contains(&token), "{log}");
     assert!(
-        server
-            .log()
-            .contains(&format!("generated the API token {token}")),
-        "{}",
-        server.log()
+        log.contains(&format!(
+            "weir serve: generated an API token (sha256 {fingerprint}…), kept in {}: `weir deploy` reads it from there; `cat {}` shows it",
+            file.display(),
+            file.display()
+        )),
+        "{log}"
     );
     let reply = server.request(
         "PUT",

@@ -179,6 +179,9 @@ pub struct DevEntry {
     pub build: String,
     /// Files or folders whose changes trigger a rebuild, relative to the pipeline file.
     pub watch: Vec<String>,
+    /// Shell command that runs the UDF's unit tests (`weir test`), in the pipeline
+    /// file's folder.
+    pub test: Option<String>,
 }
 
 /// One `[[sink]]`: where one output of the UDF goes.
@@ -323,6 +326,9 @@ pub struct UdfSpec {
     pub path: PathBuf,
     /// Key/value config, pipeline file first, overrides applied.
     pub config: Vec<(String, String)>,
+    /// The config keys `--config` set: a UDF that refuses its config was given a bad
+    /// command line when one of these is among them.
+    pub config_from_command_line: Vec<String>,
     /// The most linear memory an instance may have, in bytes.
     pub memory_limit_bytes: usize,
     /// The deadline of each call into the UDF; never zero.
@@ -443,6 +449,8 @@ pub struct DevSpec {
     /// The files or folders whose changes trigger a rebuild, resolved against the
     /// pipeline file's folder; at least one.
     pub watch: Vec<PathBuf>,
+    /// The shell command that runs the UDF's unit tests (`weir test`), run in `dir`.
+    pub test: Option<String>,
 }
 
 /// How `weir serve` restarts a failed pipeline: up to `attempts` times in the
@@ -620,6 +628,7 @@ impl PipelineSpec {
             }
         }
         for (key, value) in &overrides.config {
+            self.udf.config_from_command_line.push(key.clone());
             match self.udf.config.iter_mut().find(|(k, _)| k == key) {
                 Some(entry) => entry.1 = value.clone(),
                 None => self.udf.config.push((key.clone(), value.clone())),
@@ -892,6 +901,7 @@ fn resolve_udf(
         state_cache_bytes,
         max_emit_bytes,
         on_error: OnUdfError::parse(entry)?,
+        config_from_command_line: Vec::new(),
         dev: match &entry.dev {
             Some(dev) => {
                 anyhow::ensure!(!dev.watch.is_empty(), "dev.watch: list at least one path");
@@ -899,6 +909,7 @@ fn resolve_udf(
                     build: dev.build.clone(),
                     dir: resolve("."),
                     watch: dev.watch.iter().map(|p| resolve(p)).collect(),
+                    test: dev.test.clone(),
                 })
             }
             None => None,
@@ -1153,7 +1164,7 @@ path = "out/clicks.jsonl"
     fn dev_section_resolves_against_the_pipeline_file() {
         let text = GOOD.replace(
             "[udf.config]",
-            "[udf.dev]\nbuild = \"./build.sh\"\nwatch = [\"app.py\", \"lib\"]\n\n[udf.config]",
+            "[udf.dev]\nbuild = \"./build.sh\"\nwatch = [\"app.py\", \"lib\"]\ntest = \"python3 -m unittest\"\n\n[udf.config]",
         );
         let spec = parse(&text, &Overrides::default()).unwrap();
         assert_eq!(
@@ -1162,6 +1173,7 @@ path = "out/clicks.jsonl"
                 build: "./build.sh".into(),
                 dir: "/p/demo/.".into(),
                 watch: vec!["/p/demo/app.py".into(), "/p/demo/lib".into()],
+                test: Some("python3 -m unittest".into()),
             })
         );
         let empty = GOOD.replace(

@@ -63,7 +63,7 @@ pub struct RunFailure {
 }
 
 /// A mistake on the command line that only the UDF's `init` reveals: `--output NAME=...`
-/// for an output the UDF does not declare.
+/// for an output the UDF does not declare, or a `--config KEY=VALUE` the UDF refuses.
 #[derive(Debug)]
 pub struct CommandLineMistake(pub String);
 

@@ -118,6 +118,34 @@ pub(crate) fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The progress line's text after the record count: the rate, then, for inputs of known
+/// size (`read` = bytes read, bytes in all), the share read and the time left at the
+/// rate so far, then the watermark.
+pub(crate) fn progress_message(
+    processed: u64,
+    elapsed: Duration,
+    read: Option<(u64, u64)>,
+    watermark: &str,
+) -> String {
+    let seconds = elapsed.as_secs_f64().max(1e-3);
+    let rate = processed as f64 / seconds;
+    let share = match read {
+        Some((read, total)) if total > 0 && read > 0 => {
+            let left = seconds * (total.saturating_sub(read)) as f64 / read as f64;
+            let left = left.round() as u64;
+            format!(
+                "{:.0}% of {:.1} MB, ETA {}:{:02}, ",
+                100.0 * read as f64 / total as f64,
+                total as f64 / 1e6,
+                left / 60,
+                left % 60
+            )
+        }
+        _ => String::new(),
+    };
+    format!("{rate:.0} records/s, {share}watermark {watermark}")
+}
+
 /// The progress line `weir run` shows on a terminal.
 pub(crate) fn progress_bar() -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new_spinner();
@@ -127,4 +155,29 @@ pub(crate) fn progress_bar() -> indicatif::ProgressBar {
     );
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
     bar
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+
+    #[test]
+    fn a_file_of_known_size_shows_the_share_read_and_the_time_left() {
+        let line = progress_message(
+            200_000,
+            Duration::from_secs(4),
+            Some((25_000_000, 100_000_000)),
+            "2026-11-29 10:00:00.000",
+        );
+        assert_eq!(
+            line,
+            "50000 records/s, 25% of 100.0 MB, ETA 0:12, watermark 2026-11-29 10:00:00.000"
+        );
+    }
+
+    #[test]
+    fn a_live_input_shows_no_share() {
+        let line = progress_message(100, Duration::from_secs(1), None, "none");
+        assert_eq!(line, "100 records/s, watermark none");
+    }
 }

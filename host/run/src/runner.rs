@@ -4,7 +4,7 @@
 use crate::checkpointing::{Checkpoints, Cut, Restored};
 use crate::inputs::{Inputs, Pending, Read, SourceSettings, READ_AHEAD};
 use crate::recovery::{Handling, Site, UdfFailures};
-use crate::report::{progress_bar, RunReport};
+use crate::report::{progress_bar, progress_message, RunReport};
 use crate::steering::{apply_swap, StatusPublisher, UdfVersions};
 use crate::{RunControl, RunOptions, RunState};
 use anyhow::Context as _;
@@ -100,10 +100,20 @@ impl Runner {
             inputs: input_names,
         };
         let outputs = operator.init(&info).map_err(|e| {
-            anyhow::anyhow!(
+            let failed = format!(
                 "UDF {:?} failed to initialise: {e}",
                 operator.function_name()
-            )
+            );
+            match spec.udf.config_from_command_line.as_slice() {
+                [] => anyhow::anyhow!(failed),
+                // The UDF checks its config in `init`: with keys from the command line,
+                // the mistake may be the command line's (exit 2, as for a bad flag).
+                keys => crate::CommandLineMistake(format!(
+                    "{failed} (with --config {} from the command line)",
+                    keys.join(", ")
+                ))
+                .into(),
+            }
         })?;
 
         let unrouted: Vec<String> = outputs
@@ -243,10 +253,21 @@ impl Runner {
                 if processed - reported >= 65_536 {
                     reported = processed;
                     bar.set_position(processed);
-                    let rate = processed as f64 / bar.elapsed().as_secs_f64().max(1e-3);
-                    bar.set_message(format!(
-                        "{rate:.0} records/s, watermark {}",
-                        display(self.operator.watermark())
+                    let read: Option<Vec<(u64, u64)>> = self
+                        .inputs
+                        .sources()
+                        .iter()
+                        .map(|slot| slot.source.bytes_read())
+                        .collect();
+                    let read = read.map(|all| {
+                        all.iter()
+                            .fold((0, 0), |(r, t), (read, total)| (r + read, t + total))
+                    });
+                    bar.set_message(progress_message(
+                        processed,
+                        bar.elapsed(),
+                        read,
+                        &display(self.operator.watermark()),
                     ));
                 }
             }

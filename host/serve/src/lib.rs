@@ -115,9 +115,13 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
         let address = listener.local_addr()?;
         eprintln!("weir serve: admin API and status page on http://{address}/");
         if generated {
+            // The token itself stays out of logs: a fingerprint tells two tokens apart.
+            let file = config.data_dir.join("token");
             eprintln!(
-                "weir serve: generated the API token {token} (kept in {}; `weir deploy` reads it from there)",
-                config.data_dir.join("token").display()
+                "weir serve: generated an API token (sha256 {}…), kept in {}: `weir deploy` reads it from there; `cat {}` shows it",
+                &weir_core::identity::sha256_hex(token.as_bytes())[..12],
+                file.display(),
+                file.display()
             );
         }
         let app = api::router(Arc::clone(&server));

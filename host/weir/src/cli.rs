@@ -8,6 +8,9 @@ use std::sync::Arc;
 use weir_pipeline::{Overrides, PipelineSpec};
 use weir_run::{run, RunOptions};
 
+use crate::project::{Project, ProjectArgs};
+use anyhow::Context as _;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "weir",
@@ -17,10 +20,37 @@ use weir_run::{run, RunOptions};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Logs more: `-v` debug, `-vv` trace (wasmtime and cranelift stay quiet unless
+    /// `WEIR_LOG` or `RUST_LOG` names them).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+/// The option of the commands that compile UDF components.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct CompileArgs {
     /// Compiles UDF components every time instead of keeping the compiled code in
     /// `$WEIR_CACHE_DIR/components` (default `~/.cache/weir/components`).
-    #[arg(long, global = true)]
+    #[arg(long)]
     no_compile_cache: bool,
+}
+
+impl CompileArgs {
+    /// Applies the option to the process's wasm engine.
+    fn apply(self) {
+        if self.no_compile_cache {
+            weir_engine::runtime::wasm::precompiled::configure(None);
+        }
+    }
+}
+
+/// How `weir status` prints.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum StatusFormat {
+    /// One line per pipeline.
+    Table,
+    /// The admin API's answer, pretty-printed.
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -65,8 +95,12 @@ enum Command {
         /// (see docs/scaling.md). Every source must be a Kafka source.
         #[arg(long, value_name = "GROUP")]
         group: Option<String>,
+        #[command(flatten)]
+        compile: CompileArgs,
     },
-    /// Runs a pipeline and hot-swaps its UDF whenever its sources change (rebuilding it).
+    /// Runs a pipeline and reloads its UDF whenever its sources change (rebuilding it):
+    /// a file input runs again from the start on every save (and is watched until
+    /// Ctrl-C); a live input (stdin, Kafka) gets the new version swapped in, state kept.
     Dev {
         /// The pipeline file (TOML; see docs/pipeline.md).
         pipeline: PathBuf,
@@ -85,6 +119,35 @@ enum Command {
         /// The shell command that rebuilds the component.
         #[arg(long, value_name = "COMMAND")]
         build: Option<String>,
+        /// Sets UDF config KEY to VALUE.
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = key_value)]
+        config: Vec<(String, String)>,
+        /// Exits when a file input has been run through once, instead of watching for
+        /// changes (for scripts).
+        #[arg(long)]
+        once: bool,
+        #[command(flatten)]
+        compile: CompileArgs,
+    },
+    /// Builds the UDF component of a project: runs the pipeline's `[udf.dev] build`, or
+    /// `cargo build` of the Rust crate whose component the pipeline names.
+    Build {
+        /// The project's pipeline file.
+        #[arg(default_value = "pipeline.toml")]
+        pipeline: PathBuf,
+        /// The UDF's crate (default: found by the component's name with `cargo metadata`).
+        #[arg(long = "crate", value_name = "DIR")]
+        crate_dir: Option<PathBuf>,
+    },
+    /// Runs a project's unit tests on the SDK's native test host: the pipeline's
+    /// `[udf.dev] test`, or `cargo test` of the Rust crate.
+    Test {
+        /// The project's pipeline file.
+        #[arg(default_value = "pipeline.toml")]
+        pipeline: PathBuf,
+        /// The UDF's crate (default: found by the component's name with `cargo metadata`).
+        #[arg(long = "crate", value_name = "DIR")]
+        crate_dir: Option<PathBuf>,
     },
     /// Runs many pipelines behind an HTTP admin API, with hot UDF swaps (docs/admin-api.md).
     Serve {
@@ -112,6 +175,8 @@ enum Command {
         /// to); older components are removed.
         #[arg(long, default_value_t = weir_serve::registry::DEFAULT_KEEP_VERSIONS)]
         keep_versions: usize,
+        #[command(flatten)]
+        compile: CompileArgs,
     },
     /// Starts a pipeline on a running `weir serve`, or (with --pipeline) swaps in a new UDF.
     Deploy {
@@ -139,6 +204,9 @@ enum Command {
         /// The brokers, with --group.
         #[arg(long)]
         brokers: Option<String>,
+        /// `table`: one line per pipeline; `json`: the admin API's answer.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: StatusFormat,
     },
     /// Goes back to a pipeline's previous UDF version.
     Rollback {
@@ -156,6 +224,7 @@ enum Command {
     /// runs at once: the function, its unit tests, a pipeline and sample input.
     New {
         /// The UDF's name: lower-case letters, digits and '-'.
+        #[arg(value_parser = crate::new::udf_name)]
         name: String,
         /// The language to write it in.
         #[arg(long, value_enum, default_value = "rust")]
@@ -253,6 +322,35 @@ fn stop_on_signals(stop: &Arc<AtomicBool>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Loads a project's pipeline (exit 2 if it is bad) and runs `what` on its project.
+fn project_command(
+    pipeline: &std::path::Path,
+    crate_dir: Option<PathBuf>,
+    what: impl FnOnce(&PipelineSpec, &Project) -> anyhow::Result<()>,
+) -> ExitCode {
+    let spec = match PipelineSpec::load(pipeline, &Overrides::default()) {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let args = ProjectArgs {
+        crate_dir,
+        ..ProjectArgs::default()
+    };
+    finished(Project::of(&spec, &args).and_then(|project| what(&spec, &project)))
+}
+
+/// The message for a pipeline whose component is not there: how to build it.
+fn missing_component(pipeline: &std::path::Path, spec: &PipelineSpec) -> String {
+    format!(
+        "{}: no such file; build it with `weir build {}`",
+        spec.udf.path.display(),
+        pipeline.display()
+    )
+}
+
 fn key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
@@ -260,21 +358,46 @@ fn key_value(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Sets up logging (`$WEIR_LOG`, default `info`, on stderr), parses the command line and
-/// runs the subcommand; returns the process's exit code.
+/// What is logged: `$WEIR_LOG`, else `$RUST_LOG`, else `info` (`debug` with `-v`, `trace`
+/// with `-vv`); wasmtime and cranelift only warn unless the filter names them.
+fn log_filter(verbose: u8) -> String {
+    let given = ["WEIR_LOG", "RUST_LOG"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()));
+    let mut filter = given.unwrap_or_else(|| {
+        match verbose {
+            0 => "info",
+            1 => "debug",
+            _ => "trace",
+        }
+        .to_string()
+    });
+    for noisy in ["wasmtime", "cranelift"] {
+        if !filter.contains(noisy) {
+            filter.push_str(&format!(",{noisy}=warn"));
+        }
+    }
+    filter
+}
+
+/// Sets up logging on stderr ([`log_filter`]), parses the command line and runs the
+/// subcommand; returns the process's exit code.
 pub fn main() -> ExitCode {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG").unwrap_or_else(|_| "info".into());
+    let cli = Cli::parse();
+    let filter = log_filter(cli.verbose);
+    let filter = match tracing_subscriber::EnvFilter::try_new(&filter) {
+        Ok(filter) => filter,
+        Err(e) => {
+            eprintln!("error: the log filter {filter:?} (from WEIR_LOG or RUST_LOG): {e}");
+            return ExitCode::from(2);
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
-    let cli = Cli::parse();
-    if cli.no_compile_cache {
-        weir_engine::runtime::wasm::precompiled::configure(None);
-    }
     match cli.command {
         Command::Dev {
             pipeline,
@@ -283,10 +406,15 @@ pub fn main() -> ExitCode {
             crate_dir,
             watch,
             build,
+            config,
+            once,
+            compile,
         } => {
+            compile.apply();
             let overrides = Overrides {
                 inputs,
                 outputs,
+                config,
                 // Development runs start from scratch and leave no checkpoints behind.
                 no_checkpoints: true,
                 ..Overrides::default()
@@ -300,12 +428,47 @@ pub fn main() -> ExitCode {
             };
             let stop = stop_flag();
             let config = crate::dev::DevConfig {
-                crate_dir,
-                watch,
-                build,
+                project: ProjectArgs {
+                    crate_dir,
+                    watch,
+                    build,
+                },
+                once,
             };
-            finished(crate::dev::dev(spec, config, stop))
+            finished(crate::dev::dev(&pipeline, &overrides, spec, config, stop))
         }
+        Command::Build {
+            pipeline,
+            crate_dir,
+        } => project_command(&pipeline, crate_dir, |spec, project| {
+            let build = project.build.as_ref().ok_or_else(|| {
+                anyhow::anyhow!("{}: no way to build it", spec.udf.path.display())
+            })?;
+            let started = std::time::Instant::now();
+            build.run().map_err(|why| anyhow::anyhow!(why))?;
+            let bytes = std::fs::metadata(&spec.udf.path)
+                .with_context(|| format!("the build wrote no {}", spec.udf.path.display()))?
+                .len();
+            eprintln!(
+                "weir build: wrote {} ({:.1} MB) in {:.1} s",
+                spec.udf.path.display(),
+                bytes as f64 / 1e6,
+                started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }),
+        Command::Test {
+            pipeline,
+            crate_dir,
+        } => project_command(&pipeline, crate_dir, |_, project| {
+            let test = project.test.as_ref().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the pipeline's [udf.dev] has no `test` command; add one, e.g. test = \"python3 -m unittest\""
+                )
+            })?;
+            test.run()
+                .map_err(|why| anyhow::anyhow!("the tests failed: {why}"))
+        }),
         Command::Serve {
             pipelines,
             listen,
@@ -314,7 +477,9 @@ pub fn main() -> ExitCode {
             probation_calls,
             group,
             keep_versions,
+            compile,
         } => {
+            compile.apply();
             let config = weir_serve::ServeConfig {
                 listen,
                 data_dir,
@@ -346,7 +511,20 @@ pub fn main() -> ExitCode {
             weir_cluster::status::group_status(&group, brokers.as_deref().unwrap_or_default())
                 .map(|report| print!("{report}")),
         ),
-        Command::Status { name, server, .. } => answer(server.client().status(name.as_deref())),
+        Command::Status {
+            name,
+            server,
+            output,
+            ..
+        } => {
+            let status = server.client().status(name.as_deref());
+            match output {
+                StatusFormat::Json => answer(status),
+                StatusFormat::Table => finished(status.map(|value| {
+                    print!("{}", crate::client::status_table(&value));
+                })),
+            }
+        }
         Command::Rollback { name, server } => answer(server.client().rollback(&name)),
         Command::Stop { name, server } => answer(server.client().stop(&name)),
         Command::New {
@@ -363,7 +541,7 @@ pub fn main() -> ExitCode {
             };
             finished(crate::new::create(&project).map(|dir| {
                 eprintln!("weir: created {}", dir.display());
-                eprintln!("{}", crate::new::next_steps(&project, &dir));
+                eprintln!("{}", crate::new::next_steps(&dir));
             }))
         }
         Command::Produce {
@@ -388,7 +566,9 @@ pub fn main() -> ExitCode {
             fresh,
             quiet,
             group,
+            compile,
         } => {
+            compile.apply();
             let overrides = Overrides {
                 inputs,
                 outputs,
@@ -406,6 +586,10 @@ pub fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            if !spec.udf.path.exists() {
+                eprintln!("error: {}", missing_component(&pipeline, &spec));
+                return ExitCode::FAILURE;
+            }
             let stop = stop_flag();
             if let Some(group) = group {
                 return finished(weir_cluster::run_in_group(&spec, &group, stop));

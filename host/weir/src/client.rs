@@ -178,3 +178,116 @@ fn percent_encode(text: &str) -> String {
         })
         .collect()
 }
+
+/// `weir status`'s table: one line per pipeline of the admin API's answer (one pipeline
+/// object, or `{"pipelines": [...]}`), with the watermark lag in human units.
+pub fn status_table(answer: &serde_json::Value) -> String {
+    let pipelines = match answer.get("pipelines").and_then(|p| p.as_array()) {
+        Some(list) => list.clone(),
+        None => vec![answer.clone()],
+    };
+    let header = [
+        "NAME",
+        "STATE",
+        "VERSION",
+        "RECORDS/S",
+        "PROCESSED",
+        "WATERMARK LAG",
+        "DEAD LETTERS",
+        "ERRORS",
+    ];
+    let mut rows = vec![header.map(String::from).to_vec()];
+    for pipeline in &pipelines {
+        let status = &pipeline["status"];
+        let number = |value: &serde_json::Value| {
+            value
+                .as_u64()
+                .map_or_else(|| "-".to_string(), |n| n.to_string())
+        };
+        rows.push(vec![
+            pipeline["name"].as_str().unwrap_or("?").to_string(),
+            pipeline["state"].as_str().unwrap_or("?").to_string(),
+            number(&pipeline["udf"]["version"]),
+            status["records_per_second"]
+                .as_f64()
+                .map_or_else(|| "-".to_string(), |r| format!("{r:.1}")),
+            number(&status["processed"]),
+            status["watermark_lag_ms"]
+                .as_i64()
+                .map_or_else(|| "-".to_string(), human_duration),
+            number(&status["dead_letters"]),
+            number(&status["udf_errors"]),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|column| rows.iter().map(|row| row[column].len()).max().unwrap_or(0))
+        .collect();
+    let mut table = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(column, (cell, width))| match column {
+                // Names and states read left-aligned, numbers right-aligned.
+                0 | 1 => format!("{cell:<width$}"),
+                _ => format!("{cell:>width$}"),
+            })
+            .collect();
+        table.push_str(cells.join("  ").trim_end());
+        table.push('\n');
+    }
+    if pipelines.is_empty() {
+        table.push_str("(no pipelines)\n");
+    }
+    table
+}
+
+/// A duration in ms the way a person reads it: `850 ms`, `12.3 s`, `4 min 5 s`,
+/// `3 h 12 min`, `2 d 4 h`.
+pub fn human_duration(ms: i64) -> String {
+    let sign = if ms < 0 { "-" } else { "" };
+    let ms = ms.unsigned_abs();
+    let (s, m, h, d) = (ms / 1000, ms / 60_000, ms / 3_600_000, ms / 86_400_000);
+    let text = if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else if ms < 3_600_000 {
+        format!("{m} min {} s", s % 60)
+    } else if ms < 86_400_000 {
+        format!("{h} h {} min", m % 60)
+    } else {
+        format!("{d} d {} h", h % 24)
+    };
+    format!("{sign}{text}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_a_person_says_them() {
+        assert_eq!(human_duration(850), "850 ms");
+        assert_eq!(human_duration(12_340), "12.3 s");
+        assert_eq!(human_duration(245_000), "4 min 5 s");
+        assert_eq!(human_duration(11_520_000), "3 h 12 min");
+        assert_eq!(human_duration(31_555_492_058), "365 d 5 h");
+        assert_eq!(human_duration(-1500), "-1.5 s");
+    }
+
+    #[test]
+    fn the_status_table_has_one_line_per_pipeline() {
+        let answer = serde_json::json!({"pipelines": [{
+            "name": "counter", "state": "running", "udf": {"version": 2},
+            "status": {"records_per_second": 9.87, "processed": 10, "watermark_lag_ms": 90_000,
+                       "dead_letters": 1, "udf_errors": 0}
+        }]});
+        assert_eq!(
+            status_table(&answer),
+            "NAME     STATE    VERSION  RECORDS/S  PROCESSED  WATERMARK LAG  DEAD LETTERS  ERRORS\n\
+             counter  running        2        9.9         10     1 min 30 s             1       0\n"
+        );
+    }
+}

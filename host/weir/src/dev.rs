@@ -1,29 +1,35 @@
 //! `weir dev`: the inner loop for UDF authors. Runs a pipeline, watches the UDF's
-//! sources, rebuilds on save and swaps the new version into the running pipeline — state
-//! and pending timers kept, no record lost or processed twice. A build error or a
-//! component the host refuses is printed, and the old version keeps running.
+//! sources, rebuilds on save and puts the new version to work. A build error or a
+//! component the host refuses is printed, and the old version stays.
+//!
+//! Two ways, by the input:
+//! - **A bounded input** (every source a file, as in the project `weir new` makes): the
+//!   run goes to the end of the input, prints its summary and keeps watching; each save
+//!   of the UDF's sources, of an input file or of the pipeline file rebuilds and runs the
+//!   input again from the start, with fresh state. `--once` exits after the first run.
+//! - **A live input** (stdin, Kafka, a named pipe): each new version is swapped into the
+//!   running pipeline — state and pending timers kept, no record lost or processed twice.
+//!   A bounded run that is still going when a save comes does the same.
 
 use anyhow::Context as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 use weir_control::{prepare, swap_into};
 use weir_core::identity::sha256_hex;
-use weir_pipeline::PipelineSpec;
-use weir_run::{run_with, RunControl, RunOptions};
+use weir_pipeline::{Overrides, PipelineSpec, SourceLocation};
+use weir_run::{run_with, RunControl, RunOptions, RunReport};
 
-/// What to watch and how to rebuild.
+use crate::project::{Build, Project, ProjectArgs};
+
+/// What `weir dev` watches, how it rebuilds, and whether it stops after one run.
 #[derive(Debug, Clone)]
 pub struct DevConfig {
-    /// The UDF's Rust crate (found from the component's name when not given).
-    pub crate_dir: Option<PathBuf>,
-    /// Watch this path instead (a `.wasm` built by other means, or a source folder).
-    pub watch: Option<PathBuf>,
-    /// Run this shell command to rebuild (default for a Rust crate:
-    /// `cargo build --release --target wasm32-wasip2`).
-    pub build: Option<String>,
+    /// How the UDF's project is found when the pipeline does not say.
+    pub project: ProjectArgs,
+    /// Exits once a bounded input has been run through, as `weir run` does.
+    pub once: bool,
 }
 
 /// How long to wait for more changes after one, so an editor's burst of writes makes
@@ -32,46 +38,129 @@ const SETTLE: Duration = Duration::from_millis(150);
 /// The same for a watched `.wasm`, which a build or a copy replaces in one go.
 const SETTLE_WASM: Duration = Duration::from_millis(20);
 
-/// Runs `spec` until its input ends or SIGINT/SIGTERM, reloading its UDF on changes.
-pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
-    let (watch_paths, build) = plan(&spec, &config)?;
+/// Runs the pipeline of `pipeline` (loaded with `overrides` as `spec`) until
+/// SIGINT/SIGTERM — or, for a live input or with `--once`, until its input ends —
+/// rebuilding its UDF on changes (see the module's documentation).
+pub fn dev(
+    pipeline: &Path,
+    overrides: &Overrides,
+    mut spec: PipelineSpec,
+    config: DevConfig,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let project = Project::of(&spec, &config.project)?;
+    let bounded = is_bounded(&spec);
+    let mut shown = project.sources.clone();
+    if bounded && !config.once {
+        for source in &spec.sources {
+            if let SourceLocation::File(path) = &source.location {
+                shown.push(path.clone());
+            }
+        }
+        shown.push(pipeline.to_path_buf());
+    }
     // Change events name absolute paths: compare them with absolute ones.
-    let watch_paths: Vec<PathBuf> = watch_paths
+    let watch_paths: Vec<PathBuf> = shown
         .iter()
         .map(std::path::absolute)
         .collect::<std::io::Result<_>>()?;
-    if let (false, Some(build)) = (spec.udf.path.exists(), &build) {
+    let shown = shown
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if let (false, Some(build)) = (spec.udf.path.exists(), &project.build) {
         eprintln!(
             "weir dev: {} does not exist yet; building it",
             spec.udf.path.display()
         );
         build.run().map_err(|why| anyhow::anyhow!(why))?;
     }
-    let bytes = std::fs::read(&spec.udf.path)
-        .with_context(|| format!("cannot read UDF component {}", spec.udf.path.display()))?;
-    let weir_control::Prepared { function, identity } =
-        prepare(&spec, &bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut current = identity.sha256.clone();
-    let control = RunControl::new();
-    let options = RunOptions {
-        progress: false,
-        stop: Some(Arc::clone(&stop)),
-        fresh: false,
-        control: Some(Arc::clone(&control)),
+    let (_watcher, changed) = watch(&watch_paths)?;
+    eprintln!(
+        "weir dev: running {:?}; watching {shown} (Ctrl-C to stop)",
+        spec.name
+    );
+    let settle = match &config.project.watch {
+        Some(path) if path.extension().is_some_and(|e| e == "wasm") => SETTLE_WASM,
+        _ => SETTLE,
     };
-    let run_spec = spec.clone();
-    let runner = std::thread::Builder::new()
-        .name("weir-dev-pipeline".into())
-        .spawn(move || run_with(&run_spec, function, identity, &options))?;
+    let mut first = true;
+    loop {
+        let run = run_swapping(&spec, project.build.as_ref(), &changed, settle, &stop);
+        match run {
+            Ok(report) => eprintln!("{}", report.summary()),
+            // The first run's failure is the command's; a later one waits for a fix.
+            Err(e) if first || config.once || !bounded => return Err(e),
+            Err(e) => eprintln!("error: {e:#}"),
+        }
+        first = false;
+        if config.once || !bounded || stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        eprintln!(
+            "weir dev: the input ended; watching {shown} for changes (Ctrl-C to stop): a save runs the input again from the start, with fresh state"
+        );
+        // Until a change that builds, or a signal.
+        loop {
+            if !next_change(&changed, settle, &stop) {
+                return Ok(());
+            }
+            match PipelineSpec::load(pipeline, overrides) {
+                Ok(reloaded) => spec = reloaded,
+                Err(e) => {
+                    eprintln!("weir dev: {e:#}; waiting for the next save");
+                    continue;
+                }
+            }
+            if let Some(build) = &project.build {
+                if let Err(why) = build.run() {
+                    eprintln!("weir dev: {why}; waiting for the next save");
+                    continue;
+                }
+            }
+            break;
+        }
+        eprintln!(
+            "weir dev: running {:?} again from the start of its input",
+            spec.name
+        );
+    }
+}
 
-    // Files are watched through their folder: a build that replaces a file (write to a
-    // temporary name, rename over) gives it a new inode, which a watch on the file
-    // itself would miss.
-    let files: Vec<PathBuf> = watch_paths
-        .iter()
-        .filter(|p| !p.is_dir())
-        .cloned()
-        .collect();
+/// Whether every source of `spec` ends: files, not stdin, Kafka or a named pipe.
+fn is_bounded(spec: &PipelineSpec) -> bool {
+    use std::os::unix::fs::FileTypeExt as _;
+    spec.sources.iter().all(|source| match &source.location {
+        SourceLocation::File(path) => {
+            !std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
+        }
+        SourceLocation::Stdin | SourceLocation::Kafka(_) => false,
+    })
+}
+
+/// Waits for a change and lets the burst of writes settle; false on a signal.
+fn next_change(changed: &mpsc::Receiver<()>, settle: Duration, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        match changed.recv_timeout(Duration::from_millis(200)) {
+            Ok(()) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+        }
+    }
+    std::thread::sleep(settle);
+    while changed.try_recv().is_ok() {}
+    true
+}
+
+/// Watches `paths`; the receiver gets one message per relevant change. Files are
+/// watched through their folder: a build that replaces a file (write to a temporary
+/// name, rename over) gives it a new inode, which a watch on the file itself would miss.
+fn watch(paths: &[PathBuf]) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
+    let files: Vec<PathBuf> = paths.iter().filter(|p| !p.is_dir()).cloned().collect();
     let (changes, changed) = mpsc::channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
@@ -88,7 +177,7 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
             let _ = changes.send(());
         }
     })?;
-    for path in &watch_paths {
+    for path in paths {
         use notify::Watcher as _;
         let (target, mode) = if path.is_dir() {
             (path.clone(), notify::RecursiveMode::Recursive)
@@ -103,19 +192,34 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
             .watch(&target, mode)
             .with_context(|| format!("cannot watch {}", target.display()))?;
     }
-    eprintln!(
-        "weir dev: running {:?}; watching {} (Ctrl-C to stop)",
-        spec.name,
-        watch_paths
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let settle = match &config.watch {
-        Some(path) if path.extension().is_some_and(|e| e == "wasm") => SETTLE_WASM,
-        _ => SETTLE,
+    Ok((watcher, changed))
+}
+
+/// Runs `spec` once, to the end of its input or a signal, swapping each rebuilt
+/// version into the running pipeline.
+fn run_swapping(
+    spec: &PipelineSpec,
+    build: Option<&Build>,
+    changed: &mpsc::Receiver<()>,
+    settle: Duration,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<RunReport> {
+    let bytes = std::fs::read(&spec.udf.path)
+        .with_context(|| format!("cannot read UDF component {}", spec.udf.path.display()))?;
+    let weir_control::Prepared { function, identity } =
+        prepare(spec, &bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut current = identity.sha256.clone();
+    let control = RunControl::new();
+    let options = RunOptions {
+        progress: false,
+        stop: Some(Arc::clone(stop)),
+        fresh: false,
+        control: Some(Arc::clone(&control)),
     };
+    let run_spec = spec.clone();
+    let runner = std::thread::Builder::new()
+        .name("weir-dev-pipeline".into())
+        .spawn(move || run_with(&run_spec, function, identity, &options))?;
     while !runner.is_finished() {
         match changed.recv_timeout(Duration::from_millis(200)) {
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
@@ -127,7 +231,7 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
         std::thread::sleep(settle);
         while changed.try_recv().is_ok() {}
         let built = Instant::now();
-        if let Some(build) = &build {
+        if let Some(build) = build {
             if let Err(why) = build.run() {
                 eprintln!("weir dev: {why}; the running version stays");
                 continue;
@@ -147,7 +251,7 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
         }
         let running = !runner.is_finished();
         match swap_into(
-            &spec,
+            spec,
             &control,
             running,
             Arc::new(bytes),
@@ -172,119 +276,8 @@ pub fn dev(spec: PipelineSpec, config: DevConfig, stop: Arc<AtomicBool>) -> anyh
             ),
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let report = runner
+    runner
         .join()
-        .map_err(|_| anyhow::anyhow!("the pipeline thread panicked"))?;
-    match report {
-        Ok(report) => {
-            eprintln!("{}", report.summary());
-            Ok(())
-        }
-        Err(failure) => Err(anyhow::anyhow!("{failure}")),
-    }
-}
-
-/// What to watch, and the build command: the command line's `--watch`/`--build`, else
-/// the pipeline's `[udf.dev]`, else the Rust crate that builds the component.
-fn plan(spec: &PipelineSpec, config: &DevConfig) -> anyhow::Result<(Vec<PathBuf>, Option<Build>)> {
-    let from_command_line = |command: &String| Build {
-        command: command.clone(),
-        dir: None,
-    };
-    if let Some(watch) = &config.watch {
-        return Ok((
-            vec![watch.clone()],
-            config.build.as_ref().map(from_command_line),
-        ));
-    }
-    if let (None, Some(dev)) = (&config.crate_dir, &spec.udf.dev) {
-        let build = config
-            .build
-            .as_ref()
-            .map(from_command_line)
-            .unwrap_or(Build {
-                command: dev.build.clone(),
-                dir: Some(dev.dir.clone()),
-            });
-        return Ok((dev.watch.clone(), Some(build)));
-    }
-    let crate_dir = match &config.crate_dir {
-        Some(dir) => dir.clone(),
-        None => find_crate(&spec.udf.path)?,
-    };
-    let manifest = crate_dir.join("Cargo.toml");
-    let command = config.build.clone().unwrap_or_else(|| {
-        format!(
-            "cargo build --quiet --release --target wasm32-wasip2 --manifest-path '{}'",
-            manifest.display()
-        )
-    });
-    let mut watch = vec![crate_dir.join("src")];
-    watch.push(manifest);
-    Ok((watch, Some(Build { command, dir: None })))
-}
-
-/// A shell command that rebuilds the component.
-#[derive(Debug, Clone)]
-struct Build {
-    command: String,
-    /// Where it runs (default: the current directory).
-    dir: Option<PathBuf>,
-}
-
-impl Build {
-    /// Runs the build; its output goes to the terminal.
-    fn run(&self) -> Result<(), String> {
-        let mut command = Command::new("sh");
-        command.arg("-c").arg(&self.command);
-        if let Some(dir) = &self.dir {
-            command.current_dir(dir);
-        }
-        match command.status() {
-            Ok(status) if status.success() => Ok(()),
-            Ok(status) => Err(format!("the build failed ({status})")),
-            Err(e) => Err(format!("cannot run `{}`: {e}", self.command)),
-        }
-    }
-}
-
-/// The crate that builds `wasm`: the package whose name, with `-` as `_`, is the file's
-/// stem, among those `cargo metadata` lists from the component's folder upwards.
-fn find_crate(wasm: &Path) -> anyhow::Result<PathBuf> {
-    let stem = wasm
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // A relative path's last ancestor is "" (`pipeline.toml` given without a folder):
-    // that is the current directory, which a child process cannot be started in by name.
-    let dir = wasm
-        .ancestors()
-        .find(|d| d.join("Cargo.toml").exists())
-        .filter(|d| !d.as_os_str().is_empty())
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let output = Command::new("cargo")
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .current_dir(&dir)
-        .output()
-        .context("cannot run cargo metadata")?;
-    anyhow::ensure!(
-        output.status.success(),
-        "cargo metadata failed in {}: {}; give the crate with --crate DIR, or --watch a .wasm",
-        dir.display(),
-        String::from_utf8_lossy(&output.stderr).trim()
-    );
-    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)?;
-    let packages = metadata["packages"].as_array().cloned().unwrap_or_default();
-    packages
-        .iter()
-        .find(|p| p["name"].as_str().map(|n| n.replace('-', "_")) == Some(stem.clone()))
-        .and_then(|p| p["manifest_path"].as_str())
-        .and_then(|m| Path::new(m).parent().map(Path::to_path_buf))
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "no crate in the workspace of {} builds {stem}.wasm; give it with --crate DIR, or --watch the .wasm",
-                dir.display()
-            )
-        })
+        .map_err(|_| anyhow::anyhow!("the pipeline thread panicked"))?
+        .map_err(|failure| anyhow::anyhow!("{failure}"))
 }

@@ -1,7 +1,7 @@
 //! The `weir` command: the top floor, which parses the command line and hands each
 //! subcommand to the crate that owns it (`weir-run`, `weir-serve`, `weir-cluster`), plus
-//! the developer commands that live only here: `weir new`, `weir dev`, `weir produce`
-//! and the admin API client.
+//! the developer commands that live only here: `weir new`, `weir dev`, `weir build`,
+//! `weir test`, `weir produce` and the admin API client.
 
 #![warn(missing_docs)]
 
@@ -10,6 +10,7 @@ mod client;
 mod dev;
 mod new;
 mod produce;
+mod project;
 
 fn main() -> std::process::ExitCode {
     cli::main()

@@ -64,6 +64,8 @@ pub fn create(project: &NewProject) -> anyhow::Result<PathBuf> {
         Lang::Python => (&PYTHON, vec![(&PYTHON_SDK, "weir"), (&WIT, "wit")]),
         Lang::Js => (&JS, vec![(&JS_SDK, "weir"), (&WIT, "wit")]),
     };
+    let checkout = weir_checkout().map(|dir| dir.display().to_string());
+    substitutions.push(("{{weir_checkout}}", checkout.unwrap_or_default()));
     write_dir(template, &dir, &substitutions)
         .with_context(|| format!("cannot write the project into {}", dir.display()))?;
     for (files, into) in carried {
@@ -74,22 +76,24 @@ pub fn create(project: &NewProject) -> anyhow::Result<PathBuf> {
 }
 
 /// What to do next, printed after the project is made.
-pub fn next_steps(project: &NewProject, dir: &Path) -> String {
-    let test = match project.lang {
-        Lang::Rust => "cargo test               ",
-        Lang::Python => "python3 -m unittest      ",
-        Lang::Js => "node --test              ",
-    };
+pub fn next_steps(dir: &Path) -> String {
     let steps = [
         format!("cd {}", dir.display()),
-        format!("{test} # the unit tests, natively, on the SDK's test host"),
-        "weir dev pipeline.toml    # builds the component, runs it, reloads it on every save"
+        "weir test                 # the unit tests, natively, on the SDK's test host".into(),
+        "weir dev pipeline.toml    # builds the component, runs input.jsonl, and again on every save (Ctrl-C stops)"
             .into(),
     ];
     format!(
         "next:\n  {}\nthe project's README.md says more",
         steps.join("\n  ")
     )
+}
+
+/// `check_name` for the command line's parser: a bad name is a bad command line (exit 2).
+pub fn udf_name(text: &str) -> Result<String, String> {
+    check_name(text)
+        .map(|()| text.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// Names become a crate name, a wasm file name and a pipeline name: lower-case letters,
@@ -122,6 +126,16 @@ fn rust_sdk(given: Option<&Path>) -> anyhow::Result<PathBuf> {
             "cannot find the weir-sdk crate; give the guest-sdk folder of a Weir checkout with --sdk DIR"
         )
     })
+}
+
+/// The Weir checkout this binary was built from, if it is still there: its
+/// `scripts/toolchain/` installs the Python and JavaScript toolchains into its
+/// `.weir-tools/`, where a project's `build.sh` looks for them last.
+fn weir_checkout() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    dir.canonicalize()
+        .ok()
+        .filter(|d| d.join("scripts/toolchain").is_dir())
 }
 
 /// Writes every file of `files` under `into`, with the placeholders replaced. A

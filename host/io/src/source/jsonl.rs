@@ -99,6 +99,8 @@ fn skip_line(reader: &mut impl BufRead) -> std::io::Result<(usize, bool)> {
 pub struct FileSource {
     location: String,
     lines: LineReader<BufReader<File>>,
+    /// The file's size when it was opened.
+    length: u64,
 }
 
 impl FileSource {
@@ -149,6 +151,7 @@ impl FileSource {
                 line,
                 max_record_bytes,
             ),
+            length,
         })
     }
 }
@@ -174,6 +177,10 @@ fn fingerprint_of(file: &File, offset: u64) -> std::io::Result<String> {
 }
 
 impl Source for FileSource {
+    fn bytes_read(&self) -> Option<(u64, u64)> {
+        Some((self.lines.offset.min(self.length), self.length))
+    }
+
     fn location(&self) -> &str {
         &self.location
     }

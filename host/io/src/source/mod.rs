@@ -94,6 +94,12 @@ pub trait Source: Send {
     /// checkpoint records, and what a run restored from it starts at.
     fn positions(&self) -> Vec<Position>;
 
+    /// Bytes read so far and the source's whole size, where the size is known (a
+    /// file); `None` otherwise. For the progress line's percentage and ETA.
+    fn bytes_read(&self) -> Option<(u64, u64)> {
+        None
+    }
+
     /// A checkpoint holding `positions` is durable: a source with a position store of
     /// its own (Kafka's committed offsets) may now record them there. Called after each
     /// checkpoint is written and when a run completes (with the final positions).

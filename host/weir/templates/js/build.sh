@@ -4,15 +4,18 @@
 #   ./build.sh            (weir dev runs it on every save of app.js: see pipeline.toml)
 #
 # Finds componentize-qjs (0.4.5) through $WEIR_JS_TOOLCHAIN (the executable, or a folder
-# holding node_modules/.bin/componentize-qjs), else ./node_modules/.bin, else on PATH.
-# The SDK (`weir/`) and the contract (`wit/`) come from this folder, where `weir new` put
-# them; $WEIR_WIT_DIR overrides the contract. app.js can import only files inside this
-# folder.
+# holding node_modules/.bin/componentize-qjs), else ./node_modules/.bin, else on PATH,
+# else where the Weir checkout that made this project installs it
+# (scripts/toolchain/js.sh, into .weir-tools/js). The SDK (`weir/`) and the contract
+# (`wit/`) come from this folder, where `weir new` put them; $WEIR_WIT_DIR overrides the
+# contract. app.js can import only files inside this folder.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 out={{name}}.wasm
 wit=${WEIR_WIT_DIR:-wit}
+# The Weir checkout whose `weir new` made this project (empty if it had none).
+checkout='{{weir_checkout}}'
 
 toolchain=${WEIR_JS_TOOLCHAIN:-}
 if [[ -n $toolchain && -d $toolchain ]]; then
@@ -21,16 +24,23 @@ elif [[ -n $toolchain ]]; then
   cqjs=$toolchain
 elif [[ -x node_modules/.bin/componentize-qjs ]]; then
   cqjs=node_modules/.bin/componentize-qjs
+elif command -v componentize-qjs >/dev/null 2>&1; then
+  cqjs=$(command -v componentize-qjs)
 else
-  cqjs=$(command -v componentize-qjs || true)
+  cqjs=$checkout/.weir-tools/js/node_modules/.bin/componentize-qjs
 fi
-if [[ -z $cqjs || ! -x $cqjs ]]; then
-  cat >&2 <<'MSG'
-build.sh: componentize-qjs not found. Install it (it needs Node.js >= 18), for example:
-    npm install          # componentize-qjs 0.4.5, from package.json, into ./node_modules
-or set WEIR_JS_TOOLCHAIN to a componentize-qjs executable (in a Weir checkout,
-scripts/toolchain/js.sh --print installs the pinned one into .weir-tools/js and prints it)
+if [[ ! -x $cqjs ]]; then
+  if [[ -n $checkout && -x $checkout/scripts/toolchain/js.sh ]]; then
+    cat >&2 <<MSG
+build.sh: componentize-qjs not found. Install the pinned one with:
+    $checkout/scripts/toolchain/js.sh
 MSG
+  else
+    cat >&2 <<'MSG'
+build.sh: componentize-qjs not found. Install it (it needs Node.js >= 18) with:
+    npm install          # componentize-qjs 0.4.5, from package.json, into ./node_modules
+MSG
+  fi
   exit 1
 fi
 [[ -f weir/index.js ]] || { echo "build.sh: no weir SDK in ./weir (weir/index.js)" >&2; exit 1; }

@@ -4,32 +4,43 @@
 #   ./build.sh            (weir dev runs it on every save of app.py: see pipeline.toml)
 #
 # Finds componentize-py (0.25.1) through $WEIR_PYTHON_TOOLCHAIN (the executable, or a venv
-# holding it), else on PATH. The SDK (the `weir` package) and the contract (`wit/`) come
-# from this folder, where `weir new` put them; $WEIR_SDK_DIR (a folder holding `weir/`)
-# and $WEIR_WIT_DIR override them.
+# holding it), else in ./.venv, else on PATH, else where the Weir checkout that made this
+# project installs it (scripts/toolchain/python.sh, into .weir-tools/python). The SDK
+# (the `weir` package) and the contract (`wit/`) come from this folder, where `weir new`
+# put them; $WEIR_SDK_DIR (a folder holding `weir/`) and $WEIR_WIT_DIR override them.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 out={{name}}.wasm
 sdk=${WEIR_SDK_DIR:-.}
 wit=${WEIR_WIT_DIR:-wit}
+# The Weir checkout whose `weir new` made this project (empty if it had none).
+checkout='{{weir_checkout}}'
 
 toolchain=${WEIR_PYTHON_TOOLCHAIN:-}
 if [[ -n $toolchain && -d $toolchain ]]; then
   cpy=$toolchain/bin/componentize-py
 elif [[ -n $toolchain ]]; then
   cpy=$toolchain
+elif [[ -x .venv/bin/componentize-py ]]; then
+  cpy=.venv/bin/componentize-py
+elif command -v componentize-py >/dev/null 2>&1; then
+  cpy=$(command -v componentize-py)
 else
-  cpy=$(command -v componentize-py || true)
+  cpy=$checkout/.weir-tools/python/bin/componentize-py
 fi
-if [[ -z $cpy || ! -x $cpy ]]; then
-  cat >&2 <<'EOF'
-build.sh: componentize-py not found. Install it, for example:
-    python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1
-    export WEIR_PYTHON_TOOLCHAIN=$PWD/.venv
-(in a Weir checkout, scripts/toolchain/python.sh installs the pinned one into
-.weir-tools/python)
+if [[ ! -x $cpy ]]; then
+  if [[ -n $checkout && -x $checkout/scripts/toolchain/python.sh ]]; then
+    cat >&2 <<EOF
+build.sh: componentize-py not found. Install the pinned one with:
+    $checkout/scripts/toolchain/python.sh
 EOF
+  else
+    cat >&2 <<'EOF'
+build.sh: componentize-py not found. Install it with:
+    python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1
+EOF
+  fi
   exit 1
 fi
 [[ -f $sdk/weir/__init__.py ]] || { echo "build.sh: no weir SDK package in $sdk/weir" >&2; exit 1; }

@@ -202,12 +202,13 @@ pub fn startup(data: &Path) -> anyhow::Result<Vec<Startup>> {
         let pipeline = repo_root().join(format!("examples/{example}/pipeline.toml"));
         let time_run = |no_cache: bool| -> anyhow::Result<Duration> {
             let mut command = Command::new(weir_bin());
+            command.arg("run");
             if no_cache {
                 command.arg("--no-compile-cache");
             }
             let started = Instant::now();
             let output = command
-                .args(["run", "-q", "--no-checkpoints", "--udf"])
+                .args(["-q", "--no-checkpoints", "--udf"])
                 .arg(&wasm)
                 .arg(&pipeline)
                 .arg("--input")
