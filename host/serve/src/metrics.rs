@@ -99,8 +99,26 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
     family(
         "weir_udf_errors_total",
         "counter",
-        "UDF failures that rolled a new version back.",
+        "Failed UDF calls the run survived: rolled a new version back, dead-lettered or retried.",
         per(&|s| s.udf_errors as f64),
+    );
+    family(
+        "weir_udf_retries_total",
+        "counter",
+        "UDF calls made again after a failure ([udf] on_error = \"retry\").",
+        per(&|s| s.udf_retries as f64),
+    );
+    family(
+        "weir_rejected_total",
+        "counter",
+        "Records and timers the UDF rejected to the dead letters.",
+        per(&|s| s.rejected as f64),
+    );
+    family(
+        "weir_restarts_total",
+        "counter",
+        "Restarts after a failure ([restart]).",
+        per(&|s| s.restarts as f64),
     );
     family(
         "weir_checkpoints_total",
