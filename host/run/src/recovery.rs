@@ -156,7 +156,7 @@ impl Runner {
         if let Some(control) = &self.control {
             control.update(|s| {
                 s.udf_errors = self.udf.errors;
-                s.last_error = Some(message);
+                s.record_error(message);
                 s.udf_sha256 = self.udf.current.sha256.clone();
             });
         }

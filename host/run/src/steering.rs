@@ -2,6 +2,7 @@
 //! runs of records it applies a UDF version queued in its [`RunControl`] and publishes
 //! its [`LiveStatus`](crate::LiveStatus) a few times a second.
 
+use crate::checkpointing::Checkpoints;
 use crate::report::RunReport;
 use crate::{short_hash, RateTracker, RunControl, RunState, SwapDone, SwapRequest};
 use std::time::{Duration, Instant};
@@ -87,7 +88,7 @@ impl StatusPublisher {
     }
 
     /// Writes the live figures into `control`, the run being in `state`: `report` so far,
-    /// and what `operator`, `udf` and `checkpoints_taken` say. Called by the run when a
+    /// and what `operator`, `udf` and `checkpoints` say. Called by the run when a
     /// status is [due](Self::due), after a swap, and once when the run ends.
     pub fn publish(
         &mut self,
@@ -96,7 +97,7 @@ impl StatusPublisher {
         report: RunReport,
         operator: &KeyedOperator,
         udf: &UdfVersions,
-        checkpoints_taken: u64,
+        checkpoints: &Checkpoints,
     ) {
         self.last = Instant::now();
         let host = operator.host();
@@ -131,7 +132,8 @@ impl StatusPublisher {
             s.processing_timers = processing_timers;
             s.udf_errors = udf.errors;
             s.probation_calls_left = operator.probation_calls_left();
-            s.checkpoints = checkpoints_taken;
+            s.checkpoints = checkpoints.taken;
+            s.checkpoint_history.clone_from(&checkpoints.history);
             rate.observe(s, now);
         });
     }

@@ -75,7 +75,7 @@ impl Deployment {
                     tracing::error!("pipeline {:?} failed: {failure}", run_spec.name);
                     run_control.update(|s| {
                         s.state = RunState::Failed;
-                        s.last_error = Some(failure);
+                        s.record_error(failure);
                     });
                 }
             })
