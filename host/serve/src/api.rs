@@ -21,7 +21,7 @@ type Shared = State<Arc<Server>>;
 /// bodies may be up to [`MAX_BODY_BYTES`] (a UDF component).
 pub fn router(server: Arc<Server>) -> Router {
     Router::new()
-        .route("/", get(|| async { Html(crate::page::PAGE) }))
+        .route("/", get(|| async { Html(crate::page::PAGE.as_str()) }))
         .route("/metrics", get(metrics))
         .route("/api/pipelines", get(list).post(create))
         .route("/api/pipelines/{name}", get(inspect).delete(delete))
