@@ -1414,7 +1414,9 @@ fn text_of<'a>(html: &'a str, marker: &str) -> &'a str {
 
 /// The value of attribute `name` in the opening tag `tag`.
 fn attribute<'a>(tag: &'a str, name: &str) -> &'a str {
-    let at = tag.find(&format!(" {name}=\"")).unwrap_or_else(|| panic!("{tag} has no {name}"))
+    let at = tag
+        .find(&format!(" {name}=\""))
+        .unwrap_or_else(|| panic!("{tag} has no {name}"))
         + name.len()
         + 3;
     &tag[at..at + tag[at..].find('"').expect("attribute end")]
@@ -1438,11 +1440,19 @@ fn human_duration(ms: i64) -> String {
     if rest < 60_000 {
         return format!("{sign}{:.1} s", rest as f64 / 1000.0);
     }
-    let units = [("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)];
+    let units = [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("min", 60_000),
+        ("s", 1000),
+    ];
     let i = units.iter().position(|(_, size)| rest >= *size).unwrap();
     let ((big, big_size), (small, small_size)) = (units[i], units[i + 1]);
     let n = rest / big_size;
-    format!("{sign}{n} {big} {} {small}", (rest - n * big_size) / small_size)
+    format!(
+        "{sign}{n} {big} {} {small}",
+        (rest - n * big_size) / small_size
+    )
 }
 
 #[test]
@@ -1550,7 +1560,9 @@ fn the_console_shows_a_pipeline_s_graph_checkpoints_exceptions_and_versions_in_a
             processed(p) == 80
                 && version(p) == Some(2)
                 && p["history"].as_array().is_some_and(|h| h.len() == 4)
-                && p["status"]["exceptions"].as_array().is_some_and(|e| !e.is_empty())
+                && p["status"]["exceptions"]
+                    .as_array()
+                    .is_some_and(|e| !e.is_empty())
                 && p["status"]["checkpoint_history"]
                     .as_array()
                     .is_some_and(|c| !c.is_empty())
@@ -1560,7 +1572,10 @@ fn the_console_shows_a_pipeline_s_graph_checkpoints_exceptions_and_versions_in_a
     assert_eq!(exceptions.len(), 1, "{p:#}");
     let message = exceptions[0]["message"].as_str().unwrap();
     assert!(message.contains("version 3 is broken"), "{message}");
-    assert!(message.contains('\n'), "a message of several lines: {message:?}");
+    assert!(
+        message.contains('\n'),
+        "a message of several lines: {message:?}"
+    );
     assert_eq!(p["status"]["last_error"], message);
     assert_eq!(p["definition"], std::fs::read_to_string(&file).unwrap());
 
@@ -1589,7 +1604,13 @@ fn the_console_shows_a_pipeline_s_graph_checkpoints_exceptions_and_versions_in_a
         let rate = cell(&dom[at..], "edge-rate").unwrap();
         assert!(rate.ends_with(" rec/s"), "edge {edge}: {rate}");
     }
-    assert_eq!(cell(&dom[dom.find("data-edge=\"source:events\"").unwrap()..], "edge-count"), Some("80 records"));
+    assert_eq!(
+        cell(
+            &dom[dom.find("data-edge=\"source:events\"").unwrap()..],
+            "edge-count"
+        ),
+        Some("80 records")
+    );
 
     // Watermark lag in human units, as the API says it between the two reads.
     let (lag_tag, lag_text) = elements(&dom, "class=\"value lag\"")[0];
@@ -1598,7 +1619,10 @@ fn the_console_shows_a_pipeline_s_graph_checkpoints_exceptions_and_versions_in_a
         before["status"]["watermark_lag_ms"].as_i64().unwrap(),
         after["status"]["watermark_lag_ms"].as_i64().unwrap(),
     );
-    assert!((low..=high).contains(&lag_ms), "{low} <= {lag_ms} <= {high}");
+    assert!(
+        (low..=high).contains(&lag_ms),
+        "{low} <= {lag_ms} <= {high}"
+    );
     assert_eq!(lag_text, human_duration(lag_ms));
     assert!(lag_text.contains(" d "), "days behind: {lag_text}");
 
@@ -1684,7 +1708,10 @@ fn the_console_shows_a_pipeline_s_graph_checkpoints_exceptions_and_versions_in_a
     let row = &overview[row_at..row_at + overview[row_at..].find("</tr>").unwrap()];
     assert!(row.contains("href=\"#/pipeline/clicks\""), "{row}");
     assert_eq!(cell(row, "num processed"), Some("80"), "{row}");
-    assert!(overview.contains("1 pipeline(s), updated"), "the page refreshed");
+    assert!(
+        overview.contains("1 pipeline(s), updated"),
+        "the page refreshed"
+    );
     drop(feed);
 }
 

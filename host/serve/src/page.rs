@@ -16,7 +16,5 @@ const CSS: &str = include_str!("../console/console.css");
 const JS: &str = include_str!("../console/console.js");
 
 /// The page: the frame with its styles and script inline.
-pub static PAGE: LazyLock<String> = LazyLock::new(|| {
-    HTML.replacen("/*CSS*/", CSS, 1)
-        .replacen("/*JS*/", JS, 1)
-});
+pub static PAGE: LazyLock<String> =
+    LazyLock::new(|| HTML.replacen("/*CSS*/", CSS, 1).replacen("/*JS*/", JS, 1));
