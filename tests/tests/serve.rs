@@ -1435,45 +1435,84 @@ fn cell<'a>(html: &'a str, class: &str) -> Option<&'a str> {
     Some(&html[start..end])
 }
 
-#[test]
-fn the_status_page_shows_the_pipeline_in_a_browser() {
-    let Some(browser) = chromium() else {
-        eprintln!(
-            "SKIPPED the_status_page_shows_the_pipeline_in_a_browser: no chromium binary on PATH \
-             (install it with `apt-get install -y chromium`)"
-        );
-        return;
-    };
-    let work = Workdir::new();
-    let file = stdin_pipeline(&work, "clicks", "versioned-udf-v1", "");
-    let mut server = Server::start(&[&file]);
-    server.wait_for("clicks", "start", Duration::from_secs(20), |p| {
-        state(p) == "running"
-    });
-    let mut stdin = server.stdin.take().unwrap();
-    for seq in 0..40 {
-        stdin.write_all(record(seq).as_bytes()).unwrap();
+/// Every element of `html` whose opening tag contains `marker` (an attribute, say
+/// `class="checkpoint"`): its opening tag, and its text up to the next tag.
+fn elements<'a>(html: &'a str, marker: &str) -> Vec<(&'a str, &'a str)> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = html[from..].find(marker).map(|i| from + i) {
+        let open = html[..at].rfind('<').expect("inside a tag");
+        let close = at + html[at..].find('>').expect("tag end");
+        let text_end = close + 1 + html[close + 1..].find('<').unwrap_or(0);
+        found.push((&html[open..=close], &html[close + 1..text_end]));
+        from = close;
     }
-    stdin.flush().unwrap();
-    server.wait_for("clicks", "40 records", Duration::from_secs(20), |p| {
-        processed(p) == 40
-    });
-    let reply = server.put_udf("clicks", &wasm("versioned-udf-v2"));
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    let sha = reply.json["sha256"].as_str().unwrap().to_string();
-    for seq in 40..60 {
-        stdin.write_all(record(seq).as_bytes()).unwrap();
-    }
-    stdin.flush().unwrap();
-    server.wait_for(
-        "clicks",
-        "v2 and 60 records",
-        Duration::from_secs(20),
-        |p| version(p) == Some(2) && processed(p) == 60,
-    );
+    found
+}
 
+/// The text of the only element of `html` whose opening tag contains `marker`.
+fn text_of<'a>(html: &'a str, marker: &str) -> &'a str {
+    let found = elements(html, marker);
+    assert_eq!(found.len(), 1, "one element with {marker}: {found:?}");
+    found[0].1
+}
+
+/// The value of attribute `name` in the opening tag `tag`.
+fn attribute<'a>(tag: &'a str, name: &str) -> &'a str {
+    let at = tag
+        .find(&format!(" {name}=\""))
+        .unwrap_or_else(|| panic!("{tag} has no {name}"))
+        + name.len()
+        + 3;
+    &tag[at..at + tag[at..].find('"').expect("attribute end")]
+}
+
+/// Text as Chromium's serialisation of the DOM writes it.
+fn html_text(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('\u{a0}', "&nbsp;")
+}
+
+/// A duration as the console writes it: "850 ms", "12.3 s", "58 min 30 s", "2 d 10 h".
+fn human_duration(ms: i64) -> String {
+    let rest = ms.abs();
+    let sign = if ms < 0 { "-" } else { "" };
+    if rest < 1000 {
+        return format!("{sign}{rest} ms");
+    }
+    if rest < 60_000 {
+        return format!("{sign}{:.1} s", rest as f64 / 1000.0);
+    }
+    let units = [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("min", 60_000),
+        ("s", 1000),
+    ];
+    let i = units.iter().position(|(_, size)| rest >= *size).unwrap();
+    let ((big, big_size), (small, small_size)) = (units[i], units[i + 1]);
+    let n = rest / big_size;
+    format!(
+        "{sign}{n} {big} {} {small}",
+        (rest - n * big_size) / small_size
+    )
+}
+
+#[test]
+fn the_console_formats_durations_in_human_units() {
+    assert_eq!(human_duration(850), "850 ms");
+    assert_eq!(human_duration(12_340), "12.3 s");
+    assert_eq!(human_duration(3_510_000), "58 min 30 s");
+    assert_eq!(human_duration(210_359_000), "2 d 10 h");
+}
+
+/// The DOM of `url` once Chromium (`browser`, headless) has run its script for a few
+/// seconds of virtual time.
+fn dump_dom(browser: &Path, url: &str) -> String {
     let profile = Workdir::new();
-    let mut child = Command::new(&browser)
+    let mut child = Command::new(browser)
         .args([
             "--headless",
             "--no-sandbox",
@@ -1487,7 +1526,7 @@ fn the_status_page_shows_the_pipeline_in_a_browser() {
             profile.path("profile").display()
         ))
         .arg("--dump-dom")
-        .arg(format!("{}/", server.url))
+        .arg(url)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1513,36 +1552,212 @@ fn the_status_page_shows_the_pipeline_in_a_browser() {
     };
     let dom = reader.join().unwrap();
     assert!(status.success(), "chromium failed ({status}): {dom}");
+    dom
+}
 
-    let row_at = dom
+#[test]
+fn the_console_shows_a_pipeline_s_graph_checkpoints_exceptions_and_versions_in_a_browser() {
+    let Some(browser) = chromium() else {
+        eprintln!(
+            "SKIPPED the_console_shows_a_pipeline_s_graph_checkpoints_exceptions_and_versions_in_a_browser: \
+             no chromium binary on PATH (install it with `bash scripts/browser.sh`)"
+        );
+        return;
+    };
+    let work = Workdir::new();
+    let file = stdin_pipeline(
+        &work,
+        "clicks",
+        "versioned-udf-v1",
+        "\n[checkpoint]\ninterval = \"3s\"\n",
+    );
+    let mut server = Server::start(&[&file]);
+    server.wait_for("clicks", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let mut stdin = server.stdin.take().unwrap();
+    let mut feed = |range: std::ops::Range<u64>| {
+        for seq in range {
+            stdin.write_all(record(seq).as_bytes()).unwrap();
+        }
+        stdin.flush().unwrap();
+    };
+    feed(0..40);
+    server.wait_for("clicks", "40 records", Duration::from_secs(20), |p| {
+        processed(p) == 40
+    });
+    let reply = server.put_udf("clicks", &wasm("versioned-udf-v2"));
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let v2_sha = reply.json["sha256"].as_str().unwrap().to_string();
+    feed(40..60);
+    server.wait_for("clicks", "v2, 60 records", Duration::from_secs(20), |p| {
+        version(p) == Some(2) && processed(p) == 60
+    });
+    // A version that panics on its first call: rolled back, its error in the exceptions.
+    let reply = server.put_udf("clicks", &wasm("versioned-udf-broken"));
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    feed(60..80);
+    let p = server.wait_for(
+        "clicks",
+        "the rollback, 80 records and a checkpoint",
+        Duration::from_secs(30),
+        |p| {
+            processed(p) == 80
+                && version(p) == Some(2)
+                && p["history"].as_array().is_some_and(|h| h.len() == 4)
+                && p["status"]["exceptions"]
+                    .as_array()
+                    .is_some_and(|e| !e.is_empty())
+                && p["status"]["checkpoint_history"]
+                    .as_array()
+                    .is_some_and(|c| !c.is_empty())
+        },
+    );
+    let exceptions = p["status"]["exceptions"].as_array().unwrap();
+    assert_eq!(exceptions.len(), 1, "{p:#}");
+    let message = exceptions[0]["message"].as_str().unwrap();
+    assert!(message.contains("version 3 is broken"), "{message}");
+    assert!(
+        message.contains('\n'),
+        "a message of several lines: {message:?}"
+    );
+    assert_eq!(p["status"]["last_error"], message);
+    assert_eq!(p["definition"], std::fs::read_to_string(&file).unwrap());
+
+    let before = server.pipeline("clicks");
+    let dom = dump_dom(&browser, &format!("{}/#/pipeline/clicks", server.url));
+    let after = server.pipeline("clicks");
+    let context = || format!("the page:\n{dom}");
+
+    // The graph: source, UDF and sink nodes, a records/s on each edge.
+    for node in ["source:events", "udf", "sink:main"] {
+        assert_eq!(
+            elements(&dom, &format!("data-node=\"{node}\"")).len(),
+            1,
+            "node {node}: {}",
+            context()
+        );
+    }
+    assert_eq!(
+        text_of(&dom, "data-node=\"udf\""),
+        after["udf"]["name"].as_str().unwrap()
+    );
+    for edge in ["source:events", "output:main"] {
+        let at = dom
+            .find(&format!("data-edge=\"{edge}\""))
+            .unwrap_or_else(|| panic!("edge {edge}: {}", context()));
+        let rate = cell(&dom[at..], "edge-rate").unwrap();
+        assert!(rate.ends_with(" rec/s"), "edge {edge}: {rate}");
+    }
+    assert_eq!(
+        cell(
+            &dom[dom.find("data-edge=\"source:events\"").unwrap()..],
+            "edge-count"
+        ),
+        Some("80 records")
+    );
+
+    // Watermark lag in human units, as the API says it between the two reads.
+    let (lag_tag, lag_text) = elements(&dom, "class=\"value lag\"")[0];
+    let lag_ms: i64 = attribute(lag_tag, "data-ms").parse().unwrap();
+    let (low, high) = (
+        before["status"]["watermark_lag_ms"].as_i64().unwrap(),
+        after["status"]["watermark_lag_ms"].as_i64().unwrap(),
+    );
+    assert!(
+        (low..=high).contains(&lag_ms),
+        "{low} <= {lag_ms} <= {high}"
+    );
+    assert_eq!(lag_text, human_duration(lag_ms));
+    assert!(lag_text.contains(" d "), "days behind: {lag_text}");
+
+    // Checkpoint rows: those the API had up to the newest the page shows, sizes alike.
+    let rows = elements(&dom, "class=\"checkpoint\"");
+    assert!(!rows.is_empty(), "checkpoint rows: {}", context());
+    let shown: Vec<(u64, u64)> = rows
+        .iter()
+        .map(|(tag, _)| {
+            (
+                attribute(tag, "data-epoch").parse().unwrap(),
+                attribute(tag, "data-bytes").parse().unwrap(),
+            )
+        })
+        .collect();
+    let newest = shown.iter().map(|(e, _)| *e).max().unwrap();
+    let mut api: Vec<(u64, u64)> = after["status"]["checkpoint_history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["epoch"].as_u64().unwrap(), c["bytes"].as_u64().unwrap()))
+        .filter(|(epoch, _)| *epoch <= newest)
+        .collect();
+    api.reverse();
+    assert_eq!(shown, api, "newest first, as the API has them");
+    assert!(shown.iter().all(|(_, bytes)| *bytes > 0));
+
+    // The exception, whole, newlines kept.
+    assert_eq!(
+        text_of(&dom, "class=\"exception-message\""),
+        html_text(message),
+        "{}",
+        context()
+    );
+    assert!(dom.contains("white-space: pre-wrap"));
+
+    // Versions and their history, the buttons, and that they need the token.
+    let history: Vec<(String, String)> = elements(&dom, "class=\"history-entry\"")
+        .iter()
+        .map(|(tag, _)| {
+            (
+                attribute(tag, "data-action").to_string(),
+                attribute(tag, "data-version").to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("rolled back automatically", "2"),
+        ("deployed", "3"),
+        ("deployed", "2"),
+        ("created", "1"),
+    ]
+    .iter()
+    .map(|(a, v)| (a.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(history, expected, "{}", context());
+    assert!(dom.contains(&v2_sha[..12]), "v2's hash among the versions");
+    assert_eq!(elements(&dom, "id=\"rollback\"").len(), 1);
+    assert_eq!(elements(&dom, "id=\"stop\"").len(), 1);
+    assert!(
+        text_of(&dom, "id=\"action-result\"").contains("need the API token"),
+        "{}",
+        context()
+    );
+
+    // The pipeline file, and a chart with its scale.
+    assert_eq!(
+        text_of(&dom, "class=\"definition\""),
+        html_text(&std::fs::read_to_string(&file).unwrap())
+    );
+    let chart_at = dom.find("id=\"throughput\"").expect("the chart's section");
+    let chart = &dom[chart_at..];
+    assert!(cell(chart, "y-max").is_some_and(|t| t.ends_with(" rec/s")));
+    assert_eq!(cell(chart, "y-zero"), Some("0"));
+    assert_eq!(cell(chart, "x-end"), Some("now"));
+    assert!(cell(chart, "x-start").is_some_and(|t| t.starts_with('-')));
+
+    // The overview lists it, linked to its page.
+    let overview = dump_dom(&browser, &format!("{}/", server.url));
+    let row_at = overview
         .find("<tr data-pipeline=\"clicks\">")
-        .unwrap_or_else(|| panic!("no row for the pipeline in the page:\n{dom}"));
-    let row = &dom[row_at..row_at + dom[row_at..].find("</tr>").expect("row end")];
-    assert_eq!(cell(row, "name"), Some("clicks"), "{row}");
-    assert_eq!(cell(row, "state state-running"), Some("running"), "{row}");
-    assert_eq!(cell(row, "number"), Some("v2"), "{row}");
-    assert_eq!(cell(row, "sha"), Some(&sha[..12]), "{row}");
+        .unwrap_or_else(|| panic!("no row for the pipeline:\n{overview}"));
+    let row = &overview[row_at..row_at + overview[row_at..].find("</tr>").unwrap()];
+    assert!(row.contains("href=\"#/pipeline/clicks\""), "{row}");
+    assert_eq!(cell(row, "num processed"), Some("80"), "{row}");
     assert!(
-        cell(row, "history").is_some_and(|h| h.starts_with("deployed v2 at ")),
-        "the last change from the registry's history: {row}"
+        overview.contains("1 pipeline(s), updated"),
+        "the page refreshed"
     );
-    let processed_cell: u64 = cell(row, "processed")
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no processed count: {row}"));
-    assert_eq!(processed_cell, 60, "{row}");
-    assert_eq!(cell(row, "count"), Some("0"), "no UDF errors: {row}");
-    assert!(
-        row.contains("<svg") && row.contains("class=\"chart\""),
-        "a chart: {row}"
-    );
-    assert!(row.contains("<polyline"), "{row}");
-    assert!(dom.contains("1 pipeline(s), updated"), "the page refreshed");
-    eprintln!(
-        "status page rendered by {} in {:?}",
-        browser.display(),
-        started.elapsed()
-    );
-    drop(stdin);
+    drop(feed);
 }
 
 // ----------------------------------------------------------------------------------

@@ -247,8 +247,9 @@ impl Checkpointer {
         }
     }
 
-    /// Hands a checkpoint to the background writer.
-    pub fn write(&mut self, file: &CheckpointFile) -> anyhow::Result<()> {
+    /// Hands a checkpoint to the background writer; returns its size in bytes (encoded,
+    /// as the store keeps it).
+    pub fn write(&mut self, file: &CheckpointFile) -> anyhow::Result<u64> {
         let data = file.encode()?;
         let size = data.len() as u64;
         let epoch = file.meta.epoch;
@@ -266,7 +267,7 @@ impl Checkpointer {
         self.store.write(epoch, data, keep_from)?;
         self.epoch = epoch;
         self.next_due = Instant::now() + self.interval;
-        Ok(())
+        Ok(size)
     }
 }
 

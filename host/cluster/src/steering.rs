@@ -20,7 +20,9 @@ use weir_checkpoint::store::Backend as _;
 use weir_control::{prepare, swap_into, Deployed, Prepared, Refusal, Versions};
 use weir_core::identity::sha256_hex;
 use weir_pipeline::PipelineSpec;
-use weir_run::{LiveStatus, RateTracker, RunControl, RunState, SWAP_WAIT};
+use weir_run::{
+    LiveStatus, RateTracker, RunControl, RunState, TaskStatus, KEPT_IN_STATUS, SWAP_WAIT,
+};
 
 /// How often a member looks for versions deployed elsewhere in the group.
 const FOLLOW_EVERY: Duration = Duration::from_secs(1);
@@ -116,6 +118,22 @@ impl Steering {
         let statuses: Vec<LiveStatus> = tasks.iter().map(|(_, c)| c.status()).collect();
         let mut sum = summed(&statuses);
         sum.tasks = Some(tasks.iter().map(|(p, _)| *p).collect());
+        sum.task_status = Some(
+            tasks
+                .iter()
+                .zip(&statuses)
+                .map(|((task, _), s)| TaskStatus {
+                    task: *task,
+                    state: s.state,
+                    processed: s.processed,
+                    records_per_second: s.records_per_second,
+                    watermark: s.watermark,
+                    watermark_lag_ms: s.watermark_lag_ms,
+                    checkpoints: s.checkpoints,
+                    last_error: s.last_error.clone(),
+                })
+                .collect(),
+        );
         let previous = self.control.status();
         sum.history = previous.history;
         let mut rate = self.rate.lock().unwrap_or_else(|e| e.into_inner());
@@ -317,7 +335,19 @@ fn summed(statuses: &[LiveStatus]) -> LiveStatus {
         if let Some(lag) = status.watermark_lag_ms {
             sum.watermark_lag_ms = Some(sum.watermark_lag_ms.map_or(lag, |l| l.max(lag)));
         }
+        sum.checkpoint_history
+            .extend(status.checkpoint_history.iter().cloned());
+        sum.exceptions.extend(status.exceptions.iter().cloned());
     }
+    // The tasks' newest checkpoints and errors, in time order, as many as one task keeps.
+    let newest = |len: usize| len.saturating_sub(KEPT_IN_STATUS);
+    sum.checkpoint_history
+        .make_contiguous()
+        .sort_by_key(|c| c.at);
+    sum.checkpoint_history
+        .drain(..newest(sum.checkpoint_history.len()));
+    sum.exceptions.make_contiguous().sort_by_key(|e| e.at);
+    sum.exceptions.drain(..newest(sum.exceptions.len()));
     sum
 }
 

@@ -2,6 +2,8 @@
 //! restored one back into sources, sinks and the operator.
 
 use crate::inputs::Inputs;
+use crate::{CheckpointRecord, KEPT_IN_STATUS};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use weir_checkpoint::Checkpointer;
 use weir_checkpoint::{
@@ -196,6 +198,8 @@ pub(crate) struct Checkpoints {
     pub taken: u64,
     /// The longest processing paused for one.
     pub longest_pause: Duration,
+    /// The last [`KEPT_IN_STATUS`] taken, for the live status.
+    pub history: VecDeque<CheckpointRecord>,
 }
 
 impl Checkpoints {
@@ -208,6 +212,7 @@ impl Checkpoints {
             resumed_from,
             taken: 0,
             longest_pause: Duration::ZERO,
+            history: VecDeque::new(),
         }
     }
 
@@ -335,13 +340,28 @@ impl Checkpoints {
                 processing_timers: counters.processing_timers,
             },
         };
+        let at = meta.written_at;
         let file = CheckpointFile { meta, sinks, keyed };
         let checkpointer = self.checkpointer.as_mut().expect("checked above");
-        checkpointer.write(&file)?;
+        let bytes = checkpointer.write(&file)?;
         self.uncommitted = Some(positions);
         let pause = started.elapsed();
         self.taken += 1;
         self.longest_pause = self.longest_pause.max(pause);
+        self.history.push_back(CheckpointRecord {
+            epoch: plan.epoch,
+            at,
+            pause_ms: pause.as_secs_f64() * 1e3,
+            bytes,
+            kind: if plan.parent.is_some() {
+                "incremental"
+            } else {
+                "full"
+            },
+        });
+        while self.history.len() > KEPT_IN_STATUS {
+            self.history.pop_front();
+        }
         tracing::debug!(
             "checkpoint {} taken ({}), processing paused {:.2} ms",
             plan.epoch,

@@ -203,9 +203,82 @@ pub struct LiveStatus {
     pub history: VecDeque<(i64, u64)>,
     /// Checkpoints this run has taken (not counting those of earlier runs).
     pub checkpoints: u64,
+    /// The last [`KEPT_IN_STATUS`] checkpoints this run took, oldest first.
+    pub checkpoint_history: VecDeque<CheckpointRecord>,
+    /// The last [`KEPT_IN_STATUS`] errors worth showing (rollbacks of a failing version,
+    /// the failure that ended the run), oldest first, each with its whole message;
+    /// `last_error` is the newest one's message.
+    pub exceptions: VecDeque<ExceptionRecord>,
     /// In a group (`weir serve --group`): the tasks (partitions) running in this process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Vec<i32>>,
+    /// In a group: each task's own figures, by partition.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_status: Option<Vec<TaskStatus>>,
+}
+
+/// How many checkpoints and exceptions a [`LiveStatus`] keeps.
+pub const KEPT_IN_STATUS: usize = 20;
+
+/// One checkpoint a run took, as its status shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckpointRecord {
+    /// Its epoch (number).
+    pub epoch: u64,
+    /// When it was cut, in ms since the epoch.
+    pub at: i64,
+    /// How long processing paused for it, in ms: the sinks made durable, the state
+    /// encoded. The file is written in the background after that.
+    pub pause_ms: f64,
+    /// Its size, encoded as the store keeps it.
+    pub bytes: u64,
+    /// `full` (every key's state) or `incremental` (the changes since its parent).
+    pub kind: &'static str,
+}
+
+/// An error a run met, as its status shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExceptionRecord {
+    /// When, in ms since the epoch.
+    pub at: i64,
+    /// The whole message, newlines kept.
+    pub message: String,
+}
+
+/// One task of a group pipeline, as the pipeline's status shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskStatus {
+    /// The task: the partition it runs.
+    pub task: i32,
+    /// Where the task is in its life.
+    pub state: RunState,
+    /// Elements it processed.
+    pub processed: u64,
+    /// Records per second over the last few seconds.
+    pub records_per_second: f64,
+    /// Its watermark, if set.
+    pub watermark: Option<Timestamp>,
+    /// Wall clock minus its watermark, in ms.
+    pub watermark_lag_ms: Option<i64>,
+    /// Checkpoints it took.
+    pub checkpoints: u64,
+    /// Its newest error, if any.
+    pub last_error: Option<String>,
+}
+
+impl LiveStatus {
+    /// Records an error worth showing: it becomes `last_error` and joins `exceptions`
+    /// (keeping the last [`KEPT_IN_STATUS`]).
+    pub fn record_error(&mut self, message: String) {
+        self.exceptions.push_back(ExceptionRecord {
+            at: weir_core::time::wall_clock_ms(),
+            message: message.clone(),
+        });
+        while self.exceptions.len() > KEPT_IN_STATUS {
+            self.exceptions.pop_front();
+        }
+        self.last_error = Some(message);
+    }
 }
 
 /// Keeps a status's rate and history up to date.

@@ -35,7 +35,8 @@ mod runner;
 mod steering;
 
 pub use control::{
-    LiveStatus, RateTracker, RunControl, RunState, SwapDone, SwapRequest, SWAP_WAIT,
+    CheckpointRecord, ExceptionRecord, LiveStatus, RateTracker, RunControl, RunState, SwapDone,
+    SwapRequest, TaskStatus, KEPT_IN_STATUS, SWAP_WAIT,
 };
 pub use report::RunReport;
 
@@ -164,7 +165,7 @@ pub fn run_with(
     if let Some(control) = &options.control {
         let state = match (&result, runner.interrupted) {
             (Err(e), _) => {
-                control.update(|s| s.last_error = Some(format!("{e:#}")));
+                control.update(|s| s.record_error(format!("{e:#}")));
                 RunState::Failed
             }
             (Ok(()), true) => RunState::Stopped,

@@ -268,7 +268,7 @@ impl Runner {
         if let Some(control) = &self.control {
             control.update(|s| {
                 s.udf_errors = self.failures.errors;
-                s.last_error = Some(message);
+                s.record_error(message);
                 s.udf_sha256 = self.udf.current.sha256.clone();
             });
         }
@@ -342,7 +342,7 @@ impl Runner {
             control.update(|s| {
                 s.udf_errors = self.failures.errors;
                 s.udf_retries = self.failures.retries;
-                s.last_error = Some(last);
+                s.record_error(last);
             });
         }
         handling

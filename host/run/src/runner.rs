@@ -504,7 +504,7 @@ impl Runner {
             report,
             &self.operator,
             &self.udf,
-            self.checkpoints.taken,
+            &self.checkpoints,
         );
     }
 

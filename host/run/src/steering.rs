@@ -2,6 +2,7 @@
 //! runs of records it applies a UDF version queued in its [`RunControl`] and publishes
 //! its [`LiveStatus`](crate::LiveStatus) a few times a second.
 
+use crate::checkpointing::Checkpoints;
 use crate::report::RunReport;
 use crate::{short_hash, RateTracker, RunControl, RunState, SwapDone, SwapRequest};
 use std::time::{Duration, Instant};
@@ -84,7 +85,7 @@ impl StatusPublisher {
     }
 
     /// Writes the live figures into `control`, the run being in `state`: `report` so far,
-    /// and what `operator`, `udf` and `checkpoints_taken` say. Called by the run when a
+    /// and what `operator`, `udf` and `checkpoints` say. Called by the run when a
     /// status is [due](Self::due), after a swap, and once when the run ends.
     pub fn publish(
         &mut self,
@@ -93,7 +94,7 @@ impl StatusPublisher {
         report: RunReport,
         operator: &KeyedOperator,
         udf: &UdfVersions,
-        checkpoints_taken: u64,
+        checkpoints: &Checkpoints,
     ) {
         self.last = Instant::now();
         let host = operator.host();
@@ -130,7 +131,8 @@ impl StatusPublisher {
             s.udf_retries = report.udf_retries;
             s.rejected = report.rejected;
             s.probation_calls_left = operator.probation_calls_left();
-            s.checkpoints = checkpoints_taken;
+            s.checkpoints = checkpoints.taken;
+            s.checkpoint_history.clone_from(&checkpoints.history);
             rate.observe(s, now);
         });
     }

@@ -21,7 +21,7 @@ type Shared = State<Arc<Server>>;
 /// bodies may be up to [`MAX_BODY_BYTES`] (a UDF component).
 pub fn router(server: Arc<Server>) -> Router {
     Router::new()
-        .route("/", get(|| async { Html(crate::page::PAGE) }))
+        .route("/", get(|| async { Html(crate::page::PAGE.as_str()) }))
         .route("/metrics", get(metrics))
         .route("/api/pipelines", get(list).post(create))
         .route("/api/pipelines/{name}", get(inspect).delete(delete))
@@ -90,19 +90,37 @@ fn not_found(name: &str) -> Refused {
 fn describe(server: &Server, name: &str, d: &Deployment) -> serde_json::Value {
     let status = d.control.status();
     let active = d.active_version();
-    let history = server
+    let (history, definition) = server
         .registry
         .get(name)
-        .map(|r| r.history)
+        .map(|r| (r.history, r.definition))
         .unwrap_or_default();
     json!({
         "name": name,
+        "definition": definition,
+        "graph": graph(&d.spec),
         "state": status.state,
         "udf": { "name": d.spec.udf.name, "version": active, "sha256": status.udf_sha256 },
         "versions": d.version_info(),
         "history": history,
         "status": status,
     })
+}
+
+/// The pipeline's parts as the console draws them: sources (with the UDF input each
+/// feeds), the UDF, and per output the sink it is routed to.
+fn graph(spec: &weir_pipeline::PipelineSpec) -> serde_json::Value {
+    let sources: Vec<_> = spec
+        .sources
+        .iter()
+        .map(|s| json!({ "name": s.name, "input": s.input, "type": s.location.kind() }))
+        .collect();
+    let sinks: Vec<_> = spec
+        .sinks
+        .iter()
+        .map(|s| json!({ "output": s.output, "type": s.target.kind() }))
+        .collect();
+    json!({ "sources": sources, "udf": spec.udf.name, "sinks": sinks })
 }
 
 async fn list(State(server): Shared) -> Json<serde_json::Value> {

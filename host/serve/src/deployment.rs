@@ -61,7 +61,7 @@ fn run_restarting(
         );
         control.update(|s| {
             s.state = RunState::Restarting;
-            s.last_error = Some(failure.clone());
+            s.record_error(failure.clone());
             s.restarts = restarts as u64;
         });
         let until = Instant::now() + spec.restart.delay;
@@ -132,7 +132,7 @@ impl Deployment {
                     tracing::error!("pipeline {:?} failed: {failure}", run_spec.name);
                     run_control.update(|s| {
                         s.state = RunState::Failed;
-                        s.last_error = Some(failure);
+                        s.record_error(failure);
                     });
                 }
             })

@@ -277,6 +277,20 @@ pub enum SinkTarget {
     Kafka(KafkaTarget),
 }
 
+impl SinkTarget {
+    /// Its `type` in the pipeline file: `file`, `stdout`, `discard`, `postgres` or
+    /// `kafka`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SinkTarget::File(_) => "file",
+            SinkTarget::Stdout => "stdout",
+            SinkTarget::Discard => "discard",
+            SinkTarget::Postgres(_) => "postgres",
+            SinkTarget::Kafka(_) => "kafka",
+        }
+    }
+}
+
 /// Opens the sink of output `output` of pipeline `pipeline`: `target`, kept as an upsert
 /// table if `upsert` says so, reopened where `resume` (the checkpoint a run restores)
 /// says it stood. Called once per output when a run starts.

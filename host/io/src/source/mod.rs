@@ -126,6 +126,15 @@ impl SourceLocation {
     pub fn is_partitioned(&self) -> bool {
         matches!(self, SourceLocation::Kafka(_))
     }
+
+    /// Its `type` in the pipeline file: `file`, `stdin` or `kafka`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SourceLocation::File(_) => "file",
+            SourceLocation::Stdin => "stdin",
+            SourceLocation::Kafka(_) => "kafka",
+        }
+    }
 }
 
 /// Opens the source `name` reads from `location`, at `resume`: the positions its inputs
