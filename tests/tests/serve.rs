@@ -678,7 +678,10 @@ fn uploads_that_are_not_working_udfs_are_refused_and_the_old_version_keeps_runni
         (
             "garbage",
             b"this is not wasm at all".to_vec(),
-            &["not a valid wasm component", "magic"],
+            &[
+                "not a WebAssembly file: it starts with \"this is \"",
+                "weir build",
+            ],
         ),
         (
             "a core module",
@@ -861,6 +864,9 @@ path = "stuck.out.jsonl"
 
 [dead_letter]
 path = "stuck.dead.jsonl"
+
+[restart]
+attempts = 0
 "#,
         component("misbehaving-udf").display()
     );
@@ -2479,6 +2485,8 @@ delay = "300ms"
         failed["status"]["restarts"], 2,
         "two restarts, then failed: {failed:#}"
     );
+    let exceptions = failed["status"]["exceptions"].as_array().unwrap();
+    assert_eq!(exceptions.len(), 3, "one failure per run: {failed:#}");
     let error = failed["status"]["last_error"].as_str().unwrap_or_default();
     assert!(
         error.contains("record 201 of source \"events\" (line 201 of"),

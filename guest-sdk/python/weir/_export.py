@@ -32,7 +32,7 @@ import sys
 import traceback
 
 from . import _bindings as _host
-from .context import Context, Element, Error, InitContext, Timer, _rejection
+from .context import Context, Element, Error, InitContext, Timer, _in_chain, _rejection
 from .state import StateDecodeError
 
 __all__ = ["ProcessFunction", "export"]
@@ -81,15 +81,8 @@ def _keep_sources(*folders):
 
 
 def _caused_by_state_decode(e):
-    """Whether `e` or an exception in its chain is a `StateDecodeError`, as the Rust SDK
-    looks through the whole `anyhow` chain."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, StateDecodeError):
-            return True
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return False
+    """Whether `e` or an exception in its chain is a `StateDecodeError`."""
+    return _in_chain(e, StateDecodeError) is not None
 
 
 def _wit_error(e):

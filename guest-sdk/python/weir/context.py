@@ -51,15 +51,22 @@ class Reject(Exception):  # noqa: N818 - a verdict, not an error
         self.reason = str(reason)
 
 
-def _rejection(e):
-    """The `Reject` that is `e` or in its chain (`raise ... from`), if there is one."""
+def _in_chain(e, cls):
+    """The exception of class `cls` that is `e` or in its chain (`raise ... from`, or
+    raised while handling), if there is one: the SDK looks through the whole chain, as
+    the Rust SDK looks through an `anyhow` chain."""
     seen = set()
     while e is not None and id(e) not in seen:
-        if isinstance(e, Reject):
+        if isinstance(e, cls):
             return e
         seen.add(id(e))
         e = e.__cause__ or e.__context__
     return None
+
+
+def _rejection(e):
+    """The `Reject` that is `e` or in its chain, if there is one."""
+    return _in_chain(e, Reject)
 
 
 class _Logging:

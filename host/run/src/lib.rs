@@ -28,6 +28,7 @@
 
 mod checkpointing;
 pub mod control;
+mod failures;
 mod inputs;
 mod recovery;
 mod report;

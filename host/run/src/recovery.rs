@@ -16,12 +16,10 @@
 //! A run that ends names the UDF and the record (source, line or offset) or timer it
 //! failed on; a dead letter carries the same message as its reason.
 
+use crate::failures::{Handling, Site};
 use crate::inputs::Pending;
 use crate::runner::Runner;
 use crate::short_hash;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::{display, Timestamp};
 use weir_engine::operator::{Activity, KeyedOperator, OperatorError};
@@ -29,92 +27,6 @@ use weir_engine::runtime::{CallError, ElementRef};
 use weir_io::sink::DeadLetter;
 use weir_io::source::SourceRecord;
 use weir_pipeline::{AfterRetries, OnUdfError};
-
-/// The record or timer a failed call was on, to count its attempts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Site {
-    /// Record `number` of input `input`.
-    Record {
-        /// The input's index.
-        input: usize,
-        /// The record's number in it.
-        number: u64,
-    },
-    /// A timer.
-    Timer {
-        /// Its clock.
-        domain: TimeDomain,
-        /// Its time.
-        timestamp: Timestamp,
-        /// Its key.
-        key: Vec<u8>,
-    },
-}
-
-/// What the run does with a failed call, as [`Runner::on_failure`] decides.
-#[derive(Debug)]
-pub(crate) enum Handling {
-    /// The run ends with the error.
-    Fail,
-    /// The record or timer goes to the dead letters with this reason.
-    DeadLetter(String),
-    /// The same call again (the wait is over).
-    Retry,
-}
-
-/// The pipeline's `on_error` policy and the failures the run survived under it.
-pub(crate) struct UdfFailures {
-    policy: OnUdfError,
-    /// Cuts a retry's wait short when the run is asked to stop.
-    stop: Option<Arc<AtomicBool>>,
-    /// The site of the latest failure and how many calls on it failed in a row.
-    latest: Option<(Site, u32)>,
-    /// Failed calls the run survived: rolled back, dead-lettered or retried.
-    pub errors: u64,
-    /// Calls made again after a failure.
-    pub retries: u64,
-    /// Records and timers the UDF rejected.
-    pub rejected: u64,
-}
-
-impl UdfFailures {
-    /// No failures yet, under `policy`; waits end early once `stop` is set.
-    pub fn new(policy: OnUdfError, stop: Option<Arc<AtomicBool>>) -> Self {
-        Self {
-            policy,
-            stop,
-            latest: None,
-            errors: 0,
-            retries: 0,
-            rejected: 0,
-        }
-    }
-
-    /// Counts a failed call on `site`; returns how many calls on it failed in a row.
-    fn failed_on(&mut self, site: Site) -> u32 {
-        let attempts = match self.latest.take() {
-            Some((latest, attempts)) if latest == site => attempts + 1,
-            _ => 1,
-        };
-        self.latest = Some((site, attempts));
-        attempts
-    }
-
-    /// Sleeps `wait`, or less once the run is asked to stop.
-    fn wait(&self, wait: Duration) {
-        let until = Instant::now() + wait;
-        while Instant::now() < until {
-            if self
-                .stop
-                .as_ref()
-                .is_some_and(|s| s.load(Ordering::Relaxed))
-            {
-                return;
-            }
-            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(20)));
-        }
-    }
-}
 
 /// Where a record came from, for messages.
 pub(crate) struct Origin {

@@ -2,8 +2,8 @@
 //! processes until every input has ended or it is asked to stop.
 
 use crate::checkpointing::{Checkpoints, Cut, Restored};
+use crate::failures::{Handling, Site, UdfFailures};
 use crate::inputs::{Inputs, Pending, Read, SourceSettings, READ_AHEAD};
-use crate::recovery::{Handling, Site, UdfFailures};
 use crate::report::{progress_bar, progress_message, RunReport};
 use crate::steering::{apply_swap, StatusPublisher, UdfVersions};
 use crate::{RunControl, RunOptions, RunState};

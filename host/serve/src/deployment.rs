@@ -59,9 +59,9 @@ fn run_restarting(
             spec.restart.delay.as_millis(),
             spec.restart.attempts
         );
+        // The run recorded its error already.
         control.update(|s| {
             s.state = RunState::Restarting;
-            s.record_error(failure.clone());
             s.restarts = restarts as u64;
         });
         let until = Instant::now() + spec.restart.delay;
@@ -132,7 +132,10 @@ impl Deployment {
                     tracing::error!("pipeline {:?} failed: {failure}", run_spec.name);
                     run_control.update(|s| {
                         s.state = RunState::Failed;
-                        s.record_error(failure);
+                        // A run records its own error; a group's steering may not have.
+                        if s.last_error.as_deref() != Some(failure.as_str()) {
+                            s.record_error(failure);
+                        }
                     });
                 }
             })

@@ -130,6 +130,13 @@ impl LoadedComponent {
                  (or wrap the module with `wasm-tools component new`)"
             );
         }
+        if !bytes.starts_with(b"\0asm") {
+            anyhow::bail!(
+                "not a WebAssembly file: it starts with {:?}, where a component starts with \
+                 \"\\0asm\"; build the UDF (`weir build pipeline.toml`) and give its .wasm",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(8)])
+            );
+        }
         let engine = sandbox::engine();
         let sha256: [u8; 32] = {
             use sha2::Digest as _;
