@@ -1763,7 +1763,7 @@ fn the_console_shows_a_pipeline_s_graph_checkpoints_exceptions_and_versions_in_a
         overview.contains("1 pipeline(s), updated"),
         "the page refreshed"
     );
-    drop(feed);
+    drop(stdin);
 }
 
 // ----------------------------------------------------------------------------------
@@ -2501,7 +2501,7 @@ delay = "300ms"
     );
     // Every run resumed from a checkpoint and wrote what it processed once: the 200
     // records before the poison, each exactly once, nothing after it.
-    let out = read_jsonl(&work.path("poisoned.out.jsonl"));
+    let out = read_jsonl(work.path("poisoned.out.jsonl"));
     let seqs: Vec<u64> = out.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs.len(), 200, "{seqs:?}");
     let unique: HashSet<u64> = seqs.iter().copied().collect();
