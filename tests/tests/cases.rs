@@ -118,6 +118,15 @@ struct Case {
     /// Also run with each of these `[udf] max_batch` values; each run must write the
     /// same expected files.
     batch_sizes: Vec<u32>,
+    /// Also run with `--parallelism N` for each of these: each run must write the same
+    /// expected files, compared per key (see [`compare_per_key`]), since the outputs of
+    /// different keys interleave differently in N shards; stderr exactly.
+    parallelism: Vec<usize>,
+    /// The JSON field that holds a line's key in the outputs (for [`parallelism`]):
+    /// lines with it are compared key by key, in order; the other lines as a set.
+    ///
+    /// [`parallelism`]: Self::parallelism
+    key: Option<String>,
     /// Also run interrupted and restarted from a checkpoint; see [`Restart`].
     restart: Option<Restart>,
 }
@@ -136,6 +145,8 @@ impl Default for Case {
             stderr_lacks: Vec::new(),
             unordered: Vec::new(),
             batch_sizes: Vec::new(),
+            parallelism: Vec::new(),
+            key: None,
             restart: None,
         }
     }
@@ -157,6 +168,11 @@ struct Restart {
     checkpoint_interval: Option<String>,
     /// The interruptions, in order.
     stops: Vec<Stop>,
+    /// The `--parallelism` of each run in turn, the interrupted ones and the last
+    /// (default: none given, so 1): each restores the checkpoint the one before took at
+    /// its own parallelism. With any above 1, the files are compared per key.
+    #[serde(default)]
+    parallelism: Vec<usize>,
 }
 
 /// One interrupted run.
@@ -235,6 +251,24 @@ fn run_case(dir: &Path, bless: bool) -> Result<(), String> {
         );
     }
 
+    for &parallelism in &case.parallelism {
+        let variant = Workspace::prepare(dir, &case, None)?;
+        let mut args = case.args.clone();
+        args.extend(["--parallelism".to_string(), parallelism.to_string()]);
+        let ran = variant.run(&weir, &case, &args, CASE_LOG)?;
+        let what = format!("with --parallelism {parallelism}: ");
+        let mut found = Vec::new();
+        check_run(&case, &ran, &mut found);
+        problems.extend(found.into_iter().map(|p| format!("{what}{p}")));
+        compare_per_key(
+            &case,
+            &what,
+            &expected,
+            &variant.outputs(&case, &ran)?,
+            &mut problems,
+        );
+    }
+
     if let Some(restart) = &case.restart {
         if expected.contains_key(STDOUT) {
             problems.push("a restart case must write its outputs to files, not stdout".into());
@@ -256,13 +290,12 @@ fn run_case(dir: &Path, bless: bool) -> Result<(), String> {
             .filter(|(name, _)| *name != STDOUT && *name != STDERR)
             .map(|(n, v)| (n.clone(), v.clone()))
             .collect();
-        compare(
-            &case,
-            "interrupted and restarted: ",
-            &files,
-            &written,
-            &mut problems,
-        );
+        let what = "interrupted and restarted: ";
+        if restart.parallelism.iter().any(|&p| p > 1) {
+            compare_per_key(&case, what, &files, &written, &mut problems);
+        } else {
+            compare(&case, what, &files, &written, &mut problems);
+        }
     }
 
     if problems.is_empty() {
@@ -354,6 +387,67 @@ fn compare(
             ));
         }
     }
+}
+
+/// Compares the outputs of a run at a parallelism above 1 with the expected files: the
+/// lines of each file that carry the case's `key` field key by key (each key's lines in
+/// the expected order), the other lines as a set; `stderr` exactly (the summary's counts
+/// are the same at every parallelism).
+fn compare_per_key(
+    case: &Case,
+    what: &str,
+    expected: &BTreeMap<String, Vec<u8>>,
+    got: &BTreeMap<String, Vec<u8>>,
+    problems: &mut Vec<String>,
+) {
+    let Some(field) = &case.key else {
+        problems.push(format!(
+            "{what}a case run at a parallelism above 1 names its outputs' key field (`key`)"
+        ));
+        return;
+    };
+    // Per key, its lines in order; lines without the key (or not JSON) sorted, under "".
+    let by_key = |bytes: &[u8]| -> Vec<u8> {
+        let mut keyed: BTreeMap<String, Vec<&[u8]>> = BTreeMap::new();
+        let mut rest: Vec<&[u8]> = Vec::new();
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let key = serde_json::from_slice::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get(field.as_str()).map(|k| k.to_string()));
+            match key {
+                Some(key) => keyed.entry(key).or_default().push(line),
+                None => rest.push(line),
+            }
+        }
+        rest.sort();
+        let mut out = Vec::new();
+        for line in rest {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+        for (key, lines) in keyed {
+            out.extend_from_slice(format!("# key {key}\n").as_bytes());
+            for line in lines {
+                out.extend_from_slice(line);
+                out.push(b'\n');
+            }
+        }
+        out
+    };
+    let regroup = |files: &BTreeMap<String, Vec<u8>>| -> BTreeMap<String, Vec<u8>> {
+        files
+            .iter()
+            .map(|(name, bytes)| match name.as_str() {
+                STDERR => (name.clone(), bytes.clone()),
+                _ => (name.clone(), by_key(bytes)),
+            })
+            .collect()
+    };
+    let unkeyed = Case {
+        unordered: Vec::new(),
+        ..Case::default()
+    };
+    compare(&unkeyed, what, &regroup(expected), &regroup(got), problems);
 }
 
 /// The non-empty lines of `bytes`, sorted, joined by line ends.
@@ -748,6 +842,15 @@ impl Spawned {
     }
 }
 
+/// The `--parallelism` flag of run `n` of a restart (the last run is number
+/// `stops.len()`), if the case gives one.
+fn parallelism_of_run(restart: &Restart, n: usize) -> Vec<String> {
+    match restart.parallelism.get(n) {
+        Some(p) => vec!["--parallelism".into(), p.to_string()],
+        None => Vec::new(),
+    }
+}
+
 /// The interrupted runs of a restart case, then the last run; returns the files written.
 fn run_interrupted(
     dir: &Path,
@@ -794,6 +897,7 @@ fn run_interrupted(
     for (n, stop) in restart.stops.iter().enumerate() {
         let mut run_args = args.clone();
         run_args.extend(["--input".into(), format!("{}=-", restart.source)]);
+        run_args.extend(parallelism_of_run(restart, n));
         let mut command = space.command(weir, case, &run_args, RESTART_LOG);
         command.stdin(Stdio::piped());
         let mut child = Spawned::start(command)?;
@@ -852,6 +956,7 @@ fn run_interrupted(
         .join(format!("{}.rest.jsonl", restart.source));
     std::fs::write(&rest_path, records[resumed..].concat()).map_err(|e| e.to_string())?;
     let mut run_args = args.clone();
+    run_args.extend(parallelism_of_run(restart, restart.stops.len()));
     run_args.extend([
         "--input".into(),
         format!("{}={}", restart.source, rest_path.display()),

@@ -20,9 +20,83 @@ pub fn tie_order(key: &[u8]) -> u64 {
     })
 }
 
+/// The number of key groups: the unit in which keys are spread over a pipeline's shards
+/// and in which a checkpoint's keyed state is redistributed when it is restored at
+/// another parallelism (Flink's maximum parallelism). Fixed, so that a key's group is
+/// the same in every run and every build.
+pub const KEY_GROUPS: u16 = 128;
+
+/// The key group of a key: its FNV-1a hash ([`tie_order`]), mixed by MurmurHash3's
+/// 64-bit finaliser so that every bit of the hash reaches the low bits, modulo
+/// [`KEY_GROUPS`].
+pub fn key_group(key: &[u8]) -> u16 {
+    let mut h = tie_order(key);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    (h % u64::from(KEY_GROUPS)) as u16
+}
+
+/// The shard that owns key group `group` when `parallelism` shards run: contiguous
+/// ranges of groups, as Flink assigns them (`group * parallelism / groups`), so every
+/// shard owns `groups / parallelism` groups, give or take one.
+pub fn shard_of_group(group: u16, parallelism: usize) -> usize {
+    usize::from(group) * parallelism / usize::from(KEY_GROUPS)
+}
+
+/// The shard that owns `key` when `parallelism` shards run.
+pub fn shard_of(key: &[u8], parallelism: usize) -> usize {
+    if parallelism == 1 {
+        return 0;
+    }
+    shard_of_group(key_group(key), parallelism)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_groups_are_fixed_and_spread_keys_evenly() {
+        // Fixed values: a checkpoint's keys land in the same groups in every build.
+        let groups: Vec<u16> = [&b"ad-1"[..], b"ad-2", b"user-42"]
+            .iter()
+            .map(|k| key_group(k))
+            .collect();
+        assert_eq!(groups, FIXED_GROUPS);
+        let mut per_group = vec![0u32; usize::from(KEY_GROUPS)];
+        for i in 0..128_000 {
+            per_group[usize::from(key_group(format!("ad-{i}").as_bytes()))] += 1;
+        }
+        let (least, most) = (
+            *per_group.iter().min().unwrap(),
+            *per_group.iter().max().unwrap(),
+        );
+        assert!(least > 850 && most < 1150, "{least}..{most} keys per group");
+    }
+
+    #[test]
+    fn shards_own_contiguous_ranges_of_groups() {
+        for parallelism in [1, 2, 3, 4, 7, 128] {
+            let owners: Vec<usize> = (0..KEY_GROUPS)
+                .map(|g| shard_of_group(g, parallelism))
+                .collect();
+            assert!(owners.windows(2).all(|w| w[0] <= w[1]));
+            assert_eq!(owners[0], 0);
+            assert_eq!(*owners.last().unwrap(), parallelism - 1);
+            for shard in 0..parallelism {
+                let owned = owners.iter().filter(|&&o| o == shard).count();
+                let even = usize::from(KEY_GROUPS) / parallelism;
+                assert!(owned == even || owned == even + 1, "{parallelism}: {owned}");
+            }
+        }
+        assert_eq!(shard_of(b"anything", 1), 0);
+    }
+
+    /// The groups of `ad-1`, `ad-2` and `user-42`, as first computed.
+    const FIXED_GROUPS: [u16; 3] = [75, 71, 13];
 
     #[test]
     fn tie_order_is_fnv1a_64() {

@@ -117,10 +117,26 @@ pub fn apply(
     section: &[u8],
     states: &[Option<RestoreTo>],
 ) -> anyhow::Result<()> {
+    apply_where(host, section, states, |_| true)
+}
+
+/// Applies the keys of a section for which `keep` says yes, and reads past the others:
+/// a shard restoring a checkpoint takes only the keys of its key groups, whatever the
+/// parallelism the checkpoint was taken at. Otherwise as [`apply`].
+pub fn apply_where(
+    host: &mut HostServices,
+    section: &[u8],
+    states: &[Option<RestoreTo>],
+    keep: impl Fn(&[u8]) -> bool,
+) -> anyhow::Result<()> {
     let mut r = Reader::new(section);
     while !r.is_empty() {
         let tag = r.u8()?;
         let key = r.bytes()?;
+        if !keep(key) {
+            skip_record(&mut r, tag)?;
+            continue;
+        }
         let id = host.keys.intern(key);
         clear_key(host, id);
         match tag {
@@ -158,6 +174,25 @@ pub fn apply(
         host.keys.release_if_unused(id);
     }
     Ok(())
+}
+
+/// Reads past the rest of a key's record (after its tag and key).
+fn skip_record(r: &mut Reader<'_>, tag: u8) -> anyhow::Result<()> {
+    match tag {
+        REMOVED => Ok(()),
+        PUT => {
+            for _ in 0..r.u32()? {
+                r.u32()?;
+                read_slot(r)?;
+            }
+            for _ in 0..r.u32()? {
+                r.u8()?;
+                r.i64()?;
+            }
+            Ok(())
+        }
+        other => anyhow::bail!("unknown keyed record tag {other}"),
+    }
 }
 
 /// Removes a key's slots and timers (an increment replaces a key whole).
@@ -268,6 +303,25 @@ mod tests {
             restored.timers.pop_event_due(100),
             Some((30, restored.keys.find(b"a").unwrap()))
         );
+    }
+
+    #[test]
+    fn a_section_splits_by_key_and_the_parts_add_up_to_the_whole() {
+        let host = host_with(&[
+            (b"a", Slot::Value(b"1".to_vec()), &[(EventTime, 10)]),
+            (b"b", Slot::List(vec![b"x".to_vec()]), &[]),
+            (b"c", Slot::Value(b"3".to_vec()), &[(ProcessingTime, 5)]),
+        ]);
+        let full = encode_full(&host.keys);
+        let mut left = HostServices::new(0);
+        apply_where(&mut left, &full, &[Some(0.into())], |k| k != b"b").unwrap();
+        let mut right = HostServices::new(0);
+        apply_where(&mut right, &full, &[Some(0.into())], |k| k == b"b").unwrap();
+        let mut parts = dump(&left);
+        parts.extend(dump(&right));
+        parts.sort();
+        assert_eq!(parts, dump(&host));
+        assert_eq!(dump(&right).len(), 1);
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub struct PipelineFile {
     /// `[restart]`: how `weir serve` restarts the pipeline after it failed (default: 3
     /// times, 10 s apart).
     pub restart: Option<RestartEntry>,
+    /// `parallelism = N`: how many keyed shards process the records, each on its own
+    /// thread with its own UDF instance (default 1; at most [`KEY_GROUPS`]).
+    pub parallelism: Option<usize>,
 }
 
 /// `[restart]`: Flink's fixed-delay restart strategy, for pipelines `weir serve` runs.
@@ -289,6 +292,8 @@ pub struct Overrides {
     pub checkpoint_interval: Option<String>,
     /// `--no-checkpoints`.
     pub no_checkpoints: bool,
+    /// `--parallelism N`: the number of keyed shards, replacing the file's `parallelism`.
+    pub parallelism: Option<usize>,
 }
 
 /// A source, resolved: where it reads, and how its records' key and event time are
@@ -506,11 +511,25 @@ pub struct PipelineSpec {
     pub checkpoint: CheckpointSpec,
     /// How `weir serve` restarts the pipeline after a failure.
     pub restart: RestartSpec,
+    /// How many keyed shards process the records (1 to [`KEY_GROUPS`]): a key goes to
+    /// the shard of its key group, each shard has its own UDF instance, keyed state,
+    /// timers and thread.
+    pub parallelism: usize,
 }
 
+pub use weir_core::key::KEY_GROUPS;
 pub use weir_engine::operator::DEFAULT_MAX_BATCH;
 pub use weir_engine::runtime::services::DEFAULT_MAX_EMIT_BYTES;
 pub use weir_engine::runtime::wasm::{DEFAULT_CALL_TIMEOUT, DEFAULT_MEMORY_LIMIT};
+
+/// A parallelism is a number of shards between 1 and the number of key groups (a shard
+/// owns at least one key group).
+fn check_parallelism(parallelism: usize) -> anyhow::Result<()> {
+    if parallelism == 0 || parallelism > usize::from(KEY_GROUPS) {
+        bail!("{parallelism} shards: give 1 to {KEY_GROUPS} (a shard owns at least one of the {KEY_GROUPS} key groups)");
+    }
+    Ok(())
+}
 
 /// The least `[udf] memory_limit` a pipeline file may give: 1 MiB.
 pub const MIN_MEMORY_LIMIT: usize = 1 << 20;
@@ -584,6 +603,8 @@ impl PipelineSpec {
         let checkpoint =
             checkpoint_spec(file.checkpoint.as_ref(), &name, &resolve).context("[checkpoint]")?;
         let restart = restart_spec(file.restart.as_ref()).context("[restart]")?;
+        let parallelism = file.parallelism.unwrap_or(1);
+        check_parallelism(parallelism).context("parallelism")?;
         let mut spec = PipelineSpec {
             name,
             sources,
@@ -592,6 +613,7 @@ impl PipelineSpec {
             dead_letter,
             checkpoint,
             restart,
+            parallelism,
         };
         spec.apply(overrides)?;
         Ok(spec)
@@ -599,6 +621,10 @@ impl PipelineSpec {
 
     /// Applies command-line overrides; paths in them are relative to the working directory.
     pub fn apply(&mut self, overrides: &Overrides) -> anyhow::Result<()> {
+        if let Some(parallelism) = overrides.parallelism {
+            check_parallelism(parallelism).context("--parallelism")?;
+            self.parallelism = parallelism;
+        }
         for (name, path) in &overrides.inputs {
             let Some(source) = self.sources.iter_mut().find(|s| &s.name == name) else {
                 let known: Vec<_> = self.sources.iter().map(|s| s.name.as_str()).collect();

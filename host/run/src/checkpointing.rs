@@ -111,12 +111,15 @@ impl Restored {
     }
 
     /// Puts keyed state, timers, watermarks and counters back into the operator (after
-    /// the UDF's `init`, which declares the states).
+    /// the UDF's `init`, which declares the states). The operator of shard `shard` of
+    /// `parallelism` takes only the keys of its key groups, whatever the parallelism the
+    /// checkpoint was taken at, and only shard 0 takes the counters (the run sums them).
     pub fn restore_operator(
         &self,
         operator: &mut KeyedOperator,
         inputs: &[&str],
         outputs: &[String],
+        (shard, parallelism): (usize, usize),
     ) -> anyhow::Result<()> {
         let Some(chain) = &self.chain else {
             return Ok(());
@@ -155,7 +158,8 @@ impl Restored {
                     })
                 })
                 .collect();
-            snapshot::apply(host, &file.keyed, &mapping).map_err(|e| {
+            let mine = |key: &[u8]| weir_core::key::shard_of(key, parallelism) == shard;
+            snapshot::apply_where(host, &file.keyed, &mapping, mine).map_err(|e| {
                 anyhow::anyhow!("checkpoint {}: keyed state: {e:#}", file.meta.epoch)
             })?;
         }
@@ -174,12 +178,19 @@ impl Restored {
                     .map_or(0, |o| o.emitted)
             })
             .collect();
-        let counters = OperatorCounters {
-            elements: meta.counters.elements,
-            late: meta.counters.late,
-            event_timers: meta.counters.event_timers,
-            processing_timers: meta.counters.processing_timers,
-            emitted,
+        let counters = if shard > 0 {
+            OperatorCounters {
+                emitted: vec![0; outputs.len()],
+                ..OperatorCounters::default()
+            }
+        } else {
+            OperatorCounters {
+                elements: meta.counters.elements,
+                late: meta.counters.late,
+                event_timers: meta.counters.event_timers,
+                processing_timers: meta.counters.processing_timers,
+                emitted,
+            }
         };
         operator.restore(&watermarks, meta.watermark, counters);
         Ok(())
@@ -238,8 +249,11 @@ pub(crate) struct Cut<'a> {
     pub udf: &'a UdfIdentity,
     /// The UDF's outputs, in id order.
     pub outputs: &'a [String],
-    /// The operator: its sinks, keyed state, timers, watermarks and counters.
-    pub operator: &'a mut KeyedOperator,
+    /// The shards' operators, shard 0 first: their sinks, keyed state, timers,
+    /// watermarks and counters.
+    pub operators: Vec<&'a mut KeyedOperator>,
+    /// The sinks the shards share (none at parallelism 1, where the operator owns them).
+    pub shared: &'a [std::sync::Arc<crate::shards::SharedOutput>],
     /// The inputs: their sources' positions.
     pub inputs: &'a mut Inputs,
     /// The dead-letter output.
@@ -256,7 +270,8 @@ impl Checkpoints {
             pipeline,
             udf,
             outputs,
-            operator,
+            mut operators,
+            shared,
             inputs,
             dead_letters,
         } = cut;
@@ -265,9 +280,22 @@ impl Checkpoints {
         }
         let started = Instant::now();
         self.commit_durable(inputs)?;
-        let sinks = operator
-            .checkpoint_sinks()
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let sinks = if shared.is_empty() {
+            operators[0]
+                .checkpoint_sinks()
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        } else {
+            // Every shard hands on what it gathered, then the shared sinks are cut.
+            for operator in &mut operators {
+                operator
+                    .checkpoint_sinks()
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
+            shared
+                .iter()
+                .map(|output| output.checkpoint())
+                .collect::<anyhow::Result<_>>()?
+        };
         let dead_letters = DeadLetterMeta {
             count: dead_letters.count(),
             length: dead_letters.checkpoint()?,
@@ -275,21 +303,30 @@ impl Checkpoints {
         let checkpointer = self.checkpointer.as_mut().expect("checked above");
         let mut plan = checkpointer.plan();
         // No checkpoint keeps an expired state entry.
-        operator.expire_state(wall_clock_ms());
-        let host = operator.host_mut();
-        if !host.keys().is_tracking() {
-            // Changes stopped being remembered when the last input ended (a stop during
-            // the end of input's timers): only a full checkpoint is right.
-            plan.parent = None;
-        }
-        let keyed = match plan.parent {
-            None => {
-                let full = snapshot::encode_full(host.keys());
-                host.keys_mut().take_changes();
-                full
+        let now = wall_clock_ms();
+        for operator in &mut operators {
+            operator.expire_state(now);
+            if !operator.host().keys().is_tracking() {
+                // Changes stopped being remembered when the last input ended (a stop
+                // during the end of input's timers): only a full checkpoint is right.
+                plan.parent = None;
             }
-            Some(_) => snapshot::encode_changes(host.keys_mut()),
-        };
+        }
+        // The shards' keys are disjoint: their sections, one after another, are one.
+        let mut keyed = Vec::new();
+        for operator in &mut operators {
+            let host = operator.host_mut();
+            keyed.extend(match plan.parent {
+                None => {
+                    let full = snapshot::encode_full(host.keys());
+                    host.keys_mut().take_changes();
+                    full
+                }
+                Some(_) => snapshot::encode_changes(host.keys_mut()),
+            });
+        }
+        let operator = &operators[0];
+        let host = operator.host();
         let states = (0..host.states().len() as u32)
             .filter_map(|id| host.states().get(id).map(|(name, kind)| (id, name, kind)))
             .map(|(id, name, kind)| DeclaredState {
@@ -314,7 +351,7 @@ impl Checkpoints {
             }
             positions.push(source_positions);
         }
-        let counters = operator.counters();
+        let counters = crate::shards::sum_counters(operators.iter().map(|o| &**o));
         let meta = Meta {
             epoch: plan.epoch,
             parent: plan.parent,

@@ -272,6 +272,24 @@ impl Inputs {
                 .any(|i| self.inputs[i].queue.len() >= READ_AHEAD)
     }
 
+    /// Reads ahead on every source whose inputs have room in their queues, without
+    /// waiting, and leaves in `read` what the run must still deal with (see
+    /// [`Read`]: records that cannot be decoded, inputs that deliver again). The run
+    /// calls this while the shards of a parallel pipeline process the run of records
+    /// taken before, where it cannot touch the operators.
+    pub fn read_ahead(&mut self, read: &mut Vec<Read>) -> anyhow::Result<()> {
+        for index in 0..self.sources.len() {
+            while self.wants_more(index) {
+                match self.read(index, Duration::ZERO)? {
+                    Read::Idle => break,
+                    Read::Queued { resumed: false, .. } | Read::End => {}
+                    other => read.push(other),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Reads the next record of source `index`, waiting at most `wait`, and queues it
     /// on its input (or hands it back, if it cannot be decoded).
     pub fn read(&mut self, index: usize, wait: Duration) -> anyhow::Result<Read> {

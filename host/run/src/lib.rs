@@ -33,6 +33,7 @@ mod inputs;
 mod recovery;
 mod report;
 mod runner;
+mod shards;
 mod steering;
 
 pub use control::{
@@ -160,7 +161,7 @@ pub fn run_with(
     if result.is_err() {
         // What was emitted before the failure is written out, and a sink that cannot
         // take it any more takes it off the counts: the report counts what the sinks hold.
-        let _ = runner.operator.flush();
+        runner.flush_after_failure();
         let _ = runner.dead_letters.flush();
     }
     if let Some(control) = &options.control {

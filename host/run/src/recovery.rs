@@ -57,14 +57,21 @@ impl Runner {
     }
 
     /// Processes a run of elements; if a UDF version on probation fails, rolls back to
-    /// the previous version and goes on from the failed call with it.
+    /// the previous version and goes on from the failed call with it. `first`, if
+    /// given, is what processing `elements` already came to (a shard's run in the
+    /// parallel part), so they are not handed over again.
     pub(crate) fn process_with_rollback(
         &mut self,
         elements: &[(usize, ElementRef<'_>)],
+        mut first: Option<crate::shards::ShardResult>,
     ) -> Result<(), (usize, OperatorError)> {
         let mut start = 0;
         loop {
-            match self.operator.process_elements(&elements[start..]) {
+            let result = match first.take() {
+                Some(result) => result,
+                None => self.operator.process_elements(&elements[start..]),
+            };
+            match result {
                 Ok(()) => return Ok(()),
                 Err((index, error)) => {
                     let index = start + index;
@@ -166,7 +173,11 @@ impl Runner {
     /// Goes back to the UDF version before the last swap, and says why.
     fn roll_back(&mut self, error: &OperatorError) {
         let failed = self.udf.current.clone();
+        // One rollback for the whole pipeline: every shard goes back.
         self.operator.rollback();
+        for shard in self.shards.parked_mut() {
+            shard.rollback();
+        }
         if let Some(previous) = self.udf.previous.take() {
             self.udf.current = previous;
         }

@@ -5,6 +5,7 @@ use crate::checkpointing::{Checkpoints, Cut, Restored};
 use crate::failures::{Handling, Site, UdfFailures};
 use crate::inputs::{Inputs, Pending, Read, SourceSettings, READ_AHEAD};
 use crate::report::{progress_bar, progress_message, RunReport};
+use crate::shards::{sum_counters, ShardResult, ShardSink, Shards, SharedOutput};
 use crate::steering::{apply_swap, StatusPublisher, UdfVersions};
 use crate::{RunControl, RunOptions, RunState};
 use anyhow::Context as _;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use weir_checkpoint::Checkpointer;
 use weir_core::identity::UdfIdentity;
 use weir_core::time::{display, wall_clock_ms};
-use weir_engine::operator::{Activity, KeyedOperator, OperatorError};
+use weir_engine::operator::{Activity, KeyedOperator, OperatorCounters, OperatorError};
 use weir_engine::runtime::{ElementRef, InitInfo, ProcessFunction};
 use weir_io::sink::{DeadLetters, Sink};
 use weir_io::source::decode::RecordDecoder;
@@ -31,7 +32,11 @@ pub(crate) struct Runner {
     /// ([`OperatorError::Stopped`]); the run stops as soon as that reaches its loop.
     pub(crate) stopped_in_timers: bool,
     pub(crate) inputs: Inputs,
+    /// The keyed operator the run drives: the only one at parallelism 1; else the
+    /// shard's whose turn it is (shard 0 except while one is driven on its own).
     pub(crate) operator: KeyedOperator,
+    /// The other shards of a pipeline whose parallelism is above 1.
+    pub(crate) shards: Shards,
     /// The UDF's outputs, in id order (each routed to the sink at the same index).
     pub(crate) outputs: Vec<String>,
     pub(crate) dead_letters: DeadLetters,
@@ -89,12 +94,34 @@ impl Runner {
             });
             delays.extend(added.map(|_| s.out_of_orderness_ms));
         }
-        let mut operator = KeyedOperator::new(function, &delays, wall_clock_ms());
-        operator.set_max_batch(spec.udf.max_batch);
-        operator.set_max_emit_bytes(spec.udf.max_emit_bytes);
-        if let Some(stop) = &options.stop {
-            operator.stop_on(Arc::clone(stop));
+        let parallelism = spec.parallelism;
+        let mut functions = Vec::with_capacity(parallelism);
+        for _ in 1..parallelism {
+            functions.push(function.another_instance().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "UDF {:?} cannot run at parallelism {parallelism}: it cannot be instantiated once per shard",
+                    function.name()
+                )
+            })?);
         }
+        functions.insert(0, function);
+        let now = wall_clock_ms();
+        let mut operators: Vec<KeyedOperator> = functions
+            .into_iter()
+            .enumerate()
+            .map(|(shard, function)| {
+                let mut operator = KeyedOperator::new(function, &delays, now);
+                operator.set_shard(shard, parallelism);
+                operator.set_max_batch(spec.udf.max_batch);
+                operator.set_max_emit_bytes(spec.udf.max_emit_bytes);
+                if let Some(stop) = &options.stop {
+                    operator.stop_on(Arc::clone(stop));
+                }
+                operator
+            })
+            .collect();
+        let mut others = operators.split_off(1);
+        let mut operator = operators.pop().expect("shard 0");
         let info = InitInfo {
             config: spec.udf.config.clone(),
             inputs: input_names,
@@ -115,6 +142,21 @@ impl Runner {
                 .into(),
             }
         })?;
+        for (shard, other) in others.iter_mut().enumerate() {
+            let declared = other.init(&info).map_err(|e| {
+                anyhow::anyhow!(
+                    "UDF {:?} failed to initialise in shard {}: {e}",
+                    other.function_name(),
+                    shard + 1
+                )
+            })?;
+            anyhow::ensure!(
+                declared == outputs,
+                "UDF {:?} declared outputs {declared:?} in shard {}, but {outputs:?} in shard 0",
+                other.function_name(),
+                shard + 1
+            );
+        }
 
         let unrouted: Vec<String> = outputs
             .iter()
@@ -160,13 +202,42 @@ impl Runner {
                 restored.sink(output),
             )?);
         }
-        operator.bind_sinks(sinks);
+        let mut shared = Vec::new();
+        if parallelism == 1 {
+            operator.bind_sinks(sinks);
+        } else {
+            shared = sinks
+                .into_iter()
+                .map(|sink| (sink.location().to_string(), SharedOutput::new(sink, 0)))
+                .collect::<Vec<_>>();
+            for shard in std::iter::once(&mut operator).chain(&mut others) {
+                shard.bind_sinks(
+                    shared
+                        .iter()
+                        .map(|(location, output)| {
+                            Box::new(ShardSink::new(Arc::clone(output), location.clone()))
+                                as Box<dyn Sink>
+                        })
+                        .collect(),
+                );
+            }
+        }
         let input_names: Vec<&str> = inputs.inputs().iter().map(|i| i.name.as_str()).collect();
-        restored
-            .restore_operator(&mut operator, &input_names, &outputs)
-            .context("cannot restore the checkpoint")?;
-        if checkpointer.is_some() {
-            operator.host_mut().keys_mut().track_changes();
+        for (shard, operator) in std::iter::once(&mut operator)
+            .chain(&mut others)
+            .enumerate()
+        {
+            restored
+                .restore_operator(operator, &input_names, &outputs, (shard, parallelism))
+                .context("cannot restore the checkpoint")?;
+            if checkpointer.is_some() {
+                operator.host_mut().keys_mut().track_changes();
+            }
+        }
+        let shared: Vec<Arc<SharedOutput>> = shared.into_iter().map(|(_, o)| o).collect();
+        for (output, &emitted) in shared.iter().zip(&operator.counters().emitted) {
+            // Shard 0 holds the restored counts; the shared sinks go on numbering from them.
+            output.resume_numbering(emitted);
         }
         let mut dead_letter_resume = restored.dead_letters();
         if spec.checkpoint.kafka.is_some() {
@@ -184,6 +255,7 @@ impl Runner {
             stopped_in_timers: false,
             inputs,
             operator,
+            shards: Shards::new(others, shared)?,
             outputs,
             dead_letters,
             checkpoints: Checkpoints::new(checkpointer, restored.epoch()),
@@ -237,7 +309,7 @@ impl Runner {
             if chunk.is_empty() {
                 // Live input is idle: fire what is due and show what was written.
                 self.fire_processing_timers()?;
-                self.operator.flush().map_err(|e| self.describe(&e, None))?;
+                self.each_shard(|run| run.operator.flush().map_err(|e| run.describe(&e, None)))?;
                 self.dead_letters.flush()?;
                 continue;
             }
@@ -245,11 +317,11 @@ impl Runner {
             for (_, pending) in chunk.drain(..) {
                 self.inputs.recycle(pending.record);
             }
-            if self.operator.has_processing_timers() {
+            if self.operators().any(KeyedOperator::has_processing_timers) {
                 self.fire_processing_timers()?;
             }
             if let Some(bar) = &progress {
-                let processed = self.operator.counters().elements;
+                let processed = self.counters().elements;
                 if processed - reported >= 65_536 {
                     reported = processed;
                     bar.set_position(processed);
@@ -272,11 +344,14 @@ impl Runner {
                 }
             }
         }
-        let finished = self.operator.finish();
-        self.fire_through(finished, KeyedOperator::finish)?;
+        self.each_shard(|run| {
+            let finished = run.operator.finish();
+            run.fire_through(finished, KeyedOperator::finish)
+        })?;
         if self.stopped_in_timers {
             return self.stop(progress);
         }
+        self.finish_shared_sinks()?;
         self.dead_letters.flush()?;
         // Everything read is in the sinks: sources with a position store of their own
         // (Kafka groups) record the end, so a later `startup = "committed"` goes on from it.
@@ -295,11 +370,15 @@ impl Runner {
     /// Takes a checkpoint (if checkpoints are on) of everything processed so far. Called
     /// between two runs of records, with every read-ahead queue empty.
     fn take_checkpoint(&mut self) -> anyhow::Result<()> {
+        let shared = self.shards.outputs.clone();
+        let mut operators = vec![&mut self.operator];
+        operators.extend(self.shards.parked_mut());
         self.checkpoints.take(Cut {
             pipeline: &self.pipeline,
             udf: &self.udf.current,
             outputs: &self.outputs,
-            operator: &mut self.operator,
+            operators,
+            shared: &shared,
             inputs: &mut self.inputs,
             dead_letters: &mut self.dead_letters,
         })
@@ -313,9 +392,12 @@ impl Runner {
         self.take_checkpoint()?;
         self.interrupted = true;
         self.checkpoints.commit_durable(&mut self.inputs)?;
-        self.operator
-            .close_sinks()
-            .map_err(|e| self.describe(&e, None))?;
+        self.each_shard(|run| {
+            run.operator
+                .close_sinks()
+                .map_err(|e| run.describe(&e, None))
+        })?;
+        self.finish_shared_sinks()?;
         self.dead_letters.flush()?;
         if let Some(bar) = progress {
             bar.finish_and_clear();
@@ -339,9 +421,46 @@ impl Runner {
                 (*input, element)
             })
             .collect();
+        if self.shards.count() == 1 {
+            return self.process_from(chunk, &elements, None);
+        }
+        // While the shards work, this thread reads ahead; what it read that needs the
+        // operators (records that cannot be decoded, inputs that deliver again) waits.
+        let inputs = &mut self.inputs;
+        let (results, read) =
+            self.shards
+                .process_in_parallel(&mut self.operator, &elements, move || {
+                    let mut read = Vec::new();
+                    inputs.read_ahead(&mut read).map(|()| read)
+                });
+        for read in read? {
+            self.took(read)?;
+        }
+        // A shard that failed goes on from its failure on its own, as at parallelism 1.
+        for (shard, result) in results.into_iter().enumerate() {
+            if let Err(failure) = result {
+                self.shards.activate(&mut self.operator, shard);
+                let outcome = self.process_from(chunk, &elements, Some(failure));
+                self.shards.activate(&mut self.operator, 0);
+                outcome?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands `elements` (the chunk's) to the operator the run drives and deals with
+    /// failures as [`Runner::process_chunk`] says; `failure` is where an earlier attempt
+    /// at the whole run already failed (a shard's, in the parallel part).
+    fn process_from(
+        &mut self,
+        chunk: &[(usize, Pending)],
+        elements: &[(usize, ElementRef<'_>)],
+        mut failure: Option<(usize, OperatorError)>,
+    ) -> anyhow::Result<()> {
         let mut start = 0;
         while start < elements.len() {
-            let Err((index, error)) = self.process_with_rollback(&elements[start..]) else {
+            let first: Option<ShardResult> = failure.take().map(Err);
+            let Err((index, error)) = self.process_with_rollback(&elements[start..], first) else {
                 return Ok(());
             };
             let at = start + index;
@@ -388,34 +507,45 @@ impl Runner {
                     self.idle_wait()
                 };
                 match self.inputs.read(index, wait)? {
-                    Read::Queued { input, resumed } => {
-                        self.resumed(input, resumed)?;
-                        any_ready = true;
-                    }
-                    Read::Undecodable {
-                        input,
-                        record,
-                        reason,
-                        resumed,
-                    } => {
-                        self.resumed(input, resumed)?;
-                        self.dead_letter(input, &record, &reason)?;
-                        self.inputs.recycle(record);
-                    }
-                    Read::Progress { input, resumed } => self.resumed(input, resumed)?,
                     Read::Idle => break,
-                    Read::End => {}
+                    read => any_ready |= self.took(read)?,
                 }
             }
         }
         Ok(())
     }
 
+    /// Deals with what one read brought: an input that delivers again, a record that
+    /// cannot be decoded (to the dead letters). Says whether a record was queued.
+    fn took(&mut self, read: Read) -> anyhow::Result<bool> {
+        match read {
+            Read::Queued { input, resumed } => {
+                self.resumed(input, resumed)?;
+                return Ok(true);
+            }
+            Read::Undecodable {
+                input,
+                record,
+                reason,
+                resumed,
+            } => {
+                self.resumed(input, resumed)?;
+                self.dead_letter(input, &record, &reason)?;
+                self.inputs.recycle(record);
+            }
+            Read::Progress { input, resumed } => self.resumed(input, resumed)?,
+            Read::Idle | Read::End => {}
+        }
+        Ok(false)
+    }
+
     /// An input that was idle delivers again: it holds the watermark back again.
     fn resumed(&mut self, input: usize, resumed: bool) -> anyhow::Result<()> {
         if resumed {
-            let fired = self.operator.set_idle(input, false);
-            self.fire_through(fired, KeyedOperator::resume_event_timers)?;
+            self.each_shard(|run| {
+                let fired = run.operator.set_idle(input, false);
+                run.fire_through(fired, KeyedOperator::resume_event_timers)
+            })?;
         }
         Ok(())
     }
@@ -424,8 +554,10 @@ impl Runner {
     /// all been processed.
     fn apply_progress(&mut self) -> anyhow::Result<()> {
         for (input, timestamp) in self.inputs.take_progress() {
-            let fired = self.operator.observe_progress(input, timestamp);
-            self.fire_through(fired, KeyedOperator::resume_event_timers)?;
+            self.each_shard(|run| {
+                let fired = run.operator.observe_progress(input, timestamp);
+                run.fire_through(fired, KeyedOperator::resume_event_timers)
+            })?;
         }
         Ok(())
     }
@@ -434,8 +566,10 @@ impl Runner {
     /// deliver again.
     fn update_idleness(&mut self) -> anyhow::Result<()> {
         for input in self.inputs.newly_idle() {
-            let fired = self.operator.set_idle(input, true);
-            self.fire_through(fired, KeyedOperator::resume_event_timers)?;
+            self.each_shard(|run| {
+                let fired = run.operator.set_idle(input, true);
+                run.fire_through(fired, KeyedOperator::resume_event_timers)
+            })?;
         }
         Ok(())
     }
@@ -449,9 +583,14 @@ impl Runner {
                 // timer now, and no checkpoint follows (a completed run removes
                 // them), so the keys those timers release need not be remembered.
                 self.operator.host_mut().keys_mut().stop_tracking();
+                for shard in self.shards.parked_mut() {
+                    shard.host_mut().keys_mut().stop_tracking();
+                }
             }
-            let fired = self.operator.end_source(input);
-            self.fire_through(fired, KeyedOperator::resume_event_timers)?;
+            self.each_shard(|run| {
+                let fired = run.operator.end_source(input);
+                run.fire_through(fired, KeyedOperator::resume_event_timers)
+            })?;
         }
         Ok(())
     }
@@ -459,8 +598,13 @@ impl Runner {
     /// Fires due processing-time timers.
     pub(crate) fn fire_processing_timers(&mut self) -> anyhow::Result<()> {
         let now = wall_clock_ms();
-        let fired = self.operator.fire_processing_timers(now);
-        self.fire_through(fired, |operator| operator.fire_processing_timers(now))
+        self.each_shard(|run| {
+            if !run.operator.has_processing_timers() {
+                return Ok(());
+            }
+            let fired = run.operator.fire_processing_timers(now);
+            run.fire_through(fired, |operator| operator.fire_processing_timers(now))
+        })
     }
 
     /// How long to wait for input when nothing is ready: until the next processing-time
@@ -468,7 +612,11 @@ impl Runner {
     fn idle_wait(&self) -> Duration {
         // A steered run looks for swaps between waits: keep them short.
         let cap = if self.control.is_some() { 10 } else { 100 };
-        match self.operator.next_processing_due() {
+        match self
+            .operators()
+            .filter_map(KeyedOperator::next_processing_due)
+            .min()
+        {
             Some(due) => Duration::from_millis((due - wall_clock_ms()).clamp(0, cap) as u64),
             None => Duration::from_millis(cap as u64),
         }
@@ -482,7 +630,9 @@ impl Runner {
         };
         if let Some(request) = control.take_swap() {
             let done = request.done.clone();
-            let reply = apply_swap(&mut self.operator, &self.init_info, &mut self.udf, request);
+            let mut operators = vec![&mut self.operator];
+            operators.extend(self.shards.parked_mut());
+            let reply = apply_swap(operators, &self.init_info, &mut self.udf, request);
             if reply.is_ok() {
                 // The status shows the new version, and the records processed before
                 // it, before the swap is reported done.
@@ -498,11 +648,14 @@ impl Runner {
     /// Writes the live figures into `control`, the run being in `state`.
     pub(crate) fn publish_status(&mut self, control: &RunControl, state: RunState) {
         let report = self.report();
+        let operators: Vec<&KeyedOperator> = std::iter::once(&self.operator)
+            .chain(self.shards.parked())
+            .collect();
         self.status.publish(
             control,
             state,
             report,
-            &self.operator,
+            &operators,
             &self.udf,
             &self.checkpoints,
         );
@@ -510,7 +663,7 @@ impl Runner {
 
     /// What the run did so far.
     pub(crate) fn report(&self) -> RunReport {
-        let counters = self.operator.counters();
+        let counters = self.counters();
         RunReport {
             pipeline: self.pipeline.clone(),
             udf: self.operator.function_name().to_string(),
@@ -546,5 +699,52 @@ impl Runner {
             checkpoints: self.checkpoints.taken,
             longest_checkpoint_pause: self.checkpoints.longest_pause,
         }
+    }
+
+    /// Every shard's operator, shard 0 (or the one the run drives) first.
+    pub(crate) fn operators(&self) -> impl Iterator<Item = &KeyedOperator> {
+        std::iter::once(&self.operator).chain(self.shards.parked())
+    }
+
+    /// The counters of the run: its shards', summed.
+    pub(crate) fn counters(&self) -> OperatorCounters {
+        sum_counters(self.operators())
+    }
+
+    /// Runs `f` with each shard's operator in turn as the one the run drives
+    /// (`self.operator`), in shard order, stopping at the first error; shard 0 is the one
+    /// driven afterwards. At parallelism 1, runs `f` once. The run drives the shards this
+    /// way for everything but the runs of records: watermark markers, idleness, ends of
+    /// input, processing-time timers, the end of input's timers and closing the sinks.
+    pub(crate) fn each_shard(
+        &mut self,
+        mut f: impl FnMut(&mut Self) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut result = Ok(());
+        for shard in 0..self.shards.count() {
+            self.shards.activate(&mut self.operator, shard);
+            result = f(self);
+            if result.is_err() {
+                break;
+            }
+        }
+        self.shards.activate(&mut self.operator, 0);
+        result
+    }
+
+    /// Writes out what every shard's sinks hold (after a failure, so that what was
+    /// emitted before it is kept); errors are left to the failure already reported.
+    pub(crate) fn flush_after_failure(&mut self) {
+        let _ = self.each_shard(|run| run.operator.flush().map_err(anyhow::Error::from));
+    }
+
+    /// Completes the sinks the shards share, once every shard has closed its own.
+    fn finish_shared_sinks(&mut self) -> anyhow::Result<()> {
+        for (output, shared) in self.outputs.iter().zip(&self.shards.outputs) {
+            shared
+                .finish()
+                .with_context(|| format!("output {output:?}"))?;
+        }
+        Ok(())
     }
 }

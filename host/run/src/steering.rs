@@ -53,19 +53,36 @@ impl StatusPublisher {
     }
 }
 
-/// Applies a queued swap to `operator`: the new version's `init` against the live host,
-/// then the swap; `udf` follows. Called by the run between two runs of records, where no
-/// key is in a call and no batch is open. Returns what the requester is told.
+/// Applies a queued swap to every shard's operator (`operators`, shard 0 first): the new
+/// version's `init` against each live host, then the swap; `udf` follows. Called by the
+/// run between two runs of records, where no key is in a call and no batch is open.
+/// Returns what the requester is told. If a shard refuses the new version, the shards
+/// that took it go back to the old one (when its probation keeps it), and the swap
+/// fails.
 pub(crate) fn apply_swap(
-    operator: &mut KeyedOperator,
+    mut operators: Vec<&mut KeyedOperator>,
     init_info: &InitInfo,
     udf: &mut UdfVersions,
     request: SwapRequest,
 ) -> Result<SwapDone, String> {
     let started = Instant::now();
-    operator
-        .swap_function(request.function, init_info, request.probation_calls)
-        .map_err(|e| format!("the new version was not swapped in: {e}"))?;
+    let mut functions = Vec::with_capacity(operators.len());
+    for _ in 1..operators.len() {
+        functions.push(request.function.another_instance().ok_or_else(|| {
+            "the new version was not swapped in: it cannot be instantiated once per shard"
+                .to_string()
+        })?);
+    }
+    functions.insert(0, request.function);
+    for (shard, function) in functions.into_iter().enumerate() {
+        if let Err(e) = operators[shard].swap_function(function, init_info, request.probation_calls)
+        {
+            for done in &mut operators[..shard] {
+                done.rollback();
+            }
+            return Err(format!("the new version was not swapped in: {e}"));
+        }
+    }
     let pause = started.elapsed();
     tracing::info!(
         "UDF {:?} version {} swapped in ({:.2} ms)",
@@ -85,31 +102,42 @@ impl StatusPublisher {
     }
 
     /// Writes the live figures into `control`, the run being in `state`: `report` so far,
-    /// and what `operator`, `udf` and `checkpoints` say. Called by the run when a
-    /// status is [due](Self::due), after a swap, and once when the run ends.
+    /// and what the shards' `operators` (shard 0 first), `udf` and `checkpoints` say:
+    /// keys, state and timers summed over the shards. Called by the run when a status is
+    /// [due](Self::due), after a swap, and once when the run ends.
     pub fn publish(
         &mut self,
         control: &RunControl,
         state: RunState,
         report: RunReport,
-        operator: &KeyedOperator,
+        operators: &[&KeyedOperator],
         udf: &UdfVersions,
         checkpoints: &Checkpoints,
     ) {
         self.last = Instant::now();
-        let host = operator.host();
-        let watermark = operator.watermark();
+        let hosts = || operators.iter().map(|o| o.host());
+        // Every shard reads every record's timestamp: their watermarks are the same.
+        let watermark = operators[0].watermark();
         let set = watermark > MIN_WATERMARK && watermark < END_OF_TIME;
-        let keys = host.keys().len() as u64;
+        let keys = hosts().map(|h| h.keys().len() as u64).sum();
         let state_bytes = if self.state_bytes.0.elapsed() >= Duration::from_secs(1) {
-            let bytes = host.keys().state_bytes() as u64;
+            let bytes = hosts().map(|h| h.keys().state_bytes() as u64).sum();
             self.state_bytes = (Instant::now(), bytes);
             bytes
         } else {
             self.state_bytes.1
         };
-        let event_timers = host.timers().pending(TimeDomain::EventTime) as u64;
-        let processing_timers = host.timers().pending(TimeDomain::ProcessingTime) as u64;
+        let pending = |domain| {
+            hosts()
+                .map(|h| h.timers().pending(domain) as u64)
+                .sum::<u64>()
+        };
+        let event_timers = pending(TimeDomain::EventTime);
+        let processing_timers = pending(TimeDomain::ProcessingTime);
+        let probation_calls_left = operators
+            .iter()
+            .filter_map(|o| o.probation_calls_left())
+            .max();
         let now = wall_clock_ms();
         let rate = &mut self.rate;
         control.update(|s| {
@@ -130,7 +158,7 @@ impl StatusPublisher {
             s.udf_errors = report.udf_errors;
             s.udf_retries = report.udf_retries;
             s.rejected = report.rejected;
-            s.probation_calls_left = operator.probation_calls_left();
+            s.probation_calls_left = probation_calls_left;
             s.checkpoints = checkpoints.taken;
             s.checkpoint_history.clone_from(&checkpoints.history);
             rate.observe(s, now);

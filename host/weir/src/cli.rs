@@ -84,6 +84,11 @@ enum Command {
         /// Takes no checkpoints and restores none.
         #[arg(long)]
         no_checkpoints: bool,
+        /// Processes the records in N keyed shards, each on its own thread with its own
+        /// UDF instance (replaces the pipeline file's `parallelism`; default 1). A
+        /// checkpoint taken at one parallelism restores at any other.
+        #[arg(long, value_name = "N")]
+        parallelism: Option<usize>,
         /// Starts from scratch: deletes the checkpoints in the state directory first.
         #[arg(long)]
         fresh: bool,
@@ -563,6 +568,7 @@ pub fn main() -> ExitCode {
             state_dir,
             checkpoint_interval,
             no_checkpoints,
+            parallelism,
             fresh,
             quiet,
             group,
@@ -578,6 +584,7 @@ pub fn main() -> ExitCode {
                 state_dir,
                 checkpoint_interval,
                 no_checkpoints,
+                parallelism,
             };
             let spec = match PipelineSpec::load(&pipeline, &overrides) {
                 Ok(spec) => spec,

@@ -160,6 +160,9 @@ pub struct KeyedOperator {
     counters: OperatorCounters,
     /// The run's stop request, looked at between the timers of the end of input.
     stop: Option<Arc<AtomicBool>>,
+    /// Which shard this operator is, of how many (see [`set_shard`](Self::set_shard));
+    /// `None` for a pipeline of parallelism 1, which owns every key.
+    shard: Option<(usize, usize)>,
 }
 
 impl KeyedOperator {
@@ -187,7 +190,25 @@ impl KeyedOperator {
             batch_limit: DEFAULT_MAX_BATCH,
             probation: None,
             stop: None,
+            shard: None,
         }
+    }
+
+    /// Makes this operator shard `index` of `parallelism`: it calls the UDF only for the
+    /// elements whose key belongs to one of its key groups
+    /// ([`shard_of`](weir_core::key::shard_of)), and only reads the timestamps of the
+    /// others, so that its watermark, and the timers it fires, are the whole pipeline's
+    /// at every element (every shard is handed every element). The run calls this once,
+    /// when it opens, before [`init`](Self::init), on each shard of a pipeline whose
+    /// parallelism is above 1.
+    pub fn set_shard(&mut self, index: usize, parallelism: usize) {
+        self.shard = (parallelism > 1).then_some((index, parallelism));
+    }
+
+    /// Whether this operator's shard owns `key`.
+    fn owns(&self, key: &[u8]) -> bool {
+        self.shard
+            .is_none_or(|(index, parallelism)| weir_core::key::shard_of(key, parallelism) == index)
     }
 
     /// Lets `stop` end the firing of the end of input's timers between two timers, as
@@ -412,6 +433,13 @@ impl KeyedOperator {
         source: usize,
         element: ElementRef<'_>,
     ) -> Result<(), OperatorError> {
+        if !self.owns(element.key) {
+            // Another shard's: only its timestamp counts here.
+            if let Some(watermark) = self.watermark.observe(source, element.timestamp) {
+                self.fire_event_timers(watermark)?;
+            }
+            return Ok(());
+        }
         if element.timestamp <= self.watermark.current() {
             self.counters.late += 1;
         }
@@ -504,17 +532,54 @@ impl KeyedOperator {
                     .is_some_and(|due| due <= at)
         };
         let mut entries = Vec::with_capacity(limit.min(2 * (elements.len() - start) + 8));
+        // For each entry, the last element (counted from `start`) it stands for: its own
+        // index for an element, and the other shards' elements folded into it after it;
+        // for a timer, the element whose advance made it due (`None`: one before `start`).
+        let mut entry_ends: Vec<Option<usize>> = Vec::with_capacity(entries.capacity());
         let mut watermark = self.watermark.clone();
         let mut last_timer = None;
         // An advance that an earlier batch stopped inside finishes first.
         let unfinished = self.unfinished_advance.take();
         if let Some(advance) = unfinished {
             self.push_due_timers(&mut entries, &mut last_timer, advance);
+            entry_ends.resize(entries.len(), None);
         }
         let mut taken = 0;
         for &(source, element) in &elements[start..] {
             if entries.len() >= limit {
                 break;
+            }
+            if !self.owns(element.key) {
+                // Another shard's element: its advance is folded into the element before
+                // it (whose call then sees the watermark the next element starts from,
+                // as the one-call path would have it), or fires its timers here.
+                let before = watermark.current();
+                let after = watermark
+                    .observe(source, element.timestamp)
+                    .unwrap_or(before);
+                let index = taken;
+                taken += 1;
+                if after > before {
+                    if let Some(BatchEntry::Element {
+                        watermark_after, ..
+                    }) = entries.last_mut()
+                    {
+                        *watermark_after = after;
+                        *entry_ends.last_mut().expect("one per entry") = Some(index);
+                    }
+                    let expiring = ttl.is_some()
+                        && self
+                            .host
+                            .timers
+                            .event_due_between(last_timer, after)
+                            .any(|(_, _, key)| expires_by(&self.host, key, after));
+                    if after >= ttl_limit || expiring {
+                        break;
+                    }
+                    self.push_due_timers(&mut entries, &mut last_timer, after);
+                    entry_ends.resize(entries.len(), Some(index));
+                }
+                continue;
             }
             let key = self.host.keys.intern(element.key);
             let before = watermark.current();
@@ -531,6 +596,7 @@ impl KeyedOperator {
                 watermark: before,
                 watermark_after: after,
             });
+            entry_ends.push(Some(taken));
             taken += 1;
             if after > before {
                 let expiring = ttl.is_some()
@@ -543,7 +609,16 @@ impl KeyedOperator {
                     break;
                 }
                 self.push_due_timers(&mut entries, &mut last_timer, after);
+                entry_ends.resize(entries.len(), Some(taken - 1));
             }
+        }
+        if entries.is_empty() {
+            // Only other shards' elements, and no timer due: nothing to call.
+            for &(source, element) in &elements[start..start + taken] {
+                self.watermark.observe(source, element.timestamp);
+            }
+            self.host.watermark = self.watermark.current();
+            return Ok(start + taken);
         }
         let result = self.function.process_batch(&mut self.host, &entries);
         let batch = match result {
@@ -564,7 +639,6 @@ impl KeyedOperator {
             }
         };
 
-        let mut consumed_elements = 0;
         for entry in &entries[..batch.consumed] {
             match *entry {
                 BatchEntry::Element {
@@ -574,15 +648,22 @@ impl KeyedOperator {
                         self.counters.late += 1;
                     }
                     self.counters.elements += 1;
-                    let (source, _) = elements[start + consumed_elements];
-                    self.watermark.observe(source, element.timestamp);
-                    consumed_elements += 1;
                 }
                 BatchEntry::Timer { domain, .. } => match domain {
                     TimeDomain::EventTime => self.counters.event_timers += 1,
                     TimeDomain::ProcessingTime => self.counters.processing_timers += 1,
                 },
             }
+        }
+        // The elements done: all taken if every entry was, else up to the last one the
+        // consumed entries stand for (the next batch reads the rest again).
+        let consumed_elements = if batch.consumed == entries.len() {
+            taken
+        } else {
+            entry_ends[batch.consumed - 1].map_or(0, |end| end + 1)
+        };
+        for &(source, element) in &elements[start..start + consumed_elements] {
+            self.watermark.observe(source, element.timestamp);
         }
         self.counters.event_timers -= batch.skipped as u64;
         self.passed_calls(batch.consumed as u64);
@@ -592,15 +673,19 @@ impl KeyedOperator {
         // watermark (including ones just registered) fire before anything else. After an
         // element that did not advance it, a timer it registered at or before the
         // watermark waits for the next advance.
-        self.unfinished_advance = match entries[batch.consumed - 1] {
+        let (unfinished, reached) = match entries[batch.consumed - 1] {
             BatchEntry::Element {
                 watermark,
                 watermark_after,
                 ..
-            } if watermark_after > watermark => Some(watermark_after),
-            BatchEntry::Timer { watermark, .. } => Some(watermark),
-            BatchEntry::Element { .. } => None,
+            } if watermark_after > watermark => (Some(watermark_after), watermark_after),
+            BatchEntry::Timer { watermark, .. } => (Some(watermark), watermark),
+            BatchEntry::Element { watermark, .. } => (None, watermark),
         };
+        // Other shards' elements after the last entry may have moved the watermark on:
+        // the timers of that advance (ones just registered included) are still to fire.
+        let now = self.watermark.current();
+        self.unfinished_advance = if now > reached { Some(now) } else { unfinished };
         self.flush_emitted(Ok(()))
             .map_err(|e| (start + consumed_elements.saturating_sub(1), e))?;
         Ok(start + consumed_elements)

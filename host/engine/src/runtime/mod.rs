@@ -193,6 +193,15 @@ pub trait ProcessFunction: Send {
     fn on_timer(&mut self, host: &mut HostServices, timer: FiredTimer<'_>)
         -> Result<(), CallError>;
 
+    /// A new instance of the same function, not initialised yet, for another shard of a
+    /// pipeline whose parallelism is above 1 (each shard calls its own instance from its
+    /// own thread). Called when such a run opens, and when a new version is swapped into
+    /// it, once per shard after the first; `None` (the default) means the function
+    /// cannot be instantiated again, and such a run fails to start, saying so.
+    fn another_instance(&self) -> Option<Box<dyn ProcessFunction>> {
+        None
+    }
+
     /// Whether [`process_batch`](Self::process_batch) is available. Asked before each
     /// run of elements; a function that says `false` gets one call per entry.
     fn takes_batches(&self) -> bool {

@@ -78,7 +78,8 @@ pub const DEFAULT_MEMORY_LIMIT: usize = 64 << 20;
 /// The default deadline of one UDF call (`[udf] call_timeout`).
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A compiled UDF component, ready to instantiate.
+/// A compiled UDF component, ready to instantiate (a clone shares the compiled code).
+#[derive(Clone)]
 pub struct LoadedComponent {
     /// The name it was loaded under (a run passes the pipeline's `[udf] name`): what
     /// messages, log lines and the guest's stderr are labelled with.
@@ -467,6 +468,14 @@ fn is_runtime_frame(name: &str) -> bool {
 impl ProcessFunction for WasmFunction {
     fn name(&self) -> &str {
         &self.component.name
+    }
+
+    fn another_instance(&self) -> Option<Box<dyn ProcessFunction>> {
+        // The compiled code is shared; the instance, its store and its memory are not.
+        Some(Box::new(WasmFunction::new(
+            self.component.clone(),
+            self.limits.clone(),
+        )))
     }
 
     fn init(&mut self, host: &mut HostServices, info: &InitInfo) -> Result<(), CallError> {
