@@ -251,12 +251,18 @@ fn run_case(dir: &Path, bless: bool) -> Result<(), String> {
         );
     }
 
-    for &parallelism in &case.parallelism {
-        let variant = Workspace::prepare(dir, &case, None)?;
+    // Each parallelism with the default batches and with each of `batch_sizes`.
+    let batches = std::iter::once(None).chain(case.batch_sizes.iter().copied().map(Some));
+    let variants = batches.flat_map(|b| case.parallelism.iter().map(move |&p| (p, b)));
+    for (parallelism, max_batch) in variants.collect::<Vec<_>>() {
+        let variant = Workspace::prepare(dir, &case, max_batch)?;
         let mut args = case.args.clone();
         args.extend(["--parallelism".to_string(), parallelism.to_string()]);
         let ran = variant.run(&weir, &case, &args, CASE_LOG)?;
-        let what = format!("with --parallelism {parallelism}: ");
+        let what = match max_batch {
+            None => format!("with --parallelism {parallelism}: "),
+            Some(b) => format!("with --parallelism {parallelism} and max_batch = {b}: "),
+        };
         let mut found = Vec::new();
         check_run(&case, &ran, &mut found);
         problems.extend(found.into_iter().map(|p| format!("{what}{p}")));

@@ -421,9 +421,6 @@ impl Runner {
                 (*input, element)
             })
             .collect();
-        if self.shards.count() == 1 {
-            return self.process_from(chunk, &elements, None);
-        }
         // While the shards work, this thread reads ahead; what it read that needs the
         // operators (records that cannot be decoded, inputs that deliver again) waits.
         let inputs = &mut self.inputs;

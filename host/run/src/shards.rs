@@ -50,16 +50,15 @@ impl Shards {
     ) -> anyhow::Result<Self> {
         let mut parked = vec![None];
         parked.extend(others.into_iter().map(Some));
-        let pool = match parked.len() {
-            1 => None,
-            shards => Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(shards)
-                    .thread_name(|shard| format!("weir-shard-{shard}"))
-                    .build()
-                    .map_err(|e| anyhow::anyhow!("cannot start the shards' threads: {e}"))?,
-            ),
-        };
+        // At parallelism 1 too: the one shard works on its thread while the run's reads
+        // ahead and decodes the next run of records.
+        let pool = Some(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(parked.len())
+                .thread_name(|shard| format!("weir-shard-{shard}"))
+                .build()
+                .map_err(|e| anyhow::anyhow!("cannot start the shards' threads: {e}"))?,
+        );
         Ok(Self {
             parked,
             active: 0,

@@ -508,3 +508,77 @@ fn a_failed_call_leaves_no_state_or_timer_change_behind() {
         .unwrap();
     assert_eq!(dump(op.host()), dump(replayed.host()));
 }
+
+/// Per key, the lines `received` got for it (the key is the third `:` field).
+fn per_key(lines: Vec<String>) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut keys: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for line in lines {
+        let key = line.split([':', '@']).nth(2).expect("a key").to_string();
+        // Sequence numbers count per shard; the order within the key is what matters.
+        let line = line.split('#').next().expect("a line").to_string();
+        keys.entry(key).or_default().push(line);
+    }
+    keys
+}
+
+#[test]
+fn shards_together_give_each_key_what_one_operator_gives_it() {
+    // 40 keys, timestamps out of order, timers 25 ms after each element: every element
+    // of one shard moves the watermark of the other, whose timers must fire in between
+    // exactly where they fire in one operator.
+    let mut state = 7u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        state >> 33
+    };
+    let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+    let records: Vec<(&str, &str, i64)> = (0..2_000)
+        .map(|i| {
+            let key = keys[(next() % 40) as usize].as_str();
+            (key, "x", i * 3 - (next() % 20) as i64)
+        })
+        .collect();
+    let (mut one, one_out) = operator(Counter::new("v1", 25));
+    let elements = elements(&records);
+    for run in elements.chunks(97) {
+        one.process_elements(run).unwrap();
+    }
+    one.end_source(0).unwrap();
+    one.finish().unwrap();
+    let expected = per_key(taken(&one_out));
+
+    let parallelism = 3;
+    let mut shards: Vec<(KeyedOperator, Received)> = (0..parallelism)
+        .map(|shard| {
+            let mut op = KeyedOperator::new(Box::new(Counter::new("v1", 25)), &[0], 0);
+            op.set_shard(shard, parallelism);
+            op.init(&InitInfo::default()).expect("init");
+            let received = Received::default();
+            op.bind_sinks(vec![Box::new(VecSink(Arc::clone(&received)))]);
+            (op, received)
+        })
+        .collect();
+    for run in elements.chunks(97) {
+        for (op, _) in &mut shards {
+            op.process_elements(run).unwrap();
+        }
+    }
+    let mut together = Vec::new();
+    let mut elements_seen = 0;
+    for (op, received) in &mut shards {
+        op.end_source(0).unwrap();
+        op.finish().unwrap();
+        assert_eq!(op.watermark(), one.watermark());
+        elements_seen += op.counters().elements;
+        let lines = taken(received);
+        assert!(!lines.is_empty(), "every shard owns some of the 40 keys");
+        together.extend(lines);
+    }
+    assert_eq!(
+        elements_seen, 2_000,
+        "each element is processed by one shard"
+    );
+    assert_eq!(per_key(together), expected);
+}

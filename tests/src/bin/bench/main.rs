@@ -45,6 +45,7 @@
 
 mod kafka;
 mod languages;
+mod parallel;
 mod scale;
 mod state_dir;
 mod state_size;
@@ -120,6 +121,14 @@ fn main() -> anyhow::Result<()> {
                 }
                 return Ok(());
             }
+            "parallel" => {
+                let runs = parallel::speedup(&spec)?;
+                let base = runs[0].report.records_per_second();
+                for r in &runs {
+                    println!("{}", r.line(base));
+                }
+                return Ok(());
+            }
             "languages" => {
                 for r in languages::per_element(&data, &clicks)? {
                     println!("{}", r.line());
@@ -138,7 +147,7 @@ fn main() -> anyhow::Result<()> {
             "wasm" => run(&spec, &RunOptions::default()),
             other => {
                 anyhow::bail!(
-                    "unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka|languages|scale|state-size [UDF]]"
+                    "unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka|languages|parallel|scale|state-size [UDF]]"
                 )
             }
         }
@@ -190,6 +199,7 @@ fn main() -> anyhow::Result<()> {
         cost.with.outputs == wasm.outputs,
         "checkpoints must not change what the counter emits"
     );
+    let parallel_runs = parallel::speedup(&spec)?;
     let kafka = kafka_throughput(&data)?;
     let (scale_runs, rebalance) = scale::scale_out(&data)?;
     let language_runs = languages::per_element(&data, &clicks)?;
@@ -219,6 +229,10 @@ fn main() -> anyhow::Result<()> {
         println!("{}", s.line());
     }
     println!("{}", cost.line());
+    let base = parallel_runs[0].report.records_per_second();
+    for r in &parallel_runs {
+        println!("{}", r.line(base));
+    }
     for r in &kafka {
         println!("{}", kafka_line(r));
     }
