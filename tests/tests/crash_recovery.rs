@@ -36,12 +36,32 @@ fn run_with_crashes(
     seed: u64,
     kills: usize,
 ) -> Crashes {
+    run_with_crashes_at(args, &[], state, span, seed, kills)
+}
+
+/// [`run_with_crashes`], run `i` (the last one included) at `--parallelism
+/// parallelisms[i % len]` (none given: the pipeline's).
+fn run_with_crashes_at(
+    args: &[String],
+    parallelisms: &[usize],
+    state: &Path,
+    span: Duration,
+    seed: u64,
+    kills: usize,
+) -> Crashes {
     let mut rng = Rng::new(seed);
     let mut crashes = Crashes::default();
     let log = state.with_extension("log");
-    for _ in 0..kills {
+    let parallelism = |run: usize| -> Vec<String> {
+        match parallelisms {
+            [] => Vec::new(),
+            all => vec!["--parallelism".into(), all[run % all.len()].to_string()],
+        }
+    };
+    for run in 0..kills {
         let mut child = Command::new(weir_bin())
             .args(args)
+            .args(parallelism(run))
             .args(["--checkpoint-interval", "100ms", "-q", "--state-dir"])
             .arg(state)
             .current_dir(repo_root())
@@ -75,8 +95,23 @@ fn run_with_crashes(
     let mut last: Vec<&str> = args.iter().map(String::as_str).collect();
     let state_arg = state.display().to_string();
     last.extend(["-q", "--state-dir", &state_arg]);
+    let last_parallelism = parallelism(crashes.kills);
+    last.extend(last_parallelism.iter().map(String::as_str));
     weir(&last).assert_success();
     crashes
+}
+
+/// The lines of `text` grouped by their `ad_id`, each ad's in their order, as one text.
+fn per_ad(text: &str) -> String {
+    let mut ads: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).expect("a JSON line");
+        ads.entry(v["ad_id"].to_string()).or_default().push(line);
+    }
+    ads.into_values()
+        .flatten()
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// The newest checkpoint file's name in `state`, if any.
@@ -115,6 +150,20 @@ fn read(path: &Path) -> String {
 
 #[test]
 fn seed_000_counter_output_survives_kill_9() {
+    counter_output_survives_kill_9(&[]);
+}
+
+/// The same in keyed shards whose number changes from run to run (4, 2, 1, 3, 2):
+/// each restore takes the checkpoint of another parallelism. The output file holds
+/// each ad's records exactly as the uninterrupted run at parallelism 1 wrote them.
+#[test]
+fn seed_000_counter_output_in_shards_survives_kill_9() {
+    counter_output_survives_kill_9(&[4, 2, 1, 3, 2]);
+}
+
+/// The counter killed at random moments (each run at the next of `parallelisms`, or
+/// the pipeline's 1): its output equals the uninterrupted run's (per ad, in shards).
+fn counter_output_survives_kill_9(parallelisms: &[usize]) {
     let work = Workdir::new();
     // Enough clicks for a run of a second or two; some late, some not JSON.
     let clicks = gen::clicks(400_000, 5_000, 21, 20, 2_000, 0.01, 0.0005);
@@ -148,13 +197,24 @@ fn seed_000_counter_output_survives_kill_9() {
     weir(&uninterrupted.iter().map(String::as_str).collect::<Vec<_>>()).assert_success();
     let span = started.elapsed();
 
-    let crashes = run_with_crashes(&run_args("crashed"), &work.path("state"), span, 7, 4);
+    let crashes = run_with_crashes_at(
+        &run_args("crashed"),
+        parallelisms,
+        &work.path("state"),
+        span,
+        7,
+        4,
+    );
     assert!(
         crashes.restored >= 1,
         "at least one kill must land after a checkpoint: {crashes:?}"
     );
-    let expected = read(&work.path("expected.jsonl"));
-    let actual = read(&work.path("crashed.jsonl"));
+    let mut expected = read(&work.path("expected.jsonl"));
+    let mut actual = read(&work.path("crashed.jsonl"));
+    if !parallelisms.is_empty() {
+        // Shards interleave the ads differently: each ad's records, in order.
+        (expected, actual) = (per_ad(&expected), per_ad(&actual));
+    }
     assert!(expected.lines().count() > 400_000);
     assert!(
         actual == expected,
@@ -365,6 +425,22 @@ fn read_topic_ids(topic: &str) -> Vec<(String, Produced)> {
 
 #[test]
 fn seed_000_kafka_output_deduplicates_by_weir_id_after_kill_9() {
+    kafka_output_survives_kill_9("crash-to-kafka", &[]);
+}
+
+/// Like `seed_000_kafka_output_deduplicates_by_weir_id_after_kill_9`, in keyed shards
+/// whose number changes from run to run (2, 4, 2, ...): the records of each key group
+/// are numbered on their own (`<pipeline>/<output>/g<group>.<n>`), so every replayed
+/// record comes back with the id it had, and each key's records equal the file run's.
+#[test]
+fn seed_000_kafka_output_in_shards_deduplicates_by_weir_id_after_kill_9() {
+    kafka_output_survives_kill_9("crash-to-kafka-in-shards", &[2, 4]);
+}
+
+/// The counter into a Kafka topic, killed at random moments (each run at the next of
+/// `parallelisms`, or the pipeline's 1); the topic de-duplicated by `weir-id` must hold
+/// exactly the uninterrupted file run's records (per key, in shards).
+fn kafka_output_survives_kill_9(name: &str, parallelisms: &[usize]) {
     let work = Workdir::new();
     let topic = unique_table("counts_crash");
     let status = Command::new("bash")
@@ -379,7 +455,7 @@ fn seed_000_kafka_output_deduplicates_by_weir_id_after_kill_9() {
     let pipeline = work.write(
         "pipeline.toml",
         &format!(
-            r#"name = "crash-to-kafka"
+            r#"name = "{name}"
 [[source]]
 name = "clicks"
 type = "file"
@@ -420,8 +496,9 @@ transactional = true
     let span = started.elapsed();
     let expected: Vec<String> = read(&expected_file).lines().map(str::to_string).collect();
 
-    let crashes = run_with_crashes(
+    let crashes = run_with_crashes_at(
         &args(&["run", &pipeline, "--dead-letter", &dead]),
+        parallelisms,
         &work.path("state"),
         span,
         17,
@@ -431,11 +508,14 @@ transactional = true
 
     // De-duplicate by id, as a consumer would; every copy of an id is the same record.
     let messages = read_topic_ids(&topic);
+    if !parallelisms.is_empty() {
+        return check_grouped_ids(name, messages, &expected, crashes);
+    }
     let mut by_id: std::collections::BTreeMap<u64, Produced> = Default::default();
     let mut repeats = 0;
     for (id, record) in messages {
         let n: u64 = id
-            .strip_prefix("crash-to-kafka/main/")
+            .strip_prefix(&format!("{name}/main/"))
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("unexpected id {id}"));
         match by_id.get(&n) {
@@ -459,5 +539,65 @@ transactional = true
         payloads == expected,
         "the de-duplicated topic differs from the file run"
     );
+    eprintln!("{crashes:?}, {repeats} repeated records de-duplicated");
+}
+
+/// The topic of a run in shards, de-duplicated by id: within each key group the numbers
+/// run 0..n without gaps, and each ad's records equal the file run's `expected`, in order.
+fn check_grouped_ids(
+    name: &str,
+    messages: Vec<(String, Produced)>,
+    expected: &[String],
+    crashes: Crashes,
+) {
+    let mut by_id: std::collections::BTreeMap<(u16, u64), Produced> = Default::default();
+    let mut repeats = 0;
+    for (id, record) in messages {
+        let (group, number) = id
+            .strip_prefix(&format!("{name}/main/g"))
+            .and_then(|rest| rest.split_once('.'))
+            .and_then(|(g, n)| Some((g.parse().ok()?, n.parse().ok()?)))
+            .unwrap_or_else(|| panic!("unexpected id {id}"));
+        match by_id.get(&(group, number)) {
+            Some(first) => {
+                assert_eq!(first, &record, "record {id} was re-sent differently");
+                repeats += 1;
+            }
+            None => {
+                by_id.insert((group, number), record);
+            }
+        }
+    }
+    let mut per_group: std::collections::BTreeMap<u16, Vec<u64>> = Default::default();
+    for (group, number) in by_id.keys() {
+        per_group.entry(*group).or_default().push(*number);
+    }
+    for (group, numbers) in &per_group {
+        assert_eq!(
+            numbers,
+            &(0..numbers.len() as u64).collect::<Vec<_>>(),
+            "group {group}'s ids are 0..n without gaps"
+        );
+    }
+    let ad = |payload: &str| -> String {
+        let v: Value = serde_json::from_str(payload).expect("a JSON record");
+        v["ad_id"].to_string()
+    };
+    let per_ad = |payloads: Vec<&str>| {
+        let mut ads: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for p in payloads {
+            ads.entry(ad(p)).or_default().push(p.to_string());
+        }
+        ads
+    };
+    // Within a group the ids give the order of its records.
+    let got = per_ad(by_id.values().map(|(_, p, _)| p.as_str()).collect());
+    let want = per_ad(expected.iter().map(String::as_str).collect());
+    assert_eq!(got.len(), want.len(), "as many ads as the file run");
+    assert!(
+        got == want,
+        "the de-duplicated topic differs from the file run, per ad"
+    );
+    assert!(per_group.len() > 16, "the ads spread over the key groups");
     eprintln!("{crashes:?}, {repeats} repeated records de-duplicated");
 }

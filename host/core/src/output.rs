@@ -17,7 +17,46 @@ pub struct OutputRecord<'a> {
     pub timestamp: i64,
     /// The record's number in its output (0-based, counted over the pipeline's whole
     /// history, checkpoints included): a replay gives the same record the same number.
+    /// A pipeline of parallelism above 1 numbers the records of each key group on their
+    /// own ([`Sequence::Grouped`]), which a replay at any such parallelism repeats.
     pub sequence: u64,
+}
+
+/// The top bit of a [`OutputRecord::sequence`] says it is numbered within a key group.
+const GROUPED: u64 = 1 << 63;
+
+/// What a record's sequence number says, read by [`Sequence::of`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sequence {
+    /// The record's number in its whole output (a pipeline of parallelism 1).
+    Output(u64),
+    /// The record's number among the records its key group emitted to the output (a
+    /// pipeline of parallelism above 1, whose shards interleave their outputs).
+    Grouped {
+        /// The key group of the key that emitted it.
+        group: u16,
+        /// Its number in that group's records of the output.
+        number: u64,
+    },
+}
+
+impl Sequence {
+    /// The sequence number of record `number` of key group `group`.
+    pub fn grouped(group: u16, number: u64) -> u64 {
+        GROUPED | (number << 8) | u64::from(group)
+    }
+
+    /// What sequence number `sequence` says.
+    pub fn of(sequence: u64) -> Self {
+        if sequence & GROUPED == 0 {
+            Sequence::Output(sequence)
+        } else {
+            Sequence::Grouped {
+                group: (sequence & 0xff) as u16,
+                number: (sequence & !GROUPED) >> 8,
+            }
+        }
+    }
 }
 
 /// Where a sink stood at a checkpoint, so a restored run can go back there.
@@ -73,5 +112,25 @@ pub trait Sink: Send {
     /// tell (their checkpoints still say what is durable).
     fn lost(&self) -> u64 {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grouped_sequences_read_back_and_never_meet_whole_output_ones() {
+        let s = Sequence::grouped(127, 5);
+        assert_eq!(
+            Sequence::of(s),
+            Sequence::Grouped {
+                group: 127,
+                number: 5
+            }
+        );
+        assert_eq!(Sequence::of(41), Sequence::Output(41));
+        assert!(Sequence::grouped(0, 0) > u64::MAX / 2);
+        assert_ne!(Sequence::grouped(1, 0), Sequence::grouped(0, 1));
     }
 }

@@ -193,6 +193,16 @@ impl Restored {
             }
         };
         operator.restore(&watermarks, meta.watermark, counters);
+        let by_group: Vec<Vec<u64>> = outputs
+            .iter()
+            .map(|name| {
+                meta.outputs
+                    .iter()
+                    .find(|o| &o.name == name)
+                    .map_or_else(Vec::new, |o| o.by_group.clone())
+            })
+            .collect();
+        operator.restore_by_group(&by_group);
         Ok(())
     }
 }
@@ -239,6 +249,21 @@ impl Checkpoints {
             None => Ok(()),
         }
     }
+}
+
+/// The records each key group emitted to `output`, over the shards: a group's count
+/// grows only in the shard that owns it, so the largest is the group's.
+fn by_group(operators: &[&mut KeyedOperator], output: usize) -> Vec<u64> {
+    let mut counts: Vec<u64> = Vec::new();
+    for operator in operators {
+        if let Some(theirs) = operator.emitted_by_group().get(output) {
+            counts.resize(theirs.len(), 0);
+            for (count, &their) in counts.iter_mut().zip(theirs) {
+                *count = (*count).max(their);
+            }
+        }
+    }
+    counts
 }
 
 /// What a checkpoint is cut from: the run's parts, borrowed while it is taken.
@@ -364,9 +389,11 @@ impl Checkpoints {
             outputs: outputs
                 .iter()
                 .zip(&counters.emitted)
-                .map(|(name, &emitted)| OutputMeta {
+                .enumerate()
+                .map(|(output, (name, &emitted))| OutputMeta {
                     name: name.clone(),
                     emitted,
+                    by_group: by_group(&operators, output),
                 })
                 .collect(),
             dead_letters,

@@ -208,7 +208,7 @@ impl Runner {
         } else {
             shared = sinks
                 .into_iter()
-                .map(|sink| (sink.location().to_string(), SharedOutput::new(sink, 0)))
+                .map(|sink| (sink.location().to_string(), SharedOutput::new(sink)))
                 .collect::<Vec<_>>();
             for shard in std::iter::once(&mut operator).chain(&mut others) {
                 shard.bind_sinks(
@@ -235,10 +235,6 @@ impl Runner {
             }
         }
         let shared: Vec<Arc<SharedOutput>> = shared.into_iter().map(|(_, o)| o).collect();
-        for (output, &emitted) in shared.iter().zip(&operator.counters().emitted) {
-            // Shard 0 holds the restored counts; the shared sinks go on numbering from them.
-            output.resume_numbering(emitted);
-        }
         let mut dead_letter_resume = restored.dead_letters();
         if spec.checkpoint.kafka.is_some() {
             // A task of a consumer group may have moved here from another machine, whose
@@ -313,7 +309,8 @@ impl Runner {
                 self.dead_letters.flush()?;
                 continue;
             }
-            self.process_chunk(&chunk)?;
+            // A stop or a checkpoint waits for the queues to drain: no reading ahead then.
+            self.process_chunk(&chunk, !draining)?;
             for (_, pending) in chunk.drain(..) {
                 self.inputs.recycle(pending.record);
             }
@@ -408,7 +405,11 @@ impl Runner {
     /// Hands a chunk of records to the operator. A record whose call failed is dealt
     /// with as [`Runner::on_failure`] decides: sent to the dead letters (the rest of the
     /// chunk goes on), tried again, or the end of the run, with a message naming it.
-    fn process_chunk(&mut self, chunk: &[(usize, Pending)]) -> anyhow::Result<()> {
+    fn process_chunk(
+        &mut self,
+        chunk: &[(usize, Pending)],
+        read_ahead: bool,
+    ) -> anyhow::Result<()> {
         let elements: Vec<(usize, ElementRef<'_>)> = chunk
             .iter()
             .map(|(input, p)| {
@@ -428,7 +429,10 @@ impl Runner {
             self.shards
                 .process_in_parallel(&mut self.operator, &elements, move || {
                     let mut read = Vec::new();
-                    inputs.read_ahead(&mut read).map(|()| read)
+                    match read_ahead {
+                        true => inputs.read_ahead(&mut read).map(|()| read),
+                        false => Ok(read),
+                    }
                 });
         for read in read? {
             self.took(read)?;

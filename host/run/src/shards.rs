@@ -17,7 +17,9 @@
 //! dealt with on the run's thread, shard by shard, as at parallelism 1.
 //!
 //! The shards share the pipeline's sinks: each shard writes into a [`ShardSink`], which
-//! hands its records on in runs to the one [`SharedOutput`] of that output.
+//! hands its records on in runs to the one [`SharedOutput`] of that output. A shard
+//! numbers its records per key group, so a replay after a crash gives every record the
+//! number it had (the Kafka sink's `weir-id`), whatever the parallelism.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use weir_core::output::{OutputRecord, Sink, SinkState};
@@ -141,55 +143,40 @@ pub(crate) fn sum_counters<'a>(
     sum
 }
 
-/// One output's sink, shared by the shards; it numbers the records as they reach it.
+/// One output's sink, shared by the shards.
 pub(crate) struct SharedOutput {
-    inner: Mutex<Shared>,
-}
-
-struct Shared {
-    sink: Box<dyn Sink>,
-    /// The sequence number of the next record (see [`OutputRecord::sequence`]).
-    next_sequence: u64,
+    sink: Mutex<Box<dyn Sink>>,
 }
 
 impl SharedOutput {
-    /// Shares `sink`, whose next record is number `next_sequence` of its output.
-    pub fn new(sink: Box<dyn Sink>, next_sequence: u64) -> Arc<Self> {
+    /// Shares `sink`.
+    pub fn new(sink: Box<dyn Sink>) -> Arc<Self> {
         Arc::new(Self {
-            inner: Mutex::new(Shared {
-                sink,
-                next_sequence,
-            }),
+            sink: Mutex::new(sink),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Shared> {
+    fn lock(&self) -> MutexGuard<'_, Box<dyn Sink>> {
         // A shard that panicked while writing ends the run anyway.
-        self.inner
+        self.sink
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Numbers the next record `next_sequence`: the run sets it once it has restored the
-    /// count of records emitted before.
-    pub fn resume_numbering(&self, next_sequence: u64) {
-        self.lock().next_sequence = next_sequence;
     }
 
     /// Makes what every shard handed on durable (see [`Sink::checkpoint`]). The run calls
     /// this when it takes a checkpoint, after flushing every shard's [`ShardSink`].
     pub fn checkpoint(&self) -> anyhow::Result<SinkState> {
-        self.lock().sink.checkpoint()
+        self.lock().checkpoint()
     }
 
     /// Completes the sink ([`Sink::finish`]), once, after every shard closed its sinks.
     pub fn finish(&self) -> anyhow::Result<()> {
-        self.lock().sink.finish()
+        self.lock().finish()
     }
 
     /// Hands on what the sink buffers ([`Sink::flush`]).
     pub fn flush(&self) -> anyhow::Result<()> {
-        self.lock().sink.flush()
+        self.lock().flush()
     }
 }
 
@@ -205,7 +192,7 @@ pub(crate) struct ShardSink {
     /// The gathered records' bytes: each record's key (if any), then its value.
     bytes: Vec<u8>,
     /// Per gathered record: where its key and value end in `bytes`, whether it has a
-    /// key, and its timestamp.
+    /// key, its timestamp and its sequence number.
     records: Vec<Gathered>,
 }
 
@@ -214,6 +201,7 @@ struct Gathered {
     value_end: usize,
     keyed: bool,
     timestamp: i64,
+    sequence: u64,
 }
 
 impl ShardSink {
@@ -227,7 +215,7 @@ impl ShardSink {
         }
     }
 
-    /// Writes the gathered records into the shared sink, numbering them there.
+    /// Writes the gathered records into the shared sink.
     fn hand_on(&mut self) -> anyhow::Result<()> {
         if self.records.is_empty() {
             return Ok(());
@@ -241,14 +229,13 @@ impl ShardSink {
                 key: gathered.keyed.then_some(key),
                 value: &self.bytes[gathered.key_end..gathered.value_end],
                 timestamp: gathered.timestamp,
-                sequence: shared.next_sequence,
+                sequence: gathered.sequence,
             };
             start = gathered.value_end;
-            if let Err(e) = shared.sink.write(&record) {
+            if let Err(e) = shared.write(&record) {
                 result = Err(e);
                 break;
             }
-            shared.next_sequence += 1;
         }
         drop(shared);
         self.records.clear();
@@ -273,6 +260,7 @@ impl Sink for ShardSink {
             value_end: self.bytes.len(),
             keyed: record.key.is_some(),
             timestamp: record.timestamp,
+            sequence: record.sequence,
         });
         if self.records.len() >= HAND_ON_EVERY {
             self.hand_on()?;
@@ -299,6 +287,6 @@ impl Sink for ShardSink {
     }
 
     fn lost(&self) -> u64 {
-        self.output.lock().sink.lost()
+        self.output.lock().lost()
     }
 }

@@ -163,6 +163,9 @@ pub struct KeyedOperator {
     /// Which shard this operator is, of how many (see [`set_shard`](Self::set_shard));
     /// `None` for a pipeline of parallelism 1, which owns every key.
     shard: Option<(usize, usize)>,
+    /// In a shard: records emitted so far per output and key group, which number them
+    /// ([`Sequence::Grouped`](weir_core::output::Sequence::Grouped)).
+    by_group: Vec<Vec<u64>>,
 }
 
 impl KeyedOperator {
@@ -191,6 +194,7 @@ impl KeyedOperator {
             probation: None,
             stop: None,
             shard: None,
+            by_group: Vec::new(),
         }
     }
 
@@ -401,6 +405,9 @@ impl KeyedOperator {
     /// `sinks[output]`.
     pub fn bind_sinks(&mut self, sinks: Vec<Box<dyn Sink>>) {
         self.counters.emitted = vec![0; sinks.len()];
+        if self.shard.is_some() {
+            self.by_group = vec![vec![0; usize::from(weir_core::key::KEY_GROUPS)]; sinks.len()];
+        }
         self.sinks = sinks;
     }
 
@@ -807,6 +814,24 @@ impl KeyedOperator {
         };
     }
 
+    /// In a shard, the records emitted so far per output and key group (for the groups
+    /// this shard owns; the others hold what [`restore_by_group`](Self::restore_by_group)
+    /// gave). The run reads them when it takes a checkpoint; empty at parallelism 1.
+    pub fn emitted_by_group(&self) -> &[Vec<u64>] {
+        &self.by_group
+    }
+
+    /// Puts back the checkpointed counts of records emitted per output and key group
+    /// (an output the checkpoint has none for starts from 0). The run calls this once,
+    /// when a shard resumes from a checkpoint, after [`bind_sinks`](Self::bind_sinks).
+    pub fn restore_by_group(&mut self, by_group: &[Vec<u64>]) {
+        for (counts, restored) in self.by_group.iter_mut().zip(by_group) {
+            for (count, &restored) in counts.iter_mut().zip(restored) {
+                *count = restored;
+            }
+        }
+    }
+
     /// Fires processing-time timers due at `now`, in timestamp and key order. The run
     /// calls this with the wall clock after every run of records when such timers are
     /// pending, and whenever no record is ready; after recovering from a timer's failure
@@ -982,12 +1007,25 @@ impl KeyedOperator {
         let mut failed = None;
         for (output, mut record) in self.host.emitted.iter() {
             let output = output as usize;
-            record.sequence = self.counters.emitted[output];
+            let group = match self.shard {
+                None => None,
+                Some(_) => Some(record.key.map_or(0, weir_core::key::key_group)),
+            };
+            record.sequence = match group {
+                None => self.counters.emitted[output],
+                Some(group) => weir_core::output::Sequence::grouped(
+                    group,
+                    self.by_group[output][usize::from(group)],
+                ),
+            };
             if let Err(error) = self.sinks[output].write(&record) {
                 failed = Some((output, error));
                 break;
             }
             self.counters.emitted[output] += 1;
+            if let Some(group) = group {
+                self.by_group[output][usize::from(group)] += 1;
+            }
         }
         self.host.emitted.clear();
         match failed {

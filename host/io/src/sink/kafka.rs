@@ -294,7 +294,12 @@ impl Sink for KafkaSink {
     fn write(&mut self, record: &OutputRecord<'_>) -> anyhow::Result<()> {
         use std::fmt::Write as _;
         self.id.clear();
-        let _ = write!(self.id, "{}{}", self.id_prefix, record.sequence);
+        let _ = match weir_core::output::Sequence::of(record.sequence) {
+            weir_core::output::Sequence::Output(n) => write!(self.id, "{}{n}", self.id_prefix),
+            weir_core::output::Sequence::Grouped { group, number } => {
+                write!(self.id, "{}g{group}.{number}", self.id_prefix)
+            }
+        };
         let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
             key: "weir-id",
             value: Some(self.id.as_bytes()),
