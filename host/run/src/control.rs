@@ -215,6 +215,22 @@ pub struct LiveStatus {
     /// In a group: each task's own figures, by partition.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task_status: Option<Vec<TaskStatus>>,
+    /// Each keyed shard's own figures, by shard index (one entry at parallelism 1); the
+    /// figures above are their sums.
+    pub shards: Vec<ShardStatus>,
+}
+
+/// One keyed shard of a pipeline, as its status shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ShardStatus {
+    /// Elements its UDF processed.
+    pub processed: u64,
+    /// Its live keys.
+    pub keys: u64,
+    /// Its pending event-time timers.
+    pub event_timers: u64,
+    /// Its pending processing-time timers.
+    pub processing_timers: u64,
 }
 
 /// How many checkpoints and exceptions a [`LiveStatus`] keeps.

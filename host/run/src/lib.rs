@@ -3,7 +3,9 @@
 //! Running a pipeline: its plan (`weir-pipeline`) wired into sources, the keyed operator
 //! with its UDF, and sinks, until every source ends or the run is asked to stop.
 //!
-//! One run is one thread. Its loop, in `runner.rs`:
+//! One run is one thread that reads, merges and steers, and `parallelism` keyed shards
+//! (`shards.rs`) on threads of their own that process the runs of records it hands
+//! them, all at once, while it reads ahead. Its loop, in `runner.rs`:
 //!
 //! 1. **Steer** (`steering.rs`): apply a UDF version someone asked to swap in, publish
 //!    the live status a few times a second.
@@ -37,8 +39,8 @@ mod shards;
 mod steering;
 
 pub use control::{
-    CheckpointRecord, ExceptionRecord, LiveStatus, RateTracker, RunControl, RunState, SwapDone,
-    SwapRequest, TaskStatus, KEPT_IN_STATUS, SWAP_WAIT,
+    CheckpointRecord, ExceptionRecord, LiveStatus, RateTracker, RunControl, RunState, ShardStatus,
+    SwapDone, SwapRequest, TaskStatus, KEPT_IN_STATUS, SWAP_WAIT,
 };
 pub use report::RunReport;
 

@@ -305,7 +305,7 @@ impl Runner {
             if chunk.is_empty() {
                 // Live input is idle: fire what is due and show what was written.
                 self.fire_processing_timers()?;
-                self.each_shard(|run| run.operator.flush().map_err(|e| run.describe(&e, None)))?;
+                self.flush_sinks()?;
                 self.dead_letters.flush()?;
                 continue;
             }
@@ -736,7 +736,19 @@ impl Runner {
     /// Writes out what every shard's sinks hold (after a failure, so that what was
     /// emitted before it is kept); errors are left to the failure already reported.
     pub(crate) fn flush_after_failure(&mut self) {
-        let _ = self.each_shard(|run| run.operator.flush().map_err(anyhow::Error::from));
+        let _ = self.flush_sinks();
+    }
+
+    /// Writes out what the sinks hold (every shard's, then the shared ones once), so live
+    /// outputs appear while the input is idle.
+    fn flush_sinks(&mut self) -> anyhow::Result<()> {
+        self.each_shard(|run| run.operator.flush().map_err(|e| run.describe(&e, None)))?;
+        for (output, shared) in self.outputs.iter().zip(&self.shards.outputs) {
+            shared
+                .flush()
+                .with_context(|| format!("output {output:?}"))?;
+        }
+        Ok(())
     }
 
     /// Completes the sinks the shards share, once every shard has closed its own.

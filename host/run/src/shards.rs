@@ -268,9 +268,10 @@ impl Sink for ShardSink {
         Ok(())
     }
 
+    /// Hands on what is gathered; the run flushes the shared sink itself, once, after
+    /// every shard ([`SharedOutput::flush`]): a flush may wait for acknowledgements.
     fn flush(&mut self) -> anyhow::Result<()> {
-        self.hand_on()?;
-        self.output.flush()
+        self.hand_on()
     }
 
     /// Hands on what is gathered; the shared sink is completed once, by the run, after

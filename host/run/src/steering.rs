@@ -4,7 +4,7 @@
 
 use crate::checkpointing::Checkpoints;
 use crate::report::RunReport;
-use crate::{short_hash, RateTracker, RunControl, RunState, SwapDone, SwapRequest};
+use crate::{short_hash, RateTracker, RunControl, RunState, ShardStatus, SwapDone, SwapRequest};
 use std::time::{Duration, Instant};
 use weir_core::identity::UdfIdentity;
 use weir_core::time::timers::TimeDomain;
@@ -138,6 +138,15 @@ impl StatusPublisher {
             .iter()
             .filter_map(|o| o.probation_calls_left())
             .max();
+        let shards: Vec<ShardStatus> = operators
+            .iter()
+            .map(|o| ShardStatus {
+                processed: o.counters().elements,
+                keys: o.host().keys().len() as u64,
+                event_timers: o.host().timers().pending(TimeDomain::EventTime) as u64,
+                processing_timers: o.host().timers().pending(TimeDomain::ProcessingTime) as u64,
+            })
+            .collect();
         let now = wall_clock_ms();
         let rate = &mut self.rate;
         control.update(|s| {
@@ -159,6 +168,7 @@ impl StatusPublisher {
             s.udf_retries = report.udf_retries;
             s.rejected = report.rejected;
             s.probation_calls_left = probation_calls_left;
+            s.shards = shards;
             s.checkpoints = checkpoints.taken;
             s.checkpoint_history.clone_from(&checkpoints.history);
             rate.observe(s, now);

@@ -66,6 +66,21 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
             .collect(),
     );
     family(
+        "weir_shard_records_processed_total",
+        "counter",
+        "Records a keyed shard's UDF processed, by shard.",
+        all.iter()
+            .flat_map(|(n, s, _)| {
+                s.shards.iter().enumerate().map(move |(shard, status)| {
+                    (
+                        format!("pipeline=\"{n}\",shard=\"{shard}\""),
+                        status.processed as f64,
+                    )
+                })
+            })
+            .collect(),
+    );
+    family(
         "weir_keys",
         "gauge",
         "Keys with state or timers.",

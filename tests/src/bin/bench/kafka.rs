@@ -34,7 +34,13 @@ use weir_run::{run, RunOptions, RunReport};
 /// One Kafka -> Kafka run.
 pub struct KafkaRun {
     pub partitions: i32,
+    /// The pipeline's keyed shards.
+    pub parallelism: usize,
     pub report: RunReport,
+    /// CPU seconds the process used during the run (the broker's are not counted).
+    pub cpu_s: f64,
+    /// Seconds a plain librdkafka consumer took to read the outputs back.
+    pub read_back_secs: f64,
     /// Messages read back from the output topic after the run.
     pub in_topic: u64,
     /// Seconds it took to produce the input (not part of the figure).
@@ -71,6 +77,7 @@ pub fn kafka_to_kafka(
     brokers: &str,
     clicks: &[Click],
     partitions: i32,
+    parallelism: usize,
     interval: Duration,
     runs: usize,
 ) -> anyhow::Result<KafkaRun> {
@@ -106,7 +113,7 @@ pub fn kafka_to_kafka(
                 data,
                 brokers,
                 clicks.len(),
-                partitions,
+                (partitions, parallelism),
                 interval,
                 &input,
                 &output,
@@ -139,13 +146,15 @@ fn run_once(
     data: &Path,
     brokers: &str,
     clicks: usize,
-    partitions: i32,
+    (partitions, parallelism): (i32, usize),
     interval: Duration,
     input: &str,
     output: &str,
 ) -> anyhow::Result<KafkaRun> {
     let state = data.join(format!("state-kafka-p{partitions}"));
-    let spec = pipeline(data, brokers, input, output, partitions, &state, interval)?;
+    let mut spec = pipeline(data, brokers, input, output, partitions, &state, interval)?;
+    spec.parallelism = parallelism;
+    let cpu_before = crate::parallel::cpu_seconds();
     state_dir::clear(&state)?;
     let watch = StateDirWatch::start(&state);
     let options = RunOptions {
@@ -154,6 +163,7 @@ fn run_once(
     };
     let report = run(&spec, &options).map_err(|f| anyhow::anyhow!("{f}"));
     let state = watch.finish();
+    let cpu_s = crate::parallel::cpu_seconds() - cpu_before;
     let report = report?;
     anyhow::ensure!(
         report.processed == clicks as u64 && report.dead_letters == 0,
@@ -164,6 +174,7 @@ fn run_once(
     let emitted = report.outputs[0].1;
     let started = Instant::now();
     let read = read_back(brokers, output, emitted)?;
+    let read_back_secs = started.elapsed().as_secs_f64();
     eprintln!(
         "  {:.0} records/s; read {} messages back from {output} in {:.2} s",
         report.records_per_second(),
@@ -183,7 +194,10 @@ fn run_once(
     );
     Ok(KafkaRun {
         partitions,
+        parallelism,
         report,
+        cpu_s,
+        read_back_secs,
         in_topic: read.messages,
         produce_secs: 0.0,
         state,

@@ -73,7 +73,8 @@ const RUNS: usize = 3;
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 /// Clicks of the Kafka runs, and the partition counts of their input topics.
 const KAFKA_CLICKS: usize = 500_000;
-const KAFKA_PARTITIONS: [i32; 2] = [1, 4];
+/// The Kafka runs: (partitions, parallelism).
+const KAFKA_RUNS: [(i32, usize); 3] = [(1, 1), (4, 1), (4, 2)];
 
 fn main() -> anyhow::Result<()> {
     let data = repo_root().join("target/bench-data");
@@ -339,19 +340,20 @@ fn checkpoint_cost(data: &Path, spec: &PipelineSpec) -> anyhow::Result<Checkpoin
     Ok(cost)
 }
 
-/// The counter from a Kafka topic to another, for each of [`KAFKA_PARTITIONS`].
+/// The counter from a Kafka topic to another, for each of [`KAFKA_RUNS`].
 fn kafka_throughput(data: &Path) -> anyhow::Result<Vec<kafka::KafkaRun>> {
     let brokers = weir_e2e::services::kafka_brokers();
     kafka::delete_leftover_topics(&brokers)?;
     // The same stream as the file runs (the first 500,000 of its clicks).
     let clicks = gen::clicks(KAFKA_CLICKS, ADS, 42, 20, 4_000, 0.001, 0.0);
     let mut runs = Vec::new();
-    for partitions in KAFKA_PARTITIONS {
+    for (partitions, parallelism) in KAFKA_RUNS {
         runs.push(kafka::kafka_to_kafka(
             data,
             &brokers,
             &clicks,
             partitions,
+            parallelism,
             CHECKPOINT_INTERVAL,
             RUNS,
         )?);
@@ -364,9 +366,10 @@ fn kafka_throughput(data: &Path) -> anyhow::Result<Vec<kafka::KafkaRun>> {
     for r in &runs {
         let emitted = r.report.outputs[0].1;
         println!(
-            "  {} partition(s): {:>10.0} records/s ({:.3} s, {emitted} emitted, {} read back from the output topic; \
+            "  {} partition(s), parallelism {}: {:>10.0} records/s ({:.3} s, {emitted} emitted, {} read back from the output topic; \
              producing the input took {:.2} s)",
             r.partitions,
+            r.parallelism,
             r.report.records_per_second(),
             r.report.elapsed.as_secs_f64(),
             r.in_topic,
@@ -388,14 +391,39 @@ fn describe_state(state: &StateDirUse) -> String {
     )
 }
 
+/// The machine-readable lines of a Kafka run: `kafka-to-kafka` (as before, for the runs
+/// at parallelism 1), `kafka-to-kafka-parallel` with the shards and CPU seconds, and
+/// `kafka-broker-ceiling`: the clicks over the time plain librdkafka clients took to
+/// produce the input and to read the outputs back (the broker's work per click without
+/// Weir, on the same cores).
 fn kafka_line(r: &kafka::KafkaRun) -> String {
-    format!(
-        "kafka-to-kafka partitions={} records_per_s={:.0} emitted={} checkpoint_interval_ms={}",
+    let rate = r.report.records_per_second();
+    let mut lines = Vec::new();
+    if r.parallelism == 1 {
+        lines.push(format!(
+            "kafka-to-kafka partitions={} records_per_s={rate:.0} emitted={} checkpoint_interval_ms={}",
+            r.partitions,
+            r.report.outputs[0].1,
+            CHECKPOINT_INTERVAL.as_millis()
+        ));
+    }
+    lines.push(format!(
+        "kafka-to-kafka-parallel partitions={} parallelism={} records_per_s={rate:.0} cpu_s={:.2} wall_s={:.2}",
         r.partitions,
-        r.report.records_per_second(),
-        r.report.outputs[0].1,
-        CHECKPOINT_INTERVAL.as_millis()
-    )
+        r.parallelism,
+        r.cpu_s,
+        r.report.elapsed.as_secs_f64()
+    ));
+    let clients_s = r.produce_secs + r.read_back_secs;
+    lines.push(format!(
+        "kafka-broker-ceiling partitions={} produce_input_s={:.2} read_outputs_s={:.2} records_per_s={:.0} weir_share={:.2}",
+        r.partitions,
+        r.produce_secs,
+        r.read_back_secs,
+        KAFKA_CLICKS as f64 / clients_s,
+        rate / (KAFKA_CLICKS as f64 / clients_s)
+    ));
+    lines.join("\n")
 }
 
 fn best_of(mut f: impl FnMut() -> anyhow::Result<RunReport>) -> anyhow::Result<RunReport> {

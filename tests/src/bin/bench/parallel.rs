@@ -33,7 +33,7 @@ impl ParallelRun {
 }
 
 /// CPU seconds this process has used so far, over all its threads.
-fn cpu_seconds() -> f64 {
+pub fn cpu_seconds() -> f64 {
     // SAFETY: getrusage only writes into the struct it is given.
     let usage = unsafe {
         let mut usage = std::mem::zeroed::<libc::rusage>();
