@@ -709,7 +709,12 @@ impl KeyedOperator {
     ) -> Result<usize, (usize, OperatorError)> {
         self.host.emitted.clear();
         if let Some(advance) = unfinished {
-            self.fire_event_timers(advance).map_err(|e| (start, e))?;
+            // These timers fall due after the element before `start` (the one an earlier
+            // batch stopped after): a failure is reported on it, so that the run goes on
+            // with `elements[start]`, which has not been processed yet.
+            debug_assert!(start > 0, "an unfinished advance follows an element");
+            self.fire_event_timers(advance)
+                .map_err(|e| (start.saturating_sub(1), e))?;
         }
         for (i, &(source, element)) in elements[start..start + taken].iter().enumerate() {
             self.process_element(source, element)
