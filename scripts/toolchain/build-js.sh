@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds a JavaScript UDF into a Weir component (world `keyed-process` of wit/weir.wit).
+# Builds a JavaScript UDF into a Weir component (world `keyed-process-batched` of
+# wit/weir.wit: the per-element export and the two batch exports).
 #
 # Usage: scripts/toolchain/build-js.sh SRC OUT.wasm
 #
@@ -13,8 +14,12 @@
 #
 # Installs the toolchain first if needed (scripts/toolchain/js.sh: componentize-qjs in
 # .weir-tools/js), then runs
-#   componentize-qjs --wit wit --world keyed-process --js ENTRY --module-root ROOT \
+#   componentize-qjs --wit wit --world keyed-process-batched --js WRAPPER --module-root ROOT \
 #     --stub-wasi --sync -o OUT.wasm
+# where WRAPPER is a module written next to ENTRY for the build (and removed after) that
+# re-exports ENTRY and adds the batch exports the SDK attaches to `processFunction`
+# (`batch`, `cachedBatch`), so that the UDF's own code never names them. An ENTRY that
+# does not seem to export processFunction is built as it is, for world `keyed-process`.
 # --sync: the contract has no async functions, and the host does not enable the
 # component-model async ABI. --stub-wasi: the component imports no WASI at all (the host
 # grants none anyway); the SDK makes the clocks that this removes throw a clear error.
@@ -59,16 +64,31 @@ if [[ -z $root ]]; then
   esac
 fi
 
-# componentize-qjs builds a module without the export too, and that component traps in init.
-if ! grep -Eq 'export[[:space:]]+(const|let|var|function)[[:space:]]+processFunction\b|export[[:space:]]*\{[^}]*\bprocessFunction\b' "$entry"; then
-  echo "build-js: warning: $entry does not seem to export processFunction (export const processFunction = weir.processFunction(...)); the host would fail to initialise it" >&2
-fi
 start=$(date +%s.%N)
 mkdir -p "$(dirname "$out")"
 tmp=$(mktemp "$out.tmp.XXXXXX")
 log=$(mktemp)
-trap 'rm -f "$tmp" "$log"' EXIT
-if ! "$cqjs" --wit "$repo/wit" --world keyed-process --js "$entry" --module-root "$root" \
+wrapper=
+trap 'rm -f "$tmp" "$log" ${wrapper:+"$wrapper"}' EXIT
+# componentize-qjs builds a module without the export too, and that component traps in init.
+if ! grep -Eq 'export[[:space:]]+(const|let|var|function)[[:space:]]+processFunction\b|export[[:space:]]*\{[^}]*\bprocessFunction\b' "$entry"; then
+  echo "build-js: warning: $entry does not seem to export processFunction (export const processFunction = weir.processFunction(...)); the host would fail to initialise it" >&2
+  world=keyed-process
+  js=$entry
+else
+  world=keyed-process-batched
+  wrapper=$(mktemp "$(dirname "$entry")/.weir-batched-XXXXXX.js")
+  name=./$(basename "$entry")
+  cat >"$wrapper" <<EOF
+// Written by build-js.sh for one build: the UDF's exports and the SDK's batch exports.
+export * from "$name";
+import { processFunction as weirProcessFunction } from "$name";
+export const batch = weirProcessFunction.batch;
+export const cachedBatch = weirProcessFunction.cachedBatch;
+EOF
+  js=$wrapper
+fi
+if ! "$cqjs" --wit "$repo/wit" --world "$world" --js "$js" --module-root "$root" \
     --stub-wasi --sync -o "$tmp" >"$log" 2>&1; then
   # Its banner and progress lines are noise; the error is what is left.
   grep -v -e '^componentize-qjs$' -e '^  WIT:' -e '^  JS:' -e '^  Output:' -e '^Stubbing WASI' "$log" >&2 || true
@@ -78,7 +98,7 @@ fi
 chmod 644 "$tmp" # mktemp made it private
 mv -f "$tmp" "$out"
 trap - EXIT
-rm -f "$log"
+rm -f "$log" ${wrapper:+"$wrapper"}
 end=$(date +%s.%N)
 awk -v out="$out" -v size="$(wc -c <"$out")" -v t0="$start" -v t1="$end" \
   'BEGIN { printf "build-js: %s (%.1f MB) in %.1f s\n", out, size / 1e6, t1 - t0 }'

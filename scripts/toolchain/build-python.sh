@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds a Python UDF into a Weir component (world `keyed-process` of wit/weir.wit).
+# Builds a Python UDF into a Weir component (world `keyed-process-batched` of wit/weir.wit:
+# the per-element export and the two batch exports, which `weir.export` provides).
 #
 # Usage: scripts/toolchain/build-python.sh SRC_DIR OUT.wasm [MODULE]
 #
@@ -11,7 +12,7 @@
 #
 # Installs the toolchain first if needed (scripts/toolchain/python.sh: componentize-py in
 # .weir-tools/python), then runs
-#   componentize-py -d wit -w keyed-process componentize -p guest-sdk/python -p SRC_DIR MODULE
+#   componentize-py -d wit -w keyed-process-batched componentize -p guest-sdk/python -p SRC_DIR MODULE
 # The `weir` SDK package comes from guest-sdk/python. Prints one line: the output's path,
 # size and build time. A build takes 5-8 s and the component is about 19 MB (CPython
 # and the parts of its standard library the UDF imports are inside).
@@ -55,7 +56,7 @@ tmp=$(mktemp "$out.tmp.XXXXXX")
 trap cleanup EXIT
 # No VIRTUAL_ENV: componentize-py would add its site-packages to the module path. No
 # backtrace of componentize-py itself on a build error (RUST_BACKTRACE may be set).
-env -u VIRTUAL_ENV RUST_LIB_BACKTRACE=0 "$cpy" -d "$repo/wit" -w keyed-process componentize \
+env -u VIRTUAL_ENV RUST_LIB_BACKTRACE=0 "$cpy" -d "$repo/wit" -w keyed-process-batched componentize \
   -p "$repo/guest-sdk/python" -p "$src" -o "$tmp" "$module" >/dev/null
 chmod 644 "$tmp" # mktemp made it private
 mv -f "$tmp" "$out"

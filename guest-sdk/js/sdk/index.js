@@ -69,13 +69,16 @@
 import {
   DEFINITION,
   componentHost,
+  currentHost,
   deadLetters as deadLettersHost,
   internals,
   logging as loggingHost,
   output as outputHost,
+  setHost,
   state as stateHost,
   timers as timersHost,
 } from "./host.js";
+import * as batchPath from "./batch.js";
 
 import {
   codecs,
@@ -957,11 +960,14 @@ export class InitContext {
 
   _declareState(name, kind, ttl) {
     if (typeof name !== "string") throw new TypeError(`a state name is a string, not ${describeValue(name)}`);
+    let id;
     try {
-      return ttl === undefined ? stateHost.declare(name, kind) : stateHost.declareWithTtl(name, kind, ttlRecord(ttl));
+      id = ttl === undefined ? stateHost.declare(name, kind) : stateHost.declareWithTtl(name, kind, ttlRecord(ttl));
     } catch (e) {
       throw new Error(`cannot declare state \`${name}\`: ${e && e.message !== undefined ? e.message : e}`);
     }
+    batchPath.declared(id, ttl);
+    return id;
   }
 
   /**
@@ -1196,7 +1202,7 @@ Object.assign(Context.prototype, logMethods);
  */
 const SDK_FRAMES = (() => {
   const match = /\(([^()]*\/)[^/()]*:\d+(?::\d+)?\)/.exec(String(new Error().stack));
-  return match ? ["index.js", "text.js", "duration.js", "time.js", "host.js", "component.js", "testing.js"].map((file) => `(${match[1]}${file}:`) : [];
+  return match ? ["index.js", "batch.js", "text.js", "duration.js", "time.js", "host.js", "component.js", "testing.js"].map((file) => `(${match[1]}${file}:`) : [];
 })();
 
 function errorText(e) {
@@ -1288,13 +1294,30 @@ export function processFunction(definition) {
     throw new TypeError("weir.processFunction(definition): a class or object with a processElement(ctx, element) method");
   }
   const runner = makeRunner(definition, hostError, failed);
-  return Object.freeze({
+  const exported = {
     init: runner.init,
     processElement: runner.processElement,
     onTimer: runner.onTimer,
     // For TestHost (testing.js), which makes a runner of its own from it.
     [DEFINITION]: definition,
-  });
+  };
+  // The batch exports (world `keyed-process-batched`), which the build puts beside
+  // `processFunction` in the component's exports (scripts/toolchain/build-js.sh): not
+  // enumerable, so that the export looks as it always did.
+  for (const [name, path] of [
+    ["batch", batchPath.PLAIN],
+    ["cachedBatch", batchPath.CACHED],
+  ]) {
+    const iface = Object.freeze({ processBatch: (buffer) => runner.processBatch(buffer, path) });
+    Object.defineProperty(exported, name, { value: iface, enumerable: false });
+  }
+  return Object.freeze(exported);
+}
+
+/** The contract's `error` for a batch that failed with `e` (the host runs it again one call at a time). */
+function batchError(e) {
+  if (e instanceof batchPath.BatchFailed) return failed(`weir (js): ${e.message}`);
+  return hostError(e);
 }
 
 /**
@@ -1308,6 +1331,45 @@ function makeRunner(definition, toThrown, failure) {
     typeof definition === "function" ? (ctx) => new definition(ctx) : () => Object.create(definition);
   let udf = null;
   let inputs = [];
+
+  /** One entry of a batch, run as the per-element path runs it, but with errors left to the batch. */
+  const batchHooks = {
+    setHost(host) {
+      const saved = currentHost();
+      setHost(host);
+      return saved;
+    },
+    encodeUtf8,
+    runElement(entry, keyBytes) {
+      const input = inputs[entry.input];
+      if (input === undefined) {
+        throw new batchPath.BatchFailed(`element from input #${entry.input} but only ${inputs.length} inputs are connected`);
+      }
+      const ctx = new Context(keyBytes, entry.timestamp);
+      const el = new Element(input, entry.input, keyBytes, entry.value, entry.timestamp);
+      current = ctx;
+      phase = CALL;
+      try {
+        checkSync(udf.processElement(ctx, el), "processElement");
+      } finally {
+        phase = IDLE;
+        current = null;
+      }
+    },
+    runTimer(entry, keyBytes, domain) {
+      if (typeof udf.onTimer !== "function") return;
+      const ctx = new Context(keyBytes, entry.timestamp);
+      const t = new Timer(domain, entry.timestamp, keyBytes);
+      current = ctx;
+      phase = CALL;
+      try {
+        checkSync(udf.onTimer(ctx, t), "onTimer");
+      } finally {
+        phase = IDLE;
+        current = null;
+      }
+    },
+  };
 
   return {
     init(ctx) {
@@ -1360,6 +1422,19 @@ function makeRunner(definition, toThrown, failure) {
       } finally {
         phase = IDLE;
         current = null;
+      }
+    },
+
+    /**
+     * Runs a batch buffer (`weir:udf/batch`, or `cached-batch` with `path` CACHED) and
+     * returns the effects buffer; anything thrown fails the whole batch.
+     */
+    processBatch(buffer, path) {
+      if (udf === null) throw failure("weir (js): processBatch called before a successful init");
+      try {
+        return batchPath.run(buffer, path, batchHooks);
+      } catch (e) {
+        throw batchError(e);
       }
     },
 

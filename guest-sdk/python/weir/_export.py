@@ -31,8 +31,9 @@ import re
 import sys
 import traceback
 
+from . import _batch
 from . import _bindings as _host
-from .context import Context, Element, Error, InitContext, Timer, _in_chain, _rejection
+from .context import Context, Element, Error, InitContext, TimeDomain, Timer, _in_chain, _rejection
 from .state import StateDecodeError
 
 __all__ = ["ProcessFunction", "export"]
@@ -116,6 +117,17 @@ def _failed(message):
     return _Err(_WitError(message, _ErrorKind.FAILED))
 
 
+_DOMAINS = (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME)
+
+
+def _batch_error(e):
+    """The contract's `error` for a batch that failed with `e`. The host does not report
+    it: it runs the batch's entries again one call at a time, which report exactly."""
+    if isinstance(e, _batch.BatchFailed):
+        return _WitError(f"weir: {e}", _ErrorKind.FAILED)
+    return _wit_error(e)
+
+
 def export(cls):
     """Returns the class componentize-py exports, running `cls` (a `ProcessFunction`
     subclass). Use it once, in the app module: `ProcessFunction = weir.export(MyUdf)`."""
@@ -168,7 +180,32 @@ def export(cls):
             except BaseException as e:  # noqa: BLE001
                 _reject_or_raise(e)
 
+    def batch_class(path, interface):
+        def process_batch(self, batch):
+            udf = slot.get("udf")
+            if udf is None:
+                raise _failed("weir: called before a successful init")
+            try:
+                return _batch.run(
+                    udf, slot["inputs"], batch, path, Context, Element, Timer, _DOMAINS
+                )
+            except BaseException as e:  # noqa: BLE001 - every failure goes to the host
+                raise _Err(_batch_error(e)) from None
+
+        name = "Batch" if path == _batch.PLAIN else "CachedBatch"
+        doc = f"The component's `{interface}` export, running {cls.__name__}."
+        return type(name, (), {"process_batch": process_batch, "__doc__": doc})
+
     Export.__name__ = Export.__qualname__ = "ProcessFunction"
     Export.udf_class = cls  # for weir.testing.TestHost(app.ProcessFunction)
     Export.__doc__ = f"The component's `process-function` export, running {cls.__name__}."
+    # The batch exports (world `keyed-process-batched`): componentize-py looks for classes
+    # named after them in the app module, so they are put there, beside `ProcessFunction`,
+    # without the UDF's code naming them. A name the module defines itself is left alone.
+    app = sys._getframe(1).f_globals
+    Export.Batch = batch_class(_batch.PLAIN, "batch")
+    Export.CachedBatch = batch_class(_batch.CACHED, "cached-batch")
+    if app.get("__name__") != __name__:
+        app.setdefault("Batch", Export.Batch)
+        app.setdefault("CachedBatch", Export.CachedBatch)
     return Export
