@@ -1,7 +1,6 @@
 /**
- * Internal: the batched path (`weir:udf/batch` and `weir:udf/cached-batch`), many
- * elements and timers per component call, as the Rust SDK's `guest-sdk/src/batch.rs`
- * does it. UDFs never import this module.
+ * Internal: the batched path (`weir:udf/batch`), many elements and timers per component
+ * call, as the Rust SDK's `guest-sdk/src/batch.rs` does it. UDFs never import this module.
  *
  * The host sends a run of entries with the state of every key they touch (the byte
  * layout is documented in the `weir-wire` crate, `guest-sdk/wire`). While the batch
@@ -25,17 +24,20 @@
  *   did them, and its lists and maps written as operations so that each item keeps its
  *   own stamp; reads are reported for states whose time-to-live reads refresh.
  *
- * On the cached path the bytes of the batch's keys' states stay in the guest from one
- * batch to the next, and the host sends a key's state only when that copy is not
- * current. Values stay bytes: a decoded value is never shared between calls, so `get()`
- * always returns a fresh object, exactly as with single calls.
+ * The buffer is decoded only as far as the entries run need it (`BatchBuffer`),
+ * because the guest may stop early and the host then sends the rest again. The SDK does
+ * not export `weir:udf/cached-batch`: keeping every sent key's state between batches
+ * would cost QuickJS more than the copies it saves (the host marks every key of a batch
+ * as held, the keys of the entries the guest never reached too). State values stay
+ * bytes: a decoded value is never shared between calls, so `get()` returns a fresh
+ * object, as with single calls.
  *
  * @module weir/batch
  */
 
-/** Which export a batch came through. */
-export const PLAIN = 0;
-export const CACHED = 1;
+// Written for QuickJS, which interprets: a function call costs about as much as a host
+// import, so the hot paths below (the imports as the overlay answers them, the effects
+// written as they happen) keep to few calls, and the batch's state is module-level.
 
 const EVENT_TIME = "event-time";
 const DOMAINS = ["event-time", "processing-time"];
@@ -50,10 +52,6 @@ const WRITE_READ = 5;
 const WRITE_MAP_READ = 6;
 const WRITE_AT = 0x80;
 
-const KEY_CACHED = 0;
-const KEY_SENT = 1;
-const KEY_SENT_ONCE = 2;
-
 /** Past this many operations a list or map slot without a time-to-live is written whole. */
 const MAX_OPS = 32;
 
@@ -66,9 +64,6 @@ const I64_MAX = 2 ** 63;
 
 /** The time-to-live of each declared state, by id: `{domain, refreshOnRead}` or absent. */
 const ttls = new Map();
-
-/** The cached path's copies: the epoch, and host key id -> Map(state id -> Slot). */
-const cache = { epoch: -1, keys: new Map() };
 
 /**
  * Records that state `id` was declared with `ttl` (a `StateTtl`, or `undefined`), so that
@@ -116,62 +111,17 @@ class Slot {
 }
 
 // ---------------------------------------------------------------------------------------
-// Reading and writing the buffers
+// An output buffer that grows: the effects, written as the batch goes
 
-class Reader {
-  constructor(bytes) {
-    this.bytes = bytes;
-    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    this.at = 0;
-  }
-
-  u8() {
-    return this.view.getUint8(this.at++);
-  }
-
-  u32() {
-    const v = this.view.getUint32(this.at, true);
-    this.at += 4;
-    return v;
-  }
-
-  /** An i64 as the nearest number (what the per-element bindings give). */
-  i64() {
-    const view = this.view;
-    const v = view.getInt32(this.at + 4, true) * TWO_32 + view.getUint32(this.at, true);
-    this.at += 8;
-    return v;
-  }
-
-  /** `bytes` as a view into the buffer. */
-  bytesView() {
-    const n = this.u32();
-    const start = this.at;
-    const end = start + n;
-    if (end > this.bytes.length) throw new RangeError("truncated");
-    this.at = end;
-    return this.bytes.subarray(start, end);
-  }
-
-  /** `bytes` copied out of the buffer (kept past the batch). */
-  bytesCopy() {
-    const n = this.u32();
-    const start = this.at;
-    const end = start + n;
-    if (end > this.bytes.length) throw new RangeError("truncated");
-    this.at = end;
-    return this.bytes.slice(start, end);
-  }
-}
-
-class Writer {
+class Out {
   constructor(capacity) {
     this.buf = new Uint8Array(capacity);
     this.view = new DataView(this.buf.buffer);
     this.at = 0;
   }
 
-  reserve(n) {
+  /** Makes room for `n` more bytes. */
+  room(n) {
     if (this.at + n <= this.buf.length) return;
     let size = this.buf.length * 2;
     while (size < this.at + n) size *= 2;
@@ -180,438 +130,329 @@ class Writer {
     this.buf = grown;
     this.view = new DataView(grown.buffer);
   }
+}
 
-  u8(v) {
-    this.reserve(1);
-    this.buf[this.at++] = v;
-  }
-
-  u32(v) {
-    this.reserve(4);
-    this.view.setUint32(this.at, v, true);
-    this.at += 4;
-  }
-
-  /** A whole number of milliseconds as an i64, clamped as the bindings clamp it. */
-  i64(v) {
-    this.reserve(8);
-    if (Number.isSafeInteger(v)) {
-      this.view.setUint32(this.at, v >>> 0, true);
-      this.view.setInt32(this.at + 4, Math.floor(v / TWO_32), true);
-    } else {
-      const big = v >= I64_MAX ? 0x7fffffffffffffffn : v <= I64_MIN ? -0x8000000000000000n : BigInt(v);
-      this.view.setBigInt64(this.at, big, true);
-    }
-    this.at += 8;
-  }
-
-  bytes(b) {
-    const n = b.length;
-    this.reserve(4 + n);
-    this.view.setUint32(this.at, n, true);
-    this.buf.set(b, this.at + 4);
-    this.at += 4 + n;
-  }
-
-  /** Appends what another writer holds. */
-  append(other) {
-    this.reserve(other.at);
-    this.buf.set(other.buf.subarray(0, other.at), this.at);
-    this.at += other.at;
-  }
-
-  finish() {
-    return this.buf.subarray(0, this.at);
+/** Writes `v` (a whole number of milliseconds) at `at` as an i64, clamped as the bindings clamp it. */
+function putI64(view, at, v) {
+  if (v <= 9007199254740991 && v >= -9007199254740991) {
+    const lo = v >>> 0;
+    view.setUint32(at, lo, true);
+    view.setInt32(at + 4, (v - lo) / TWO_32, true);
+  } else {
+    view.setBigInt64(at, v >= I64_MAX ? 0x7fffffffffffffffn : v <= I64_MIN ? -0x8000000000000000n : BigInt(v), true);
   }
 }
 
-function decodeSlots(r) {
-  const n = r.u32();
-  const slots = new Map();
+/** Appends `bytes:u32 len + bytes` to `out`. */
+function putBytes(out, b) {
+  const n = b.length;
+  out.room(4 + n);
+  out.view.setUint32(out.at, n, true);
+  out.buf.set(b, out.at + 4);
+  out.at += 4 + n;
+}
+
+// ---------------------------------------------------------------------------------------
+// The batch buffer, read as far as needed
+
+function readSlots(view, bytes, at, slots) {
+  const n = view.getUint32(at, true);
+  at += 4;
   for (let i = 0; i < n; i++) {
-    const state = r.u32();
-    const kind = r.u8();
+    const state = view.getUint32(at, true);
+    const kind = view.getUint8(at + 4);
+    const length = view.getUint32(at + 5, true);
+    at += 9;
     let contents;
     if (kind === 0) {
-      contents = r.bytesCopy();
-    } else if (kind === 1) {
-      const count = r.u32();
-      contents = [];
-      for (let j = 0; j < count; j++) contents.push(r.bytesCopy());
-    } else if (kind === 2) {
-      const count = r.u32();
-      contents = new Map();
-      for (let j = 0; j < count; j++) {
-        const k = r.bytesCopy();
-        contents.set(mapKey(k), [k, r.bytesCopy()]);
+      contents = bytes.subarray(at, at + length);
+      at += length;
+    } else if (kind === 1 || kind === 2) {
+      contents = kind === 1 ? [] : new Map();
+      for (let j = 0; j < length; j++) {
+        let size = view.getUint32(at, true);
+        const item = bytes.subarray(at + 4, at + 4 + size);
+        at += 4 + size;
+        if (kind === 1) {
+          contents.push(item);
+        } else {
+          size = view.getUint32(at, true);
+          contents.set(mapKey(item), [item, bytes.subarray(at + 4, at + 4 + size)]);
+          at += 4 + size;
+        }
       }
     } else {
       throw new RangeError("unknown slot kind");
     }
+    if (at > bytes.length) throw new RangeError("truncated");
     slots.set(state, new Slot(contents));
   }
-  return slots;
-}
-
-/** The batch in `buf`; on the cached path the slots come out of the cache where current. */
-function decode(buf, path) {
-  const r = new Reader(buf);
-  if (path === CACHED) {
-    const epoch = r.view.getBigUint64(0, true);
-    r.at = 8;
-    if (cache.epoch !== epoch) {
-      cache.epoch = epoch;
-      cache.keys = new Map();
-    }
-  }
-  const processingTime = r.i64();
-  const nKeys = r.u32();
-  const keys = [];
-  const slots = [];
-  const kept = [];
-  for (let i = 0; i < nKeys; i++) {
-    const id = path === CACHED ? r.u32() : 0;
-    keys.push(r.bytesCopy());
-    if (path === CACHED) {
-      const tag = r.u8();
-      const copy = cache.keys.get(id);
-      cache.keys.delete(id);
-      if (tag === KEY_CACHED) {
-        if (copy === undefined) throw new RangeError("the host says a key is cached that the guest does not hold");
-        slots.push(copy);
-        kept.push([id, true]);
-        continue;
-      }
-      if (tag !== KEY_SENT && tag !== KEY_SENT_ONCE) throw new RangeError("unknown key tag");
-      kept.push([id, tag === KEY_SENT]);
-    }
-    slots.push(decodeSlots(r));
-  }
-  const nEntries = r.u32();
-  const entries = [];
-  for (let i = 0; i < nEntries; i++) {
-    const tag = r.u8();
-    let entry;
-    if (tag === 0) {
-      const key = r.u32();
-      const input = r.u32();
-      const timestamp = r.i64();
-      const watermark = r.i64();
-      const after = r.i64();
-      entry = { timer: false, key, input, timestamp, watermark, after, value: r.bytesView(), domain: 0 };
-    } else if (tag === 1) {
-      const key = r.u32();
-      const domain = r.u8();
-      const timestamp = r.i64();
-      const watermark = r.i64();
-      entry = { timer: true, key, input: 0, timestamp, watermark, after: watermark, value: null, domain };
-    } else {
-      throw new RangeError("unknown entry tag");
-    }
-    if (entry.key >= nKeys) throw new RangeError("entry names a key outside the batch");
-    entries.push(entry);
-  }
-  return { processingTime, keys, slots, kept, entries };
-}
-
-// ---------------------------------------------------------------------------------------
-// The overlay: the host's imports during a batch
-
-function isBytes(value) {
-  return value instanceof Uint8Array;
+  return at;
 }
 
 /**
- * The guest-side view of the host's state for one batch, and the batch's effects. Its
- * `host` has the shape of the component's imports (`host.js`).
+ * The batch buffer, decoded as far as the entries run so far need it.
+ *
+ * A guest may stop long before the end of a batch (at a timer it registered that falls
+ * due), and the host then sends the rest again: decoding everything first would cost the
+ * whole batch every time. Keys are numbered in the order entries first name them, so the
+ * keys of the first n entries are among the first n keys; entries are read in order; and
+ * a timer entry with timestamp T comes before the first element whose watermark is T or
+ * later, so the timer entries ahead that a timer call could name are found by reading on
+ * only that far (`scanToWatermark`). Only the walk over the keys to where the entries
+ * start is paid for the whole batch (lengths only).
  */
-class Overlay {
-  constructor(processingTime, slots, pending, pendingPerKey) {
-    this.processingTime = processingTime;
-    this.slots = slots;
-    /** The current key's slots. */
-    this.cur = null;
-    this.current = 0;
-    this.timestamp = 0;
-    this.watermark = I64_MIN;
-    this.pending = pending;
-    this.pendingPerKey = pendingPerKey;
-    this.skipped = new Set();
-    this.earliestRegistered = Infinity;
-    this.timerOps = new Writer(1024);
-    this.timerOpCount = 0;
-    this.emits = new Writer(16384);
-    this.emitCount = 0;
-    this.logs = new Writer(64);
-    this.logCount = 0;
-    /** Why the batch must fail, even if the UDF caught it. */
-    this.failed = null;
-    const o = this;
-    this.host = {
-      state: {
-        declare: () => o.trap("a declaration outside init"),
-        declareWithTtl: () => o.trap("a declaration outside init"),
-        valueGet: (s) => o.valueGet(s),
-        valueSet: (s, v) => o.valueSet(s, v),
-        listGet: (s) => o.listGet(s),
-        listAppend: (s, item) => o.listAppend(s, item),
-        listSet: (s, items) => o.listSet(s, items),
-        mapGet: (s, k) => o.mapGet(s, k),
-        mapPut: (s, k, v) => o.mapPut(s, k, v),
-        mapRemove: (s, k) => o.mapRemove(s, k),
-        mapEntries: (s) => o.mapEntries(s),
-        clear: (s) => o.set(s, null),
-        clearAll: () => {
-          for (const s of [...o.cur.keys()]) o.set(s, null);
-        },
-      },
-      timers: {
-        register: (d, at) => o.register(d, at),
-        delete: (d, at) => o.delete(d, at),
-        currentWatermark: () => o.watermark,
-        currentProcessingTime: () => o.processingTime,
-      },
-      output: {
-        declare: () => o.trap("an output declared outside init"),
-        emit: (id, value, key, timestamp) => o.emit(id, value, key, timestamp),
-      },
-      logging: { log: (level, message) => o.log(level, message) },
-      deadLetters: { reject: () => o.trap("a rejection inside a batch: the host runs the entries one at a time") },
-    };
+class BatchBuffer {
+  constructor(bytes) {
+    this.bytes = bytes;
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const view = this.view;
+    this.processingTime = view.getInt32(4, true) * TWO_32 + view.getUint32(0, true);
+    this.nKeys = view.getUint32(8, true);
+    this.keyAt = 12;
+    this.keys = [];
+    this.slots = [];
+    /** Where the next entry starts (-1: the keys are not skipped yet). */
+    this.entryAt = -1;
+    this.nEntries = 0;
+    // The entries read so far, one column per field.
+    this.count = 0;
+    this.isTimer = [];
+    this.entryKey = [];
+    this.input = [];
+    this.timestamp = [];
+    this.watermark = [];
+    this.after = [];
+    this.valueAt = [];
+    this.scanWatermark = I64_MIN;
+    /** key -> Map(ts -> entry index): the event-time timer entries not fired yet. */
+    this.pending = new Map();
   }
 
-  /** What the host would trap on: the batch fails, whatever the UDF catches. */
-  trap(why) {
-    if (this.failed === null) this.failed = why;
-    throw new BatchFailed(why);
-  }
-
-  callTime(ttl) {
-    if (ttl.domain === EVENT_TIME) return this.timestamp > this.watermark ? this.timestamp : this.watermark;
-    return this.processingTime;
-  }
-
-  slotOrAbsent(state) {
-    let slot = this.cur.get(state);
-    if (slot === undefined) {
-      slot = new Slot(null);
-      this.cur.set(state, slot);
+  /** Reads keys up to `index`. */
+  key(index) {
+    const { view, bytes, keys } = this;
+    let at = this.keyAt;
+    while (keys.length <= index) {
+      if (keys.length >= this.nKeys) throw new RangeError("entry names a key outside the batch");
+      const size = view.getUint32(at, true);
+      keys.push(bytes.subarray(at + 4, at + 4 + size));
+      const slots = new Map();
+      at = readSlots(view, bytes, at + 4 + size, slots);
+      this.slots.push(slots);
     }
-    return slot;
+    this.keyAt = at;
   }
 
-  op(state, slot, code, a, b) {
-    const ttl = ttls.get(state);
-    if (ttl === undefined) slot.op([code, a, b, 0], false);
-    else slot.op([code, a, b, this.callTime(ttl)], true);
-  }
-
-  /** A read of `state` (its entry `mapKeyBytes` only, if given), for a time-to-live refreshed on read. */
-  read(state, mapKeyBytes) {
-    const ttl = ttls.get(state);
-    if (ttl === undefined || !ttl.refreshOnRead) return;
-    const slot = this.cur.get(state);
-    if (slot === undefined || slot.contents === null) return;
-    const at = this.callTime(ttl);
-    if (slot.change === REPLACED) slot.stamp = at;
-    else if (mapKeyBytes !== undefined) slot.op([WRITE_MAP_READ, mapKeyBytes, null, at], true);
-    else {
-      slot.stamp = at;
-      slot.op([WRITE_READ, null, null, at], true);
-    }
-  }
-
-  /** Replaces `state` whole; for a list with a time-to-live, a clear and the items appended again. */
-  set(state, contents) {
-    const ttl = ttls.get(state);
-    const slot = this.slotOrAbsent(state);
-    if (ttl === undefined) {
-      slot.contents = contents;
-      slot.change = REPLACED;
-      return;
-    }
-    const at = this.callTime(ttl);
-    if (Array.isArray(contents)) {
-      slot.op([WRITE_CLEAR, null, null, at], true);
-      for (const item of contents) slot.op([WRITE_LIST_APPEND, item, null, at], true);
-      slot.contents = contents;
-    } else if (contents === null && slot.change !== REPLACED) {
-      slot.op([WRITE_CLEAR, null, null, at], true);
-      slot.contents = null;
-    } else {
-      slot.stamp = at;
-      slot.contents = contents;
-      slot.change = REPLACED;
-    }
-  }
-
-  kind(state, check, call) {
-    const slot = this.cur.get(state);
-    if (slot !== undefined && slot.contents !== null && !check(slot.contents)) {
-      this.trap(`\`state.${call}\` on state #${state}, which is of another kind`);
-    }
-    return slot;
-  }
-
-  bytes(value, call) {
-    if (isBytes(value)) return value.slice();
-    return this.trap(`\`${call}\` given ${typeof value}, not bytes`);
-  }
-
-  valueGet(state) {
-    this.read(state);
-    const slot = this.kind(state, isBytes, "value-get");
-    return slot === undefined ? null : slot.contents;
-  }
-
-  valueSet(state, value) {
-    const bytes = this.bytes(value, "state.value-set");
-    this.kind(state, isBytes, "value-set");
-    this.set(state, bytes);
-  }
-
-  listGet(state) {
-    const slot = this.kind(state, Array.isArray, "list-get");
-    this.read(state);
-    return slot === undefined || slot.contents === null ? [] : slot.contents.slice();
-  }
-
-  listAppend(state, item) {
-    const bytes = this.bytes(item, "state.list-append");
-    this.kind(state, Array.isArray, "list-append");
-    const slot = this.slotOrAbsent(state);
-    if (slot.contents === null) slot.contents = [bytes];
-    else slot.contents.push(bytes);
-    this.op(state, slot, WRITE_LIST_APPEND, bytes, null);
-  }
-
-  listSet(state, items) {
-    if (!Array.isArray(items)) this.trap("`state.list-set` given no list");
-    const copies = items.map((item) => this.bytes(item, "state.list-set"));
-    this.kind(state, Array.isArray, "list-set");
-    this.set(state, copies.length === 0 ? null : copies);
-  }
-
-  mapGet(state, key) {
-    const k = this.bytes(key, "state.map-get");
-    const slot = this.kind(state, isMap, "map-get");
-    if (slot === undefined || slot.contents === null) return null;
-    const entry = slot.contents.get(mapKey(k));
-    if (entry === undefined) return null;
-    this.read(state, k);
-    return entry[1];
-  }
-
-  mapPut(state, key, value) {
-    const k = this.bytes(key, "state.map-put");
-    const v = this.bytes(value, "state.map-put");
-    this.kind(state, isMap, "map-put");
-    const slot = this.slotOrAbsent(state);
-    if (slot.contents === null) slot.contents = new Map();
-    slot.contents.set(mapKey(k), [k, v]);
-    this.op(state, slot, WRITE_MAP_PUT, k, v);
-  }
-
-  mapRemove(state, key) {
-    const k = this.bytes(key, "state.map-remove");
-    const slot = this.kind(state, isMap, "map-remove");
-    if (slot === undefined || slot.contents === null || !slot.contents.delete(mapKey(k))) return;
-    const ttl = ttls.has(state);
-    if (slot.contents.size === 0) {
-      slot.contents = null;
-      if (!ttl) {
-        slot.change = REPLACED;
-        return;
+  /** Finds where the entries start, reading only the lengths of the keys not read yet. */
+  skipKeys() {
+    const view = this.view;
+    let at = this.keyAt;
+    for (let i = this.keys.length; i < this.nKeys; i++) {
+      at += 4 + view.getUint32(at, true);
+      const n = view.getUint32(at, true);
+      at += 4;
+      for (let j = 0; j < n; j++) {
+        const kind = view.getUint8(at + 4);
+        const length = view.getUint32(at + 5, true);
+        at += 9;
+        if (kind === 0) at += length;
+        else if (kind === 1 || kind === 2) {
+          const items = kind === 1 ? length : 2 * length;
+          for (let k = 0; k < items; k++) at += 4 + view.getUint32(at, true);
+        } else throw new RangeError("unknown slot kind");
       }
     }
-    slot.op([WRITE_MAP_REMOVE, k, null, 0], ttl);
+    this.nEntries = view.getUint32(at, true);
+    this.entryAt = at + 4;
   }
 
-  mapEntries(state) {
-    const slot = this.kind(state, isMap, "map-entries");
-    this.read(state);
-    if (slot === undefined || slot.contents === null) return [];
-    return sortedEntries(slot.contents);
-  }
-
-  timestampArg(at, call) {
-    if (typeof at !== "number" || !Number.isInteger(at)) this.trap(`\`${call}\` given ${String(at)}, not a whole number`);
-    return at >= I64_MAX ? I64_MAX : at <= I64_MIN ? I64_MIN : at;
-  }
-
-  domainCode(domain, call) {
-    if (domain === EVENT_TIME) return 0;
-    if (domain === "processing-time") return 1;
-    return this.trap(`\`${call}\` given the domain ${String(domain)}`);
-  }
-
-  register(domain, at) {
-    const code = this.domainCode(domain, "timers.register");
-    const ts = this.timestampArg(at, "timers.register");
-    const key = this.current;
-    if (this.pendingPerKey[key] > 0 && this.pending.has(pendingKey(key, code, ts))) return;
-    if (code === 0 && ts < this.earliestRegistered) this.earliestRegistered = ts;
-    this.timerOp(key, code, 0, ts);
-  }
-
-  delete(domain, at) {
-    const code = this.domainCode(domain, "timers.delete");
-    const ts = this.timestampArg(at, "timers.delete");
-    const key = this.current;
-    if (this.pendingPerKey[key] > 0) {
-      const name = pendingKey(key, code, ts);
-      const entry = this.pending.get(name);
-      if (entry !== undefined) {
-        this.pending.delete(name);
-        this.skipped.add(entry);
-        this.pendingPerKey[key] -= 1;
+  /**
+   * Reads the next entry into the columns below (no object per entry: an allocation
+   * costs QuickJS more than the reads); false at the end.
+   */
+  readEntry() {
+    if (this.entryAt < 0) this.skipKeys();
+    const n = this.count;
+    if (n >= this.nEntries) return false;
+    const view = this.view;
+    const at = this.entryAt;
+    const tag = view.getUint8(at);
+    const key = view.getUint32(at + 1, true);
+    if (key >= this.nKeys) throw new RangeError("entry names a key outside the batch");
+    this.isTimer.push(tag === 1);
+    this.entryKey.push(key);
+    if (tag === 0) {
+      const size = view.getUint32(at + 33, true);
+      const end = at + 37 + size;
+      if (end > this.bytes.length) throw new RangeError("truncated");
+      const watermark = view.getInt32(at + 21, true) * TWO_32 + view.getUint32(at + 17, true);
+      this.input.push(view.getUint32(at + 5, true));
+      this.timestamp.push(view.getInt32(at + 13, true) * TWO_32 + view.getUint32(at + 9, true));
+      this.watermark.push(watermark);
+      this.after.push(view.getInt32(at + 29, true) * TWO_32 + view.getUint32(at + 25, true));
+      this.valueAt.push(at + 37);
+      this.entryAt = end;
+      this.scanWatermark = watermark;
+    } else if (tag === 1) {
+      const domain = view.getUint8(at + 5);
+      const timestamp = view.getInt32(at + 10, true) * TWO_32 + view.getUint32(at + 6, true);
+      const watermark = view.getInt32(at + 18, true) * TWO_32 + view.getUint32(at + 14, true);
+      this.input.push(domain); // a timer's domain goes where an element's input does
+      this.timestamp.push(timestamp);
+      this.watermark.push(watermark);
+      this.after.push(watermark);
+      this.valueAt.push(-1);
+      this.entryAt = at + 22;
+      if (domain === 0) {
+        let times = this.pending.get(key);
+        if (times === undefined) this.pending.set(key, (times = new Map()));
+        times.set(timestamp, n);
       }
-    }
-    this.timerOp(key, code, 1, ts);
-  }
-
-  timerOp(key, code, op, at) {
-    const w = this.timerOps;
-    w.u32(key);
-    w.u8(code);
-    w.u8(op);
-    w.i64(at);
-    this.timerOpCount += 1;
-  }
-
-  emit(id, value, key, timestamp) {
-    if (!isBytes(value)) this.trap("`output.emit` given a value that is not bytes");
-    if (key !== null && !isBytes(key)) this.trap("`output.emit` given a key that is not bytes");
-    const w = this.emits;
-    w.u32(id);
-    w.i64(timestamp === null || timestamp === undefined ? this.timestamp : this.timestampArg(timestamp, "output.emit"));
-    if (key === null || key === undefined) {
-      w.u8(0);
     } else {
-      w.u8(1);
-      w.bytes(key);
+      throw new RangeError("unknown entry tag");
     }
-    w.bytes(value);
-    this.emitCount += 1;
+    this.count = n + 1;
+    return true;
   }
 
-  log(level, message) {
-    const code = LEVELS[level];
-    if (code === undefined) this.trap(`\`logging.log\` given the level ${String(level)}`);
-    const w = this.logs;
-    w.u32(this.current);
-    w.u8(code);
-    w.bytes(utf8(String(message)));
-    this.logCount += 1;
+  /** The value of element entry `i`, as a view into the buffer. */
+  value(i) {
+    const at = this.valueAt[i];
+    return this.bytes.subarray(at, at + this.view.getUint32(at - 4, true));
   }
+
+  /** Takes pending event-time timer entry (`key`, `at`) out of the batch: its index, or undefined. */
+  takePending(key, at) {
+    const times = this.pending.get(key);
+    if (times === undefined) return undefined;
+    const index = times.get(at);
+    if (index !== undefined) times.delete(at);
+    return index;
+  }
+
+  /**
+   * Reads entries until one is an element whose watermark is `at` or later: every timer
+   * entry due at `at` is then read (and pending, if it has not fired).
+   */
+  scanToWatermark(at) {
+    while (this.scanWatermark < at && this.readEntry());
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The batch being run, and the host's imports as it answers them
+
+/** The batch being run (null between batches). */
+let batch = null;
+/** The current key's index, its slots, and the current entry's time and watermark. */
+let current = 0;
+let cur = null;
+let timestamp = 0;
+let watermark = I64_MIN;
+/** Timer entries the UDF deleted before they fired. */
+let skipped = new Set();
+/** The earliest event-time timer the batch registered. */
+let earliestRegistered = Infinity;
+/** Why the batch must fail, even if the UDF caught it. */
+let failed = null;
+// The effects as they happen: timer operations, emitted records, log lines.
+const timerOps = new Out(1024);
+let timerOpCount = 0;
+const emits = new Out(16384);
+let emitCount = 0;
+const logs = new Out(256);
+let logCount = 0;
+/** The SDK's UTF-8 encoder (index.js passes it). */
+let encodeText = null;
+
+/** What the host would trap on: the batch fails, whatever the UDF catches. */
+function trap(why) {
+  if (failed === null) failed = why;
+  throw new BatchFailed(why);
+}
+
+function callTime(ttl) {
+  if (ttl.domain === EVENT_TIME) return timestamp > watermark ? timestamp : watermark;
+  return batch.processingTime;
+}
+
+function slotOrAbsent(state) {
+  let slot = cur.get(state);
+  if (slot === undefined) {
+    slot = new Slot(null);
+    cur.set(state, slot);
+  }
+  return slot;
+}
+
+/** Records operation `code` (with payloads `a`, `b`) on `slot` of `state`. */
+function op(state, slot, code, a, b) {
+  const ttl = ttls.get(state);
+  if (ttl === undefined) slot.op([code, a, b, 0], false);
+  else slot.op([code, a, b, callTime(ttl)], true);
+}
+
+/** A read of `state` (its entry `mapKeyBytes` only, if given), for a time-to-live refreshed on read. */
+function read(state, mapKeyBytes) {
+  const ttl = ttls.get(state);
+  if (ttl === undefined || !ttl.refreshOnRead) return;
+  const slot = cur.get(state);
+  if (slot === undefined || slot.contents === null) return;
+  const at = callTime(ttl);
+  if (slot.change === REPLACED) slot.stamp = at;
+  else if (mapKeyBytes !== undefined) slot.op([WRITE_MAP_READ, mapKeyBytes, null, at], true);
+  else {
+    slot.stamp = at;
+    slot.op([WRITE_READ, null, null, at], true);
+  }
+}
+
+/** Replaces `state` whole; for a list with a time-to-live, a clear and the items appended again. */
+function setWhole(state, contents) {
+  const slot = slotOrAbsent(state);
+  const ttl = ttls.size === 0 ? undefined : ttls.get(state);
+  if (ttl === undefined) {
+    slot.contents = contents;
+    slot.change = REPLACED;
+    return;
+  }
+  const at = callTime(ttl);
+  if (Array.isArray(contents)) {
+    slot.op([WRITE_CLEAR, null, null, at], true);
+    for (const item of contents) slot.op([WRITE_LIST_APPEND, item, null, at], true);
+    slot.contents = contents;
+  } else if (contents === null && slot.change !== REPLACED) {
+    slot.op([WRITE_CLEAR, null, null, at], true);
+    slot.contents = null;
+  } else {
+    slot.stamp = at;
+    slot.contents = contents;
+    slot.change = REPLACED;
+  }
+}
+
+/** The current key's slot of `state` (undefined if none), checked to hold what `check` accepts. */
+function slotOf(state, check, call) {
+  const slot = cur.get(state);
+  if (slot !== undefined && slot.contents !== null && !check(slot.contents)) {
+    trap(`\`state.${call}\` on state #${state}, which is of another kind`);
+  }
+  return slot;
+}
+
+function isBytes(value) {
+  return value instanceof Uint8Array;
 }
 
 function isMap(value) {
   return value instanceof Map;
 }
 
-function pendingKey(key, domain, ts) {
-  return `${key}/${domain}/${ts}`;
+/** `value`, copied as the import would copy it, if it is bytes. */
+function bytesArg(value, call) {
+  if (value instanceof Uint8Array) return value.slice();
+  return trap(`\`${call}\` given ${typeof value}, not bytes`);
 }
 
 /** A map's `[key, value]` pairs in key-byte order. */
@@ -620,12 +461,191 @@ function sortedEntries(map) {
   return names.map((name) => map.get(name));
 }
 
-let encodeText = null;
-
-/** UTF-8 bytes of a log line (the SDK's encoder, set by index.js). */
-function utf8(text) {
-  return encodeText(text);
+function timerOp(code, opCode, at) {
+  const out = timerOps;
+  out.room(14);
+  const view = out.view;
+  view.setUint32(out.at, current, true);
+  view.setUint8(out.at + 4, code);
+  view.setUint8(out.at + 5, opCode);
+  putI64(view, out.at + 6, at);
+  out.at += 14;
+  timerOpCount += 1;
 }
+
+function timerArgs(domain, at, call) {
+  if (typeof at !== "number" || !Number.isInteger(at)) trap(`\`${call}\` given ${String(at)}, not a whole number`);
+  if (domain === EVENT_TIME) return 0;
+  if (domain === "processing-time") return 1;
+  return trap(`\`${call}\` given the domain ${String(domain)}`);
+}
+
+/** The host, as the batch answers it: the shape of the component's imports (host.js). */
+const overlayHost = Object.freeze({
+  state: Object.freeze({
+    declare: () => trap("a declaration outside init"),
+    declareWithTtl: () => trap("a declaration outside init"),
+    valueGet(state) {
+      if (ttls.size !== 0) read(state);
+      const slot = cur.get(state);
+      if (slot === undefined) return null;
+      const contents = slot.contents;
+      if (contents === null || contents instanceof Uint8Array) return contents;
+      return trap(`\`state.value-get\` on state #${state}, which is not a value state`);
+    },
+    valueSet(state, value) {
+      if (!(value instanceof Uint8Array)) trap("`state.value-set` given a value that is not bytes");
+      const slot = cur.get(state);
+      if (slot !== undefined && slot.contents !== null && !(slot.contents instanceof Uint8Array)) {
+        trap(`\`state.value-set\` on state #${state}, which is not a value state`);
+      }
+      if (ttls.size !== 0 && ttls.has(state)) {
+        setWhole(state, value.slice());
+      } else if (slot === undefined) {
+        const fresh = new Slot(value.slice());
+        fresh.change = REPLACED;
+        cur.set(state, fresh);
+      } else {
+        slot.contents = value.slice();
+        slot.change = REPLACED;
+      }
+    },
+    listGet(state) {
+      const slot = slotOf(state, Array.isArray, "list-get");
+      read(state);
+      return slot === undefined || slot.contents === null ? [] : slot.contents.slice();
+    },
+    listAppend(state, item) {
+      const bytes = bytesArg(item, "state.list-append");
+      slotOf(state, Array.isArray, "list-append");
+      const slot = slotOrAbsent(state);
+      if (slot.contents === null) slot.contents = [bytes];
+      else slot.contents.push(bytes);
+      op(state, slot, WRITE_LIST_APPEND, bytes, null);
+    },
+    listSet(state, items) {
+      if (!Array.isArray(items)) trap("`state.list-set` given no list");
+      const copies = items.map((item) => bytesArg(item, "state.list-set"));
+      slotOf(state, Array.isArray, "list-set");
+      setWhole(state, copies.length === 0 ? null : copies);
+    },
+    mapGet(state, key) {
+      const k = bytesArg(key, "state.map-get");
+      const slot = slotOf(state, isMap, "map-get");
+      if (slot === undefined || slot.contents === null) return null;
+      const entry = slot.contents.get(mapKey(k));
+      if (entry === undefined) return null;
+      read(state, k);
+      return entry[1];
+    },
+    mapPut(state, key, value) {
+      const k = bytesArg(key, "state.map-put");
+      const v = bytesArg(value, "state.map-put");
+      slotOf(state, isMap, "map-put");
+      const slot = slotOrAbsent(state);
+      if (slot.contents === null) slot.contents = new Map();
+      slot.contents.set(mapKey(k), [k, v]);
+      op(state, slot, WRITE_MAP_PUT, k, v);
+    },
+    mapRemove(state, key) {
+      const k = bytesArg(key, "state.map-remove");
+      const slot = slotOf(state, isMap, "map-remove");
+      if (slot === undefined || slot.contents === null || !slot.contents.delete(mapKey(k))) return;
+      const ttl = ttls.has(state);
+      if (slot.contents.size === 0) {
+        slot.contents = null;
+        if (!ttl) {
+          slot.change = REPLACED;
+          return;
+        }
+      }
+      slot.op([WRITE_MAP_REMOVE, k, null, 0], ttl);
+    },
+    mapEntries(state) {
+      const slot = slotOf(state, isMap, "map-entries");
+      read(state);
+      if (slot === undefined || slot.contents === null) return [];
+      return sortedEntries(slot.contents);
+    },
+    clear(state) {
+      setWhole(state, null);
+    },
+    clearAll() {
+      for (const state of [...cur.keys()]) setWhole(state, null);
+    },
+  }),
+  timers: Object.freeze({
+    register(domain, at) {
+      const code = timerArgs(domain, at, "timers.register");
+      if (code === 0) {
+        // Only event-time timers are ever in a batch: one ahead in it is the host's
+        // already, and registering it again is a no-op.
+        if (batch.scanWatermark < at) batch.scanToWatermark(at);
+        const times = batch.pending.get(current);
+        if (times !== undefined && times.has(at)) return;
+        if (at < earliestRegistered) earliestRegistered = at;
+      }
+      timerOp(code, 0, at);
+    },
+    delete(domain, at) {
+      const code = timerArgs(domain, at, "timers.delete");
+      if (code === 0) {
+        if (batch.scanWatermark < at) batch.scanToWatermark(at);
+        const entry = batch.takePending(current, at);
+        if (entry !== undefined) skipped.add(entry);
+      }
+      timerOp(code, 1, at);
+    },
+    currentWatermark: () => watermark,
+    currentProcessingTime: () => batch.processingTime,
+  }),
+  output: Object.freeze({
+    declare: () => trap("an output declared outside init"),
+    emit(id, value, key, at) {
+      if (!(value instanceof Uint8Array)) trap("`output.emit` given a value that is not bytes");
+      const hasKey = key !== null && key !== undefined;
+      if (hasKey && !(key instanceof Uint8Array)) trap("`output.emit` given a key that is not bytes");
+      if (at !== null && at !== undefined && typeof at !== "number") trap("`output.emit` given a timestamp that is not a number");
+      const out = emits;
+      const n = value.length;
+      const k = hasKey ? key.length : 0;
+      out.room(25 + k + n);
+      const view = out.view;
+      let w = out.at;
+      view.setUint32(w, id, true);
+      putI64(view, w + 4, at === null || at === undefined ? timestamp : at);
+      w += 12;
+      if (hasKey) {
+        view.setUint8(w, 1);
+        view.setUint32(w + 1, k, true);
+        out.buf.set(key, w + 5);
+        w += 5 + k;
+      } else {
+        view.setUint8(w, 0);
+        w += 1;
+      }
+      view.setUint32(w, n, true);
+      out.buf.set(value, w + 4);
+      out.at = w + 4 + n;
+      emitCount += 1;
+    },
+  }),
+  logging: Object.freeze({
+    log(level, message) {
+      const code = LEVELS[level];
+      if (code === undefined) trap(`\`logging.log\` given the level ${String(level)}`);
+      logs.room(5);
+      logs.view.setUint32(logs.at, current, true);
+      logs.view.setUint8(logs.at + 4, code);
+      logs.at += 5;
+      putBytes(logs, encodeText(String(message)));
+      logCount += 1;
+    },
+  }),
+  deadLetters: Object.freeze({
+    reject: () => trap("a rejection inside a batch: the host runs the entries one at a time"),
+  }),
+});
 
 // ---------------------------------------------------------------------------------------
 // Running a batch
@@ -634,148 +654,156 @@ function utf8(text) {
  * Runs batch `buf` (a `Uint8Array`) through the UDF; returns the encoded effects.
  *
  * `hooks` connects it to the SDK (index.js): `setHost(host)` returns the host it
- * replaces, `runElement(entry, keyBytes)` and `runTimer(entry, keyBytes, domain)` run one
- * entry's call as the per-element path would (without its error handling), and
- * `encodeUtf8`.
+ * replaces, `runElement(input, timestamp, keyBytes, value)` and
+ * `runTimer(timestamp, keyBytes, domain)` run one entry's call as the per-element path
+ * would (without its error handling), and `encodeUtf8`.
  *
- * @throws what the UDF threw, a {@link BatchFailed}, or a RangeError for a malformed buffer
+ * @throws what the UDF threw, or a {@link BatchFailed} (for a malformed buffer too)
  */
-export function run(buf, path, hooks) {
+export function run(buf, hooks) {
   encodeText = hooks.encodeUtf8;
-  let batch;
-  try {
-    batch = decode(buf, path);
-  } catch (e) {
-    throw new BatchFailed(`malformed batch buffer: ${e && e.message}`);
-  }
-  const { processingTime, keys, slots, kept, entries } = batch;
-  const pending = new Map();
-  const pendingPerKey = new Array(keys.length).fill(0);
-  for (let i = 0; i < entries.length; i++) {
-    const e = entries[i];
-    if (e.timer) {
-      pending.set(pendingKey(e.key, e.domain, e.timestamp), i);
-      pendingPerKey[e.key] += 1;
-    }
-  }
-  const o = new Overlay(processingTime, slots, pending, pendingPerKey);
-  const saved = hooks.setHost(o.host);
+  batch = null;
+  skipped = new Set();
+  earliestRegistered = Infinity;
+  failed = null;
+  timerOps.at = 0;
+  timerOpCount = 0;
+  emits.at = 0;
+  emitCount = 0;
+  logs.at = 0;
+  logCount = 0;
   let consumed;
+  let saved = null;
   try {
-    consumed = runEntries(o, keys, entries, hooks);
+    batch = new BatchBuffer(buf);
+    saved = hooks.setHost(overlayHost);
+    consumed = runEntries(hooks);
+  } catch (e) {
+    if (e instanceof RangeError && failed === null) throw new BatchFailed(`malformed batch buffer: ${e.message}`);
+    throw e;
   } finally {
-    hooks.setHost(saved);
+    if (saved !== null) hooks.setHost(saved);
   }
-  if (o.failed !== null) throw new BatchFailed(o.failed);
-  const effects = encode(o, consumed, path);
-  if (path === CACHED) {
-    for (let i = 0; i < kept.length; i++) {
-      const [id, keep] = kept[i];
-      if (!keep) continue;
-      const live = new Map();
-      for (const [state, slot] of o.slots[i]) if (slot.contents !== null) live.set(state, slot);
-      // A key without state is never said to be cached: nothing to keep.
-      if (live.size > 0) cache.keys.set(id, live);
-    }
-  }
+  if (failed !== null) throw new BatchFailed(failed);
+  const effects = encode(consumed);
+  batch = null;
+  cur = null;
   return effects;
 }
 
-function runEntries(o, keys, entries, hooks) {
-  const skipped = o.skipped;
-  for (let i = 0; i < entries.length; i++) {
-    if (skipped.size > 0 && skipped.has(i)) continue;
-    const e = entries[i];
-    o.current = e.key;
-    o.cur = o.slots[e.key];
-    o.timestamp = e.timestamp;
-    o.watermark = e.watermark;
-    if (e.timer) {
-      const name = pendingKey(e.key, e.domain, e.timestamp);
-      if (o.pending.delete(name)) o.pendingPerKey[e.key] -= 1;
-      hooks.runTimer(e, keys[e.key], DOMAINS[e.domain]);
+function runEntries(hooks) {
+  const b = batch;
+  let i = 0;
+  while (i < b.count || b.readEntry()) {
+    if (skipped.size > 0 && skipped.has(i)) {
+      i += 1;
+      continue;
+    }
+    const key = b.entryKey[i];
+    if (key >= b.keys.length) b.key(key);
+    current = key;
+    cur = b.slots[key];
+    timestamp = b.timestamp[i];
+    watermark = b.watermark[i];
+    if (b.isTimer[i]) {
+      const domain = b.input[i];
+      if (domain === 0) b.takePending(key, timestamp);
+      hooks.runTimer(timestamp, b.keys[key], DOMAINS[domain]);
     } else {
-      hooks.runElement(e, keys[e.key]);
+      hooks.runElement(b.input[i], timestamp, b.keys[key], b.value(i));
     }
     // A timer registered here that is already due must fire before anything after this
     // entry: stop, and let the host fire it and send the rest again.
-    if (o.earliestRegistered <= e.after) return i + 1;
+    if (earliestRegistered <= b.after[i]) return i + 1;
+    i += 1;
   }
-  return entries.length;
+  return i;
 }
 
-/** Writes one operation `[code, a, b, at]` of `state` of key `key`. */
-function writeOp(w, key, state, op, ttl) {
-  w.u32(key);
-  w.u32(state);
-  if (ttl) {
-    w.u8(op[0] | WRITE_AT);
-    w.i64(op[3]);
-  } else {
-    w.u8(op[0]);
-  }
-  if (op[1] !== null) w.bytes(op[1]);
-  if (op[2] !== null) w.bytes(op[2]);
-}
-
-/** The effects buffer; a slot's change is cleared once written, so what the cache keeps is clean. */
-function encode(o, consumed, path) {
-  let skipped = 0;
-  for (const i of o.skipped) if (i < consumed) skipped += 1;
-  const w = new Writer(64 + o.emits.at + o.timerOps.at + o.logs.at + 64 * o.slots.length);
-  w.u32(consumed);
-  w.u32(skipped);
-  const writesAt = w.at;
-  w.u32(0);
+/**
+ * The effects buffer: every changed slot, whole (or, for a state with a time-to-live, as
+ * its operations, each stamped), the timer requests, the records and the logs.
+ */
+function encode(consumed) {
+  let skippedConsumed = 0;
+  for (const i of skipped) if (i < consumed) skippedConsumed += 1;
+  const slots = batch.slots;
+  const out = new Out(64 + emits.at + timerOps.at + logs.at + 64 * slots.length);
+  const u32 = (v) => {
+    out.room(4);
+    out.view.setUint32(out.at, v, true);
+    out.at += 4;
+  };
+  const u8 = (v) => {
+    out.room(1);
+    out.buf[out.at++] = v;
+  };
+  const i64 = (v) => {
+    out.room(8);
+    putI64(out.view, out.at, v);
+    out.at += 8;
+  };
+  u32(consumed);
+  u32(skippedConsumed);
+  const writesAt = out.at;
+  u32(0);
   let nWrites = 0;
-  for (let key = 0; key < o.slots.length; key++) {
-    for (const [state, slot] of o.slots[key]) {
+  for (let key = 0; key < slots.length; key++) {
+    for (const [state, slot] of slots[key]) {
       const change = slot.change;
       if (change === CLEAN) continue;
-      slot.change = CLEAN;
       const ttl = ttls.has(state);
-      if (change !== REPLACED && (path === CACHED || ttl)) {
-        for (const op of change) {
-          writeOp(w, key, state, op, ttl);
+      if (change !== REPLACED && ttl) {
+        for (const [code, a, b, at] of change) {
+          u32(key);
+          u32(state);
+          u8(code | WRITE_AT);
+          i64(at);
+          if (a !== null) putBytes(out, a);
+          if (b !== null) putBytes(out, b);
           nWrites += 1;
         }
         continue;
       }
       const contents = slot.contents;
-      w.u32(key);
-      w.u32(state);
-      const op = contents === null ? WRITE_CLEAR : WRITE_SET;
+      u32(key);
+      u32(state);
+      const code = contents === null ? WRITE_CLEAR : WRITE_SET;
       if (ttl) {
-        w.u8(op | WRITE_AT);
-        w.i64(slot.stamp);
+        u8(code | WRITE_AT);
+        i64(slot.stamp);
       } else {
-        w.u8(op);
+        u8(code);
       }
       nWrites += 1;
       if (contents === null) continue;
       if (isBytes(contents)) {
-        w.u8(0);
-        w.bytes(contents);
+        u8(0);
+        putBytes(out, contents);
       } else if (Array.isArray(contents)) {
-        w.u8(1);
-        w.u32(contents.length);
-        for (const item of contents) w.bytes(item);
+        u8(1);
+        u32(contents.length);
+        for (const item of contents) putBytes(out, item);
       } else {
-        w.u8(2);
-        w.u32(contents.size);
+        u8(2);
+        u32(contents.size);
         for (const [k, v] of sortedEntries(contents)) {
-          w.bytes(k);
-          w.bytes(v);
+          putBytes(out, k);
+          putBytes(out, v);
         }
       }
     }
   }
-  w.view.setUint32(writesAt, nWrites, true);
-  w.u32(o.timerOpCount);
-  w.append(o.timerOps);
-  w.u32(o.emitCount);
-  w.append(o.emits);
-  w.u32(o.logCount);
-  w.append(o.logs);
-  return w.finish();
+  out.view.setUint32(writesAt, nWrites, true);
+  for (const [count, part] of [
+    [timerOpCount, timerOps],
+    [emitCount, emits],
+    [logCount, logs],
+  ]) {
+    u32(count);
+    out.room(part.at);
+    out.buf.set(part.buf.subarray(0, part.at), out.at);
+    out.at += part.at;
+  }
+  return out.buf.subarray(0, out.at);
 }

@@ -1301,16 +1301,11 @@ export function processFunction(definition) {
     // For TestHost (testing.js), which makes a runner of its own from it.
     [DEFINITION]: definition,
   };
-  // The batch exports (world `keyed-process-batched`), which the build puts beside
+  // The batch export (world `keyed-process-with-batch`), which the build puts beside
   // `processFunction` in the component's exports (scripts/toolchain/build-js.sh): not
   // enumerable, so that the export looks as it always did.
-  for (const [name, path] of [
-    ["batch", batchPath.PLAIN],
-    ["cachedBatch", batchPath.CACHED],
-  ]) {
-    const iface = Object.freeze({ processBatch: (buffer) => runner.processBatch(buffer, path) });
-    Object.defineProperty(exported, name, { value: iface, enumerable: false });
-  }
+  const batch = Object.freeze({ processBatch: (buffer) => runner.processBatch(buffer) });
+  Object.defineProperty(exported, "batch", { value: batch, enumerable: false });
   return Object.freeze(exported);
 }
 
@@ -1340,13 +1335,13 @@ function makeRunner(definition, toThrown, failure) {
       return saved;
     },
     encodeUtf8,
-    runElement(entry, keyBytes) {
-      const input = inputs[entry.input];
+    runElement(index, timestamp, keyBytes, value) {
+      const input = inputs[index];
       if (input === undefined) {
-        throw new batchPath.BatchFailed(`element from input #${entry.input} but only ${inputs.length} inputs are connected`);
+        throw new batchPath.BatchFailed(`element from input #${index} but only ${inputs.length} inputs are connected`);
       }
-      const ctx = new Context(keyBytes, entry.timestamp);
-      const el = new Element(input, entry.input, keyBytes, entry.value, entry.timestamp);
+      const ctx = new Context(keyBytes, timestamp);
+      const el = new Element(input, index, keyBytes, value, timestamp);
       current = ctx;
       phase = CALL;
       try {
@@ -1356,10 +1351,10 @@ function makeRunner(definition, toThrown, failure) {
         current = null;
       }
     },
-    runTimer(entry, keyBytes, domain) {
+    runTimer(timestamp, keyBytes, domain) {
       if (typeof udf.onTimer !== "function") return;
-      const ctx = new Context(keyBytes, entry.timestamp);
-      const t = new Timer(domain, entry.timestamp, keyBytes);
+      const ctx = new Context(keyBytes, timestamp);
+      const t = new Timer(domain, timestamp, keyBytes);
       current = ctx;
       phase = CALL;
       try {
@@ -1426,13 +1421,13 @@ function makeRunner(definition, toThrown, failure) {
     },
 
     /**
-     * Runs a batch buffer (`weir:udf/batch`, or `cached-batch` with `path` CACHED) and
-     * returns the effects buffer; anything thrown fails the whole batch.
+     * Runs a batch buffer (`weir:udf/batch`) and returns the effects buffer; anything
+     * thrown fails the whole batch.
      */
-    processBatch(buffer, path) {
+    processBatch(buffer) {
       if (udf === null) throw failure("weir (js): processBatch called before a successful init");
       try {
-        return batchPath.run(buffer, path, batchHooks);
+        return batchPath.run(buffer, batchHooks);
       } catch (e) {
         throw batchError(e);
       }

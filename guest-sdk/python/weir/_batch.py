@@ -1,5 +1,5 @@
-"""The batched path (`weir:udf/batch` and `weir:udf/cached-batch`): many elements and
-timers per component call, as the Rust SDK's `guest-sdk/src/batch.rs` does it.
+"""The batched path (`weir:udf/batch`): many elements and timers per component call, as
+the Rust SDK's `guest-sdk/src/batch.rs` does it.
 
 The host sends a run of entries with the state of every key they touch (the byte layout is
 documented in the `weir-wire` crate, `guest-sdk/wire`). While the batch runs, an
@@ -24,10 +24,13 @@ fails the batch, and the host then runs the same entries again one call at a tim
   them, and its lists and maps written as operations, so that each item keeps its own
   stamp; reads are reported for states whose time-to-live reads refresh.
 
-On the cached path the bytes of the batch's keys' states stay in the guest from one batch
-to the next (`_CACHE`), and the host sends a key's state only when that copy is not
-current. Values stay bytes: a decoded value is never shared between calls, so `get()`
-always returns a fresh object, exactly as with single calls.
+The buffer is decoded only as far as the entries run need it (`_Batch`), because the guest
+may stop early and the host then sends the rest again. The SDK does not export
+`weir:udf/cached-batch`: keeping every sent key's state between batches would cost an
+interpreter more than the copies it saves (the host marks every key of a batch as held,
+the keys of the entries the guest never reached too). State values stay bytes here: a
+decoded value is never shared between calls, so `get()` returns a fresh object, as with
+single calls.
 """
 
 import struct
@@ -35,10 +38,7 @@ from types import SimpleNamespace
 
 from . import _bindings as _host
 
-__all__ = ["declared", "run", "PLAIN", "CACHED"]
-
-PLAIN = 0
-CACHED = 1
+__all__ = ["BatchFailed", "declared", "run"]
 
 _EVENT_TIME = 0
 _ELEMENT = 0
@@ -53,9 +53,6 @@ _WRITE_READ = 5
 _WRITE_MAP_READ = 6
 _WRITE_AT = 0x80
 
-_KEY_CACHED = 0
-_KEY_SENT = 1
-_KEY_SENT_ONCE = 2
 
 _REGISTER = 0
 _DELETE = 1
@@ -82,7 +79,7 @@ _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 _HEADER = struct.Struct("<qI")  # processing time, key count
-_CACHED_HEADER = struct.Struct("<QqI")  # epoch, processing time, key count
+_VALUE_SLOT = struct.Struct("<BI")  # slot kind, length or count
 _SLOT_HEADER = struct.Struct("<IBI")  # state, slot kind, length or count
 _ELEMENT_ENTRY = struct.Struct("<IIqqqI")  # key, input, ts, watermark, after, length
 _TIMER_ENTRY = struct.Struct("<IBqq")  # key, domain, ts, watermark
@@ -93,13 +90,13 @@ _WRITE = struct.Struct("<IIB")  # key, state, op
 _WRITE_STAMPED = struct.Struct("<IIBq")  # key, state, op | 0x80, at
 _LOG = struct.Struct("<IBI")
 
+#: The wire's codes of the bindings' enums (looked up: `Enum.value` is Python code).
+_DOMAIN_CODES = {_host.TimeDomain.EVENT_TIME: 0, _host.TimeDomain.PROCESSING_TIME: 1}
+_LEVEL_CODES = {level: level.value for level in _host.LogLevel}
+
 #: The time-to-live of each declared state, by id: (domain code, refreshed on read), or
 #: None. `InitContext` records every declaration here.
 _TTLS = {}
-
-#: The cached path's copies: [epoch, {host key id: {state id: _Slot}}].
-_CACHE = [None, {}]
-
 
 def declared(state_id, ttl):
     """Records that state `state_id` was declared with `ttl` (a `StateTtl` or None), so
@@ -112,10 +109,6 @@ def declared(state_id, ttl):
 
 class BatchFailed(BaseException):  # noqa: N818 - it ends the batch, whatever catches it
     """The batch cannot go on: the host runs its entries again one call at a time."""
-
-
-class _Malformed(Exception):
-    """A batch buffer the guest cannot read."""
 
 
 class _Slot:
@@ -146,23 +139,20 @@ class _Slot:
 class _Overlay:
     """The guest-side view of the host's state for one batch, and the batch's effects."""
 
-    def __init__(self, processing_time, slots, pending, pending_per_key, entries, path):
-        self.processing_time = processing_time
-        self.slots = slots  # per batch key index: {state id: _Slot}
+    def __init__(self, batch):
+        self.batch = batch
+        self.processing_time = batch.processing_time
         self.cur = None  # the current key's slots
         self.current = 0
         self.timestamp = 0
         self.watermark = _I64_MIN
-        self.pending = pending  # (key, domain, ts) -> entry index, timers not fired yet
-        self.pending_per_key = pending_per_key
-        self.skipped = set()
+        self.skipped = set()  # timer entries the UDF deleted before they fired
         self.earliest_registered = _I64_MAX
         self.timer_ops = []
         self.emits = []
         self.emit_count = 0
         self.logs = []
         self.failed = None  # why the batch must fail, even if the UDF caught it
-        self.path = path
 
     # --- failures ------------------------------------------------------------------------
 
@@ -257,15 +247,15 @@ class _Overlay:
     def value_set(self, state, value):
         if type(value) is not bytes:
             value = self._bytes(value, "state.value-set")
-        self._kind(state, bytes, "value-set")
+        slot = self.cur.get(state)
+        if slot is None:
+            slot = self.cur[state] = _Slot(None)
+        elif slot.contents is not None and type(slot.contents) is not bytes:
+            self.trap(f"`state.value-set` on state #{state}, which is not a value state")
         if state in _TTLS:
             self.set(state, value)
             return
-        slot = self.cur.get(state)
-        if slot is None:
-            slot = self.cur[state] = _Slot(value)
-        else:
-            slot.contents = value
+        slot.contents = value
         slot.change = _REPLACED
 
     def list_get(self, state):
@@ -348,30 +338,38 @@ class _Overlay:
 
     # --- timers (the `timers` import) ----------------------------------------------------
 
-    def _i64(self, value, call):
-        if type(value) is not int or not _I64_MIN <= value <= _I64_MAX:
-            self.trap(f"`{call}` given {value!r}, not a 64-bit integer")
-        return value
-
     def register(self, domain, at):
-        at = self._i64(at, "timers.register")
-        code = domain.value
+        if type(at) is not int or not _I64_MIN <= at <= _I64_MAX:
+            self.trap(f"`timers.register` given {at!r}, not a 64-bit integer")
+        code = _DOMAIN_CODES.get(domain)
+        if code is None:
+            self.trap(f"`timers.register` given the domain {domain!r}")
         key = self.current
-        if self.pending_per_key[key] and (key, code, at) in self.pending:
-            return  # the host holds this timer (it is ahead in the batch): one timer
-        if code == _EVENT_TIME and at < self.earliest_registered:
-            self.earliest_registered = at
+        if code == _EVENT_TIME:  # only event-time timers are ever in a batch
+            batch = self.batch
+            if batch.scan_watermark < at and not batch.read_all:
+                batch.scan_to_watermark(at)
+            if batch.pending and (key, at) in batch.pending:
+                return  # the host holds this timer (it is ahead in the batch): one timer
+            if at < self.earliest_registered:
+                self.earliest_registered = at
         self.timer_ops.append(_TIMER_OP.pack(key, code, _REGISTER, at))
 
     def delete(self, domain, at):
-        at = self._i64(at, "timers.delete")
-        code = domain.value
+        if type(at) is not int or not _I64_MIN <= at <= _I64_MAX:
+            self.trap(f"`timers.delete` given {at!r}, not a 64-bit integer")
+        code = _DOMAIN_CODES.get(domain)
+        if code is None:
+            self.trap(f"`timers.delete` given the domain {domain!r}")
         key = self.current
-        if self.pending_per_key[key]:
-            entry = self.pending.pop((key, code, at), None)
-            if entry is not None:
-                self.skipped.add(entry)
-                self.pending_per_key[key] -= 1
+        if code == _EVENT_TIME:
+            batch = self.batch
+            if batch.scan_watermark < at and not batch.read_all:
+                batch.scan_to_watermark(at)
+            if batch.pending:
+                entry = batch.pending.pop((key, at), None)
+                if entry is not None:
+                    self.skipped.add(entry)
         self.timer_ops.append(_TIMER_OP.pack(key, code, _DELETE, at))
 
     def current_watermark(self):
@@ -402,7 +400,10 @@ class _Overlay:
 
     def log(self, level, message):
         data = str(message).encode("utf-8", "surrogatepass")
-        self.logs.append(_LOG.pack(self.current, level.value, len(data)) + data)
+        code = _LEVEL_CODES.get(level)
+        if code is None:
+            self.trap(f"`logging.log` given the level {level!r}")
+        self.logs.append(_LOG.pack(self.current, code, len(data)) + data)
 
     def reject(self, reason):
         # The SDK rejects by raising (which fails the batch); a direct call does too.
@@ -447,6 +448,126 @@ def _install(imports):
 # --- decoding ----------------------------------------------------------------------------
 
 
+class _Malformed(Exception):
+    """A batch buffer the guest cannot read."""
+
+
+class _Batch:
+    """The batch buffer, decoded as far as the entries run so far need it.
+
+    A guest may stop long before the end of a batch (at a timer it registered that falls
+    due), and the host then sends the rest again: decoding everything first would cost
+    the whole batch every time. Keys are numbered in the order entries first name them,
+    so the keys of the first n entries are among the first n keys; entries are read in
+    order; and a timer entry with timestamp T comes before the first element whose
+    watermark is T or later, so the timer entries ahead of the current one that a timer
+    call could name are found by reading on only that far (`scan_to_watermark`)."""
+
+    __slots__ = (
+        "buf", "size", "processing_time", "n_keys", "keys", "slots", "key_at",
+        "n_entries", "entries", "entry_at", "scan_watermark", "pending", "read_all",
+    )
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.size = len(buf)
+        self.processing_time, self.n_keys = _HEADER.unpack_from(buf, 0)
+        self.keys = []  # key bytes per index, as far as read
+        self.slots = []  # per key index: {state id: _Slot}
+        self.key_at = 12
+        # The entries start after the keys: found by reading every key once, the first
+        # time an entry is needed (cheap beside decoding them: lengths only).
+        self.n_entries = None
+        self.entries = []
+        self.entry_at = None
+        self.scan_watermark = _I64_MIN  # the watermark of the last element read
+        self.pending = {}  # (key, ts) -> entry index: event-time timer entries not fired yet
+        self.read_all = False
+
+    def key(self, index):
+        """Reads keys up to `index`."""
+        buf = self.buf
+        at = self.key_at
+        keys = self.keys
+        while len(keys) <= index:
+            if len(keys) >= self.n_keys:
+                raise _Malformed("entry names a key outside the batch")
+            (size,) = _U32.unpack_from(buf, at)
+            at += 4
+            keys.append(buf[at : at + size])
+            at += size
+            key_slots, at = _decode_slots(buf, at)
+            self.slots.append(key_slots)
+        self.key_at = at
+        if at > self.size:
+            raise _Malformed("truncated")
+
+    def _skip_keys(self):
+        """Finds where the entries start, without decoding the keys not read yet."""
+        buf = self.buf
+        at = self.key_at
+        for _ in range(self.n_keys - len(self.keys)):
+            (size,) = _U32.unpack_from(buf, at)
+            at += 4 + size
+            (n,) = _U32.unpack_from(buf, at)
+            at += 4
+            for _ in range(n):
+                _state, kind, length = _SLOT_HEADER.unpack_from(buf, at)
+                at += 9
+                if kind == 0:
+                    at += length
+                elif kind == 1:
+                    for _ in range(length):
+                        at += 4 + _U32.unpack_from(buf, at)[0]
+                elif kind == 2:
+                    for _ in range(2 * length):
+                        at += 4 + _U32.unpack_from(buf, at)[0]
+                else:
+                    raise _Malformed("unknown slot kind")
+        (self.n_entries,) = _U32.unpack_from(buf, at)
+        self.entry_at = at + 4
+
+    def read_entry(self):
+        """Reads the next entry; False at the end."""
+        if self.n_entries is None:
+            self._skip_keys()
+        entries = self.entries
+        if len(entries) >= self.n_entries:
+            self.read_all = True
+            return False
+        buf = self.buf
+        at = self.entry_at
+        tag = buf[at]
+        at += 1
+        if tag == _ELEMENT:
+            key, input_index, ts, wm, after, size = _ELEMENT_ENTRY.unpack_from(buf, at)
+            at += 36
+            end = at + size
+            if end > self.size:
+                raise _Malformed("truncated")
+            entries.append((False, key, input_index, ts, wm, after, buf[at:end]))
+            at = end
+            self.scan_watermark = wm
+        elif tag == _TIMER:
+            key, domain, ts, wm = _TIMER_ENTRY.unpack_from(buf, at)
+            at += 21
+            if domain == _EVENT_TIME:
+                self.pending[(key, ts)] = len(entries)
+            entries.append((True, key, domain, ts, wm))
+        else:
+            raise _Malformed("unknown entry tag")
+        if key >= self.n_keys:
+            raise _Malformed("entry names a key outside the batch")
+        self.entry_at = at
+        return True
+
+    def scan_to_watermark(self, at):
+        """Reads entries until one is an element whose watermark is `at` or later: every
+        timer entry due at `at` is then read (and in `pending`, if it has not fired)."""
+        while self.scan_watermark < at and self.read_entry():
+            pass
+
+
 def _decode_slots(buf, at):
     """The slots of one key at `buf[at:]`: ({state id: _Slot}, the offset after them)."""
     (n,) = _U32.unpack_from(buf, at)
@@ -456,11 +577,8 @@ def _decode_slots(buf, at):
         state, kind, length = _SLOT_HEADER.unpack_from(buf, at)
         at += 9
         if kind == 0:
-            end = at + length
-            if end > len(buf):
-                raise _Malformed("truncated")
-            contents = buf[at:end]
-            at = end
+            contents = buf[at : at + length]
+            at += length
         elif kind == 1:
             contents = []
             for _ in range(length):
@@ -481,147 +599,70 @@ def _decode_slots(buf, at):
                 at += size
         else:
             raise _Malformed("unknown slot kind")
-        if at > len(buf):
-            raise _Malformed("truncated")
         slots[state] = _Slot(contents)
     return slots, at
-
-
-def _decode(buf, path):
-    """The batch in `buf`: (processing time, keys, their slots, entries); on the cached
-    path the slots come out of the cache where the host says they are current."""
-    if path == CACHED:
-        epoch, processing_time, n_keys = _CACHED_HEADER.unpack_from(buf, 0)
-        at = 20
-        cache = _CACHE
-        if cache[0] != epoch:
-            cache[0] = epoch
-            cache[1] = {}
-        held = cache[1]
-    else:
-        processing_time, n_keys = _HEADER.unpack_from(buf, 0)
-        at = 12
-    keys = []  # key bytes per index
-    slots = []
-    kept = []  # (host id, keep) per index, cached path only
-    for _ in range(n_keys):
-        if path == CACHED:
-            (key_id,) = _U32.unpack_from(buf, at)
-            at += 4
-        (size,) = _U32.unpack_from(buf, at)
-        at += 4
-        keys.append(buf[at : at + size])
-        at += size
-        if path == CACHED:
-            (tag,) = _U8.unpack_from(buf, at)
-            at += 1
-            copy = held.pop(key_id, None)
-            if tag == _KEY_CACHED:
-                if copy is None:
-                    raise _Malformed("the host says a key is cached that the guest does not hold")
-                slots.append(copy)
-                kept.append((key_id, True))
-                continue
-            if tag != _KEY_SENT and tag != _KEY_SENT_ONCE:
-                raise _Malformed("unknown key tag")
-            kept.append((key_id, tag == _KEY_SENT))
-        key_slots, at = _decode_slots(buf, at)
-        slots.append(key_slots)
-    (n_entries,) = _U32.unpack_from(buf, at)
-    at += 4
-    entries = []
-    n = len(keys)
-    for _ in range(n_entries):
-        tag = buf[at]
-        at += 1
-        if tag == _ELEMENT:
-            key, input_index, ts, wm, after, size = _ELEMENT_ENTRY.unpack_from(buf, at)
-            at += 36
-            end = at + size
-            if end > len(buf):
-                raise _Malformed("truncated")
-            entries.append((False, key, input_index, ts, wm, after, buf[at:end]))
-            at = end
-        elif tag == _TIMER:
-            key, domain, ts, wm = _TIMER_ENTRY.unpack_from(buf, at)
-            at += 21
-            entries.append((True, key, domain, ts, wm))
-        else:
-            raise _Malformed("unknown entry tag")
-        if key >= n:
-            raise _Malformed("entry names a key outside the batch")
-    return processing_time, keys, slots, kept, entries
 
 
 # --- running -----------------------------------------------------------------------------
 
 
-def run(udf, inputs, buf, path, make_context, make_element, make_timer, domains):
+def run(udf, inputs, buf, make_context, make_element, make_timer, domains):
     """Runs batch `buf` through `udf`; returns the encoded effects. Raises what the UDF
-    raised, `BatchFailed`, or `ValueError` for a malformed buffer."""
+    raised, or `BatchFailed` (for a malformed buffer too)."""
     try:
-        processing_time, keys, slots, kept, entries = _decode(buf, path)
-    except (struct.error, IndexError, _Malformed) as e:
-        raise ValueError(f"malformed batch buffer: {e}") from None
-    pending = {}
-    pending_per_key = [0] * len(keys)
-    for index, entry in enumerate(entries):
-        if entry[0]:
-            pending[(entry[1], entry[2], entry[3])] = index
-            pending_per_key[entry[1]] += 1
-    o = _Overlay(processing_time, slots, pending, pending_per_key, entries, path)
+        batch = _Batch(buf)
+    except struct.error as e:
+        raise BatchFailed(f"malformed batch buffer: {e}") from None
+    o = _Overlay(batch)
     saved = _install(_imports(o))
     try:
-        consumed = _run_entries(
-            o, udf, inputs, keys, entries, make_context, make_element, make_timer, domains
-        )
+        consumed = _run_entries(o, batch, udf, inputs, make_context, make_element, make_timer, domains)
+    except (struct.error, IndexError, _Malformed) as e:
+        raise BatchFailed(f"malformed batch buffer: {e}") from None
     finally:
         _install(saved)
     if o.failed is not None:
         raise BatchFailed(o.failed)
-    effects = _encode(o, consumed, path)
-    if path == CACHED:
-        held = _CACHE[1]
-        for (key_id, keep), key_slots in zip(kept, o.slots):
-            if not keep:
-                continue
-            live = {s: slot for s, slot in key_slots.items() if slot.contents is not None}
-            # A key without state is never said to be cached: nothing to keep.
-            if live:
-                held[key_id] = live
-    return effects
+    return _encode(o, consumed)
 
 
-def _run_entries(o, udf, inputs, keys, entries, make_context, make_element, make_timer, domains):
+def _run_entries(o, batch, udf, inputs, make_context, make_element, make_timer, domains):
     skipped = o.skipped
-    slots = o.slots
-    pending = o.pending
+    slots = batch.slots
+    keys = batch.keys
+    entries = batch.entries
+    pending = batch.pending
     process_element = udf.process_element
     on_timer = getattr(udf, "on_timer", None)
     n_inputs = len(inputs)
-    for index, entry in enumerate(entries):
+    index = 0
+    while index < len(entries) or batch.read_entry():
+        entry = entries[index]
         if skipped and index in skipped:
+            index += 1
             continue
+        key = entry[1]
+        if key >= len(keys):
+            batch.key(key)
+        o.current = key
+        o.cur = slots[key]
         if entry[0]:
             _, key, domain, ts, wm = entry
-            if pending.pop((key, domain, ts), None) is not None:
-                o.pending_per_key[key] -= 1
-            o.current = key
-            o.cur = slots[key]
+            if pending and domain == _EVENT_TIME:
+                pending.pop((key, ts), None)
             o.timestamp = ts
             o.watermark = wm
             key_bytes = keys[key]
-            on_timer(make_context(key_bytes, ts), make_timer(domains[domain], ts, key_bytes))
+            if on_timer is not None:
+                on_timer(make_context(key_bytes, ts), make_timer(domains[domain], ts, key_bytes))
             due_after = wm
         else:
             _, key, input_index, ts, wm, after, value = entry
             if input_index >= n_inputs:
                 raise BatchFailed(
-                    f"weir: element from input #{input_index} but only {n_inputs} inputs "
-                    "are connected"
+                    f"element from input #{input_index} but only {n_inputs} inputs are "
+                    "connected"
                 )
-            o.current = key
-            o.cur = slots[key]
             o.timestamp = ts
             o.watermark = wm
             key_bytes = keys[key]
@@ -630,34 +671,30 @@ def _run_entries(o, udf, inputs, keys, entries, make_context, make_element, make
                 make_element(inputs[input_index], input_index, key_bytes, value, ts),
             )
             due_after = after
+        index += 1
         # A timer registered here that is already due must fire before anything after
         # this entry: stop, and let the host fire it and send the rest again.
         if o.earliest_registered <= due_after:
-            return index + 1
-    return len(entries)
+            return index
+    return index
 
 
-def _encode(o, consumed, path):
-    """The effects buffer. Every changed slot is written, whole or as its operations; a
-    slot's change is cleared once written, so what the cache keeps is clean."""
+def _encode(o, consumed):
+    """The effects buffer: every changed slot, whole (or, for a state with a time-to-live,
+    as its operations, each stamped), the timer requests, the records and the logs."""
     skipped = sum(1 for i in o.skipped if i < consumed)
     out = [_U32.pack(consumed), _U32.pack(skipped), b""]
     n_writes = 0
     append = out.append
-    cached = path == CACHED
-    for key, key_slots in enumerate(o.slots):
+    for key, key_slots in enumerate(o.batch.slots):
         for state, slot in key_slots.items():
             change = slot.change
             if change is _CLEAN:
                 continue
-            slot.change = _CLEAN
             ttl = state in _TTLS
-            if change is not _REPLACED and (cached or ttl):
+            if change is not _REPLACED and ttl:
                 for (code, a, b), at in change:
-                    if ttl:
-                        append(_WRITE_STAMPED.pack(key, state, code | _WRITE_AT, at))
-                    else:
-                        append(_WRITE.pack(key, state, code))
+                    append(_WRITE_STAMPED.pack(key, state, code | _WRITE_AT, at))
                     if a is not None:
                         append(_U32.pack(len(a)))
                         append(a)
@@ -677,18 +714,15 @@ def _encode(o, consumed, path):
                 continue
             kind = type(contents)
             if kind is bytes:
-                append(_U8.pack(0))
-                append(_U32.pack(len(contents)))
+                append(_VALUE_SLOT.pack(0, len(contents)))
                 append(contents)
             elif kind is list:
-                append(_U8.pack(1))
-                append(_U32.pack(len(contents)))
+                append(_VALUE_SLOT.pack(1, len(contents)))
                 for item in contents:
                     append(_U32.pack(len(item)))
                     append(item)
             else:
-                append(_U8.pack(2))
-                append(_U32.pack(len(contents)))
+                append(_VALUE_SLOT.pack(2, len(contents)))
                 for k, v in sorted(contents.items()):
                     append(_U32.pack(len(k)))
                     append(k)
@@ -702,4 +736,3 @@ def _encode(o, consumed, path):
     append(_U32.pack(len(o.logs)))
     out.extend(o.logs)
     return b"".join(out)
-

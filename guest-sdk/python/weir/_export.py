@@ -180,32 +180,24 @@ def export(cls):
             except BaseException as e:  # noqa: BLE001
                 _reject_or_raise(e)
 
-    def batch_class(path, interface):
+    class Batch:
         def process_batch(self, batch):
             udf = slot.get("udf")
             if udf is None:
                 raise _failed("weir: called before a successful init")
             try:
-                return _batch.run(
-                    udf, slot["inputs"], batch, path, Context, Element, Timer, _DOMAINS
-                )
+                return _batch.run(udf, slot["inputs"], batch, Context, Element, Timer, _DOMAINS)
             except BaseException as e:  # noqa: BLE001 - every failure goes to the host
                 raise _Err(_batch_error(e)) from None
 
-        name = "Batch" if path == _batch.PLAIN else "CachedBatch"
-        doc = f"The component's `{interface}` export, running {cls.__name__}."
-        return type(name, (), {"process_batch": process_batch, "__doc__": doc})
-
+    Batch.__doc__ = f"The component's `batch` export, running {cls.__name__}."
     Export.__name__ = Export.__qualname__ = "ProcessFunction"
     Export.udf_class = cls  # for weir.testing.TestHost(app.ProcessFunction)
     Export.__doc__ = f"The component's `process-function` export, running {cls.__name__}."
-    # The batch exports (world `keyed-process-batched`): componentize-py looks for classes
-    # named after them in the app module, so they are put there, beside `ProcessFunction`,
-    # without the UDF's code naming them. A name the module defines itself is left alone.
-    app = sys._getframe(1).f_globals
-    Export.Batch = batch_class(_batch.PLAIN, "batch")
-    Export.CachedBatch = batch_class(_batch.CACHED, "cached-batch")
-    if app.get("__name__") != __name__:
-        app.setdefault("Batch", Export.Batch)
-        app.setdefault("CachedBatch", Export.CachedBatch)
+    # The batch export (world `keyed-process-with-batch`): componentize-py looks for a
+    # class named after it in the app module, so it is put there, beside
+    # `ProcessFunction`, without the UDF's code naming it. A `Batch` of the module's own
+    # is left alone (the component then cannot take batches: rename it).
+    Export.Batch = Batch
+    sys._getframe(1).f_globals.setdefault("Batch", Batch)
     return Export
