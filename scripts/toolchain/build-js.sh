@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds a JavaScript UDF into a Weir component (world `keyed-process-batched` of
-# wit/weir.wit: the per-element export and the two batch exports).
+# Builds a JavaScript UDF into a Weir component: world `keyed-process` of wit/weir.wit (one
+# call per element and per timer), or with WEIR_GUEST_BATCH=1 world
+# `keyed-process-with-batch`, which adds `weir:udf/batch` (the UDF's code is the same).
+# The batch path is not the default: measured on the order timeout it is slower than one
+# call per element (docs/udf-javascript.md, "Limits").
 #
 # Usage: scripts/toolchain/build-js.sh SRC OUT.wasm
 #
@@ -14,12 +17,12 @@
 #
 # Installs the toolchain first if needed (scripts/toolchain/js.sh: componentize-qjs in
 # .weir-tools/js), then runs
-#   componentize-qjs --wit wit --world keyed-process-batched --js WRAPPER --module-root ROOT \
+#   componentize-qjs --wit wit --world keyed-process --js ENTRY --module-root ROOT \
 #     --stub-wasi --sync -o OUT.wasm
-# where WRAPPER is a module written next to ENTRY for the build (and removed after) that
-# re-exports ENTRY and adds the batch exports the SDK attaches to `processFunction`
-# (`batch`, `cachedBatch`), so that the UDF's own code never names them. An ENTRY that
-# does not seem to export processFunction is built as it is, for world `keyed-process`.
+# With WEIR_GUEST_BATCH=1 the world is keyed-process-with-batch and the module given is
+# WRAPPER, written next to ENTRY for the build (and removed after): it re-exports ENTRY
+# and adds the batch export the SDK attaches to `processFunction` (`batch`), so that the
+# UDF's own code never names it.
 # --sync: the contract has no async functions, and the host does not enable the
 # component-model async ABI. --stub-wasi: the component imports no WASI at all (the host
 # grants none anyway); the SDK makes the clocks that this removes throw a clear error.
@@ -29,7 +32,8 @@
 # takes about 1 s and the component is about 1.9 MB (the QuickJS engine is most of it).
 #
 # Environment: WEIR_JS_TOOLCHAIN, a componentize-qjs executable or a folder holding
-# node_modules/.bin/componentize-qjs, instead of the installer's.
+# node_modules/.bin/componentize-qjs, instead of the installer's; WEIR_GUEST_BATCH=1, the
+# batch export.
 set -euo pipefail
 
 if [[ $# -ne 2 ]]; then
@@ -75,16 +79,18 @@ if ! grep -Eq 'export[[:space:]]+(const|let|var|function)[[:space:]]+processFunc
   echo "build-js: warning: $entry does not seem to export processFunction (export const processFunction = weir.processFunction(...)); the host would fail to initialise it" >&2
   world=keyed-process
   js=$entry
+elif [[ ${WEIR_GUEST_BATCH:-0} != 1 ]]; then
+  world=keyed-process
+  js=$entry
 else
-  world=keyed-process-batched
+  world=keyed-process-with-batch
   wrapper=$(mktemp "$(dirname "$entry")/.weir-batched-XXXXXX.js")
   name=./$(basename "$entry")
   cat >"$wrapper" <<EOF
-// Written by build-js.sh for one build: the UDF's exports and the SDK's batch exports.
+// Written by build-js.sh for one build: the UDF's exports and the SDK's batch export.
 export * from "$name";
 import { processFunction as weirProcessFunction } from "$name";
 export const batch = weirProcessFunction.batch;
-export const cachedBatch = weirProcessFunction.cachedBatch;
 EOF
   js=$wrapper
 fi
