@@ -12,7 +12,9 @@
  *   state (a state-decode error, which the host sends to the dead letters) until
  * - `"reset"`: clears the key's count without reading it, and emits `{"key": K, "reset": true}`.
  *
- * Each record registers an event-time timer 1 ms after it; a timer emits
+ * Each record it counts that has `"timer": true` registers an event-time timer 1 ms after
+ * it (the timer then falls due in the batch that registered it, which ends the batch
+ * there); a timer emits
  * `{"key": K, "timer": T, "n": N}` with the count then (decoding the state: a poisoned
  * key's timer fails too).
  */
@@ -31,7 +33,6 @@ export const processFunction = weir.processFunction(
     processElement(ctx, el) {
       const record = el.json();
       const key = ctx.key;
-      ctx.registerEventTimer(el.timestamp + 1);
       if (record.fail === "poison") {
         this.raw.set(weir.encodeUtf8("\u00ff not JSON"));
         this.out.emit({ key, poisoned: true }, { key });
@@ -44,6 +45,7 @@ export const processFunction = weir.processFunction(
       }
       const n = (this.count.get() ?? 0) + 1;
       this.count.set(n);
+      if (record.timer) ctx.registerEventTimer(el.timestamp + 1);
       this.out.emit({ key, n, record }, { key });
       if (record.fail === "error") throw new Error(`asked to fail on ${JSON.stringify(record)}`);
       if (record.fail === "trap") hostState.listGet(this.count._id); // a value state: the host traps

@@ -10,7 +10,9 @@ unless the record asks it to misbehave with `"fail"`:
   (a state-decode error, which the host sends to the dead letters) until
 - `"reset"`: clears the key's count without reading it, and emits `{"key": K, "reset": true}`.
 
-Each record registers an event-time timer 1 ms after it; a timer emits
+Each record it counts that has `"timer": true` registers an event-time timer 1 ms after it
+(the timer then falls due in the batch that registered it, which ends the batch there);
+a timer emits
 `{"key": K, "timer": T, "n": N}` with the count then (decoding the state: a poisoned key's
 timer fails too).
 """
@@ -29,7 +31,6 @@ class Misbehaving(weir.ProcessFunction):
         record = element.json()
         key = ctx.current_key_str()
         fail = record.get("fail")
-        ctx.register_event_timer(element.timestamp() + 1)
         if fail == "poison":
             self.raw.set(b"\xff not JSON")
             self.out.emit({"key": key, "poisoned": True}, key=key)
@@ -40,6 +41,8 @@ class Misbehaving(weir.ProcessFunction):
             return
         n = self.count.get(0) + 1
         self.count.set(n)
+        if record.get("timer"):
+            ctx.register_event_timer(element.timestamp() + 1)
         self.out.emit({"key": key, "n": n, "record": record}, key=key)
         if fail == "error":
             raise ValueError(f"asked to fail on {record}")
