@@ -20,6 +20,10 @@ snapshotted), not when it runs, so `export` reads the UDF's sources into `lineca
 and tracebacks show source lines. And the module path's folders are mounted as `/0`,
 `/1`, ..., which the traceback leaves out: `File "app.py", line 12`.
 
+Built with the batch export (`WEIR_GUEST_BATCH=1`, world `keyed-process-with-batch`),
+componentize-py also looks for a class `Batch`: `export` puts one in the app module (see
+`weir._batch`), so the UDF's code is the same either way.
+
 In plain CPython `export` works too (the app module imports natively), but nothing calls
 the class it returns: `weir.testing.TestHost` runs the `ProcessFunction` subclass itself
 and lets its exceptions through as they are.
