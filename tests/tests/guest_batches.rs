@@ -254,3 +254,27 @@ fn python_failures_in_the_middle_of_a_batch_are_replayed_exactly() {
 fn javascript_failures_in_the_middle_of_a_batch_are_replayed_exactly() {
     failures_in_the_middle_of_batches("js");
 }
+
+/// A timer of the advance a batch stopped in (the next batch's first entries) that fails
+/// must not cost the element after it. Found with these UDFs, but the fault is the
+/// host's: `KeyedOperator::replay` reports such a timer's failure at `elements[start]`,
+/// and the run then goes on after that element, which is never processed (nor
+/// dead-lettered). Any batched UDF, Rust's too, loses it. Ignored until the host is
+/// fixed.
+#[test]
+#[ignore = "host bug: replay() reports a failing timer of the unfinished advance at elements[start], which is then skipped"]
+fn a_timer_failing_after_an_early_stop_loses_no_element() {
+    let work = Workdir::new();
+    let records = [
+        json!({"k": "c", "t": START, "i": 0, "timer": true}),
+        json!({"k": "c", "t": START + 10, "i": 1, "fail": "poison"}),
+        json!({"k": "a", "t": START + 20, "i": 2}),
+        json!({"k": "a", "t": START + 30, "i": 3}),
+    ];
+    let input = work.write_jsonl("in.jsonl", &records);
+    let udf = guest_batched("js", "misbehaving");
+    let (one_at_a_time, _) = run(&work, &udf, &input, 0);
+    assert_eq!(one_at_a_time.len(), 4, "{one_at_a_time:#?}");
+    let (batched, _) = run(&work, &udf, &input, 512);
+    assert_eq!(batched, one_at_a_time);
+}
