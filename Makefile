@@ -34,13 +34,29 @@ GUESTS := target/guests
 PYTHON_SDK := $(wildcard guest-sdk/python/*.lock guest-sdk/python/weir/*.py)
 JS_SDK := $(wildcard guest-sdk/js/*.json guest-sdk/js/sdk/*.js)
 
-guests: $(GUESTS)/python/change_only_counter.wasm $(GUESTS)/js/order_timeout.wasm
+## The *-batch folders hold the same UDFs built with the batch export (WEIR_GUEST_BATCH=1,
+## not the default yet), and the misbehaving UDFs that test it (tests/udfs/python, tests/udfs/js).
+guests: $(GUESTS)/python/change_only_counter.wasm $(GUESTS)/js/order_timeout.wasm \
+	$(GUESTS)/python-batch/change_only_counter.wasm $(GUESTS)/js-batch/order_timeout.wasm \
+	$(GUESTS)/python-batch/misbehaving.wasm $(GUESTS)/js-batch/misbehaving.wasm
 
 $(GUESTS)/python/change_only_counter.wasm: $(wildcard udfs/python/change-only-counter/*) $(PYTHON_SDK) wit/weir.wit guest-sdk/python/requirements.lock
 	scripts/toolchain/build-python.sh udfs/python/change-only-counter $@
 
 $(GUESTS)/js/order_timeout.wasm: $(wildcard udfs/js/order-timeout/*) $(JS_SDK) wit/weir.wit guest-sdk/js/package-lock.json
 	scripts/toolchain/build-js.sh udfs/js/order-timeout/app.js $@
+
+$(GUESTS)/python-batch/change_only_counter.wasm: $(wildcard udfs/python/change-only-counter/*) $(PYTHON_SDK) wit/weir.wit guest-sdk/python/requirements.lock
+	WEIR_GUEST_BATCH=1 scripts/toolchain/build-python.sh udfs/python/change-only-counter $@
+
+$(GUESTS)/js-batch/order_timeout.wasm: $(wildcard udfs/js/order-timeout/*) $(JS_SDK) wit/weir.wit guest-sdk/js/package-lock.json
+	WEIR_GUEST_BATCH=1 scripts/toolchain/build-js.sh udfs/js/order-timeout/app.js $@
+
+$(GUESTS)/python-batch/misbehaving.wasm: $(wildcard tests/udfs/python/misbehaving/*) $(PYTHON_SDK) wit/weir.wit guest-sdk/python/requirements.lock
+	WEIR_GUEST_BATCH=1 scripts/toolchain/build-python.sh tests/udfs/python/misbehaving $@
+
+$(GUESTS)/js-batch/misbehaving.wasm: $(wildcard tests/udfs/js/misbehaving/*) $(JS_SDK) wit/weir.wit guest-sdk/js/package-lock.json
+	WEIR_GUEST_BATCH=1 scripts/toolchain/build-js.sh tests/udfs/js/misbehaving/app.js $@
 
 ## demo: change-only ad-click counts from the sample clicks, printed as JSON lines
 demo: build

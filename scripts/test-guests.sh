@@ -11,6 +11,7 @@ python_tests() { # PYTHONPATH entry holding the tests, and the test module
   PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="guest-sdk/python:$1" python3 -m unittest "$2" || status=1
 }
 python_tests guest-sdk/python/tests test_testing
+python_tests guest-sdk/python/tests test_batch
 python_tests udfs/python/change-only-counter test_app
 python_tests host/weir/templates/python test_app
 

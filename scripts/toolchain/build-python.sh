@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Builds a Python UDF into a Weir component (world `keyed-process` of wit/weir.wit).
+# Builds a Python UDF into a Weir component: world `keyed-process` of wit/weir.wit (one call
+# per element and per timer), or with WEIR_GUEST_BATCH=1 world `keyed-process-with-batch`,
+# which adds `weir:udf/batch` (provided by `weir.export`: the UDF's code is the same).
+# The batch path is not the default: measured on the counter it is slower than one call
+# per element (docs/udf-python.md, "Limits").
 #
 # Usage: scripts/toolchain/build-python.sh SRC_DIR OUT.wasm [MODULE]
 #
@@ -11,13 +15,13 @@
 #
 # Installs the toolchain first if needed (scripts/toolchain/python.sh: componentize-py in
 # .weir-tools/python), then runs
-#   componentize-py -d wit -w keyed-process componentize -p guest-sdk/python -p SRC_DIR MODULE
+#   componentize-py -d wit -w WORLD componentize -p guest-sdk/python -p SRC_DIR MODULE
 # The `weir` SDK package comes from guest-sdk/python. Prints one line: the output's path,
 # size and build time. A build takes 5-8 s and the component is about 19 MB (CPython
 # and the parts of its standard library the UDF imports are inside).
 #
 # Environment: WEIR_PYTHON_TOOLCHAIN, a componentize-py executable or a venv holding one,
-# instead of the installer's venv.
+# instead of the installer's venv; WEIR_GUEST_BATCH=1, the batch export.
 set -euo pipefail
 
 if [[ $# -lt 2 || $# -gt 3 ]]; then
@@ -55,7 +59,9 @@ tmp=$(mktemp "$out.tmp.XXXXXX")
 trap cleanup EXIT
 # No VIRTUAL_ENV: componentize-py would add its site-packages to the module path. No
 # backtrace of componentize-py itself on a build error (RUST_BACKTRACE may be set).
-env -u VIRTUAL_ENV RUST_LIB_BACKTRACE=0 "$cpy" -d "$repo/wit" -w keyed-process componentize \
+world=keyed-process
+if [[ ${WEIR_GUEST_BATCH:-0} == 1 ]]; then world=keyed-process-with-batch; fi
+env -u VIRTUAL_ENV RUST_LIB_BACKTRACE=0 "$cpy" -d "$repo/wit" -w "$world" componentize \
   -p "$repo/guest-sdk/python" -p "$src" -o "$tmp" "$module" >/dev/null
 chmod 644 "$tmp" # mktemp made it private
 mv -f "$tmp" "$out"

@@ -90,6 +90,24 @@ pub fn guest(lang: &str, name: &str) -> PathBuf {
     built(target_dir().join(wasm), &[&sources[0], &sources[1], "wit"])
 }
 
+/// A UDF written in another language built with the batch export (`weir:udf/batch`,
+/// `WEIR_GUEST_BATCH=1`) by `make guests`: `guest_batched("js", "order-timeout")` is
+/// `udfs/js/order-timeout`, `guest_batched("python", "misbehaving")` is
+/// `tests/udfs/python/misbehaving`, each with its language's SDK.
+pub fn guest_batched(lang: &str, name: &str) -> PathBuf {
+    let wasm = format!("guests/{lang}-batch/{}.wasm", name.replace('-', "_"));
+    let sdk = match lang {
+        "python" => "guest-sdk/python/weir",
+        _ => "guest-sdk/js/sdk",
+    };
+    let source = ["udfs", "tests/udfs"]
+        .iter()
+        .map(|d| format!("{d}/{lang}/{name}"))
+        .find(|d| repo_root().join(d).exists())
+        .unwrap_or_else(|| format!("udfs/{lang}/{name}"));
+    built(target_dir().join(wasm), &[&source, sdk, "wit"])
+}
+
 /// A UDF component built by `make udfs`, by crate name (`change-only-counter`).
 pub fn component(crate_name: &str) -> PathBuf {
     let wasm = target_dir()

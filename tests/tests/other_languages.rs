@@ -1,10 +1,11 @@
 //! UDFs in Python and JavaScript: the same semantics as their Rust twins, run by the same
 //! host. Each runs on generated input next to its twin, and the outputs and dead letters
-//! must be byte-identical.
+//! must be byte-identical: built as by default (one call per element) and with the batch
+//! export (`WEIR_GUEST_BATCH=1`).
 
 use std::path::Path;
 use weir_e2e::gen::{self, Click, Purchase};
-use weir_e2e::{component, guest, weir, Workdir};
+use weir_e2e::{component, guest, guest_batched, weir, Workdir};
 
 /// Runs `pipeline` with `udf` on `input` (written to source `source`); returns the main
 /// output and the dead letters, as written.
@@ -68,21 +69,22 @@ fn python_change_only_counter_equals_the_rust_one() {
         &work,
         "rust",
     );
-    let python = run(
-        pipeline,
-        "clicks",
-        &input,
-        &guest("python", "change-only-counter"),
-        &work,
-        "python",
-    );
     assert!(
         rust.0.lines().count() > 4_000,
         "the input makes counts rise and fall"
     );
     assert_eq!(rust.1.lines().count(), 4, "four refused lines");
-    assert!(rust.0 == python.0, "the outputs differ");
-    assert_eq!(rust.1, python.1);
+    for (udf, tag) in [
+        (guest("python", "change-only-counter"), "python"),
+        (
+            guest_batched("python", "change-only-counter"),
+            "python-batch",
+        ),
+    ] {
+        let python = run(pipeline, "clicks", &input, &udf, &work, tag);
+        assert!(rust.0 == python.0, "{tag}: the outputs differ");
+        assert_eq!(rust.1, python.1, "{tag}");
+    }
 }
 
 #[test]
@@ -111,20 +113,18 @@ fn javascript_order_timeout_equals_the_rust_one() {
         &work,
         "rust",
     );
-    let js = run(
-        pipeline,
-        "orders",
-        &input,
-        &guest("js", "order-timeout"),
-        &work,
-        "js",
-    );
     assert!(
         rust.0.lines().count() > 1_500,
         "orders time out and start again"
     );
-    assert!(rust.0 == js.0, "the outputs differ");
-    assert_eq!(rust.1, js.1);
+    for (udf, tag) in [
+        (guest("js", "order-timeout"), "js"),
+        (guest_batched("js", "order-timeout"), "js-batch"),
+    ] {
+        let js = run(pipeline, "orders", &input, &udf, &work, tag);
+        assert!(rust.0 == js.0, "{tag}: the outputs differ");
+        assert_eq!(rust.1, js.1, "{tag}");
+    }
     let rejected: Vec<&str> = rust.1.lines().filter(|l| l.contains("rejected")).collect();
     assert_eq!(rejected.len(), 2, "{}", rust.1);
     assert!(

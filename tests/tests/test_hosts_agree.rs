@@ -1,8 +1,8 @@
 //! The native test hosts fire timers as the engine does. Each language's twin UDF runs on
 //! the same input twice: under its SDK's `TestHost` (CPython, Node.js), driven by a script
 //! next to the UDF that replays the steps the engine takes, and under `weir run` with its
-//! built component (batched and one call at a time). Both must emit the same records in
-//! the same order.
+//! built component (batched and one call at a time, and built with the batch export of
+//! its SDK too). All must emit the same records in the same order.
 //!
 //! The inputs put timers of several keys at the same timestamp, so the order of
 //! same-time timers ("Event time and timers" in docs/pipeline.md: timestamp, then the
@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use weir_e2e::gen::Rng;
-use weir_e2e::{guest, read_jsonl, repo_root, weir, Workdir};
+use weir_e2e::{guest, guest_batched, read_jsonl, repo_root, weir, Workdir};
 
 /// 2025-11-29 10:00:00 UTC, where the inputs start.
 const START: i64 = 1_764_410_400_000;
@@ -338,10 +338,15 @@ fn python_change_only_counter_emits_the_same_under_test_host_and_engine() {
 timestamp = "clicked_at"
 timestamp_format = "epoch_ms"
 out_of_orderness = "5s""#;
-    let udf = guest("python", "change-only-counter");
-    for max_batch in [512, 0] {
-        let engine = run_engine(&work, &udf, source, r#"window = "5m""#, &records, max_batch);
-        assert_same_records(&engine, &host, &format!("max_batch = {max_batch}"));
+    for udf in [
+        guest("python", "change-only-counter"),
+        guest_batched("python", "change-only-counter"),
+    ] {
+        for max_batch in [512, 0] {
+            let engine = run_engine(&work, &udf, source, r#"window = "5m""#, &records, max_batch);
+            let what = format!("{}, max_batch = {max_batch}", udf.display());
+            assert_same_records(&engine, &host, &what);
+        }
     }
 }
 
@@ -373,16 +378,21 @@ fn javascript_order_timeout_emits_the_same_under_test_host_and_engine() {
 timestamp = "timestamp"
 timestamp_format = "epoch_ms"
 out_of_orderness = "0s""#;
-    let udf = guest("js", "order-timeout");
-    for max_batch in [512, 0] {
-        let engine = run_engine(
-            &work,
-            &udf,
-            source,
-            r#"timeout = "1s""#,
-            &records,
-            max_batch,
-        );
-        assert_same_records(&engine, &host, &format!("max_batch = {max_batch}"));
+    for udf in [
+        guest("js", "order-timeout"),
+        guest_batched("js", "order-timeout"),
+    ] {
+        for max_batch in [512, 0] {
+            let engine = run_engine(
+                &work,
+                &udf,
+                source,
+                r#"timeout = "1s""#,
+                &records,
+                max_batch,
+            );
+            let what = format!("{}, max_batch = {max_batch}", udf.display());
+            assert_same_records(&engine, &host, &what);
+        }
     }
 }

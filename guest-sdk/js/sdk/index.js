@@ -69,13 +69,16 @@
 import {
   DEFINITION,
   componentHost,
+  currentHost,
   deadLetters as deadLettersHost,
   internals,
   logging as loggingHost,
   output as outputHost,
+  setHost,
   state as stateHost,
   timers as timersHost,
 } from "./host.js";
+import * as batchPath from "./batch.js";
 
 import {
   codecs,
@@ -957,11 +960,14 @@ export class InitContext {
 
   _declareState(name, kind, ttl) {
     if (typeof name !== "string") throw new TypeError(`a state name is a string, not ${describeValue(name)}`);
+    let id;
     try {
-      return ttl === undefined ? stateHost.declare(name, kind) : stateHost.declareWithTtl(name, kind, ttlRecord(ttl));
+      id = ttl === undefined ? stateHost.declare(name, kind) : stateHost.declareWithTtl(name, kind, ttlRecord(ttl));
     } catch (e) {
       throw new Error(`cannot declare state \`${name}\`: ${e && e.message !== undefined ? e.message : e}`);
     }
+    batchPath.declared(id, ttl);
+    return id;
   }
 
   /**
@@ -1196,7 +1202,7 @@ Object.assign(Context.prototype, logMethods);
  */
 const SDK_FRAMES = (() => {
   const match = /\(([^()]*\/)[^/()]*:\d+(?::\d+)?\)/.exec(String(new Error().stack));
-  return match ? ["index.js", "text.js", "duration.js", "time.js", "host.js", "component.js", "testing.js"].map((file) => `(${match[1]}${file}:`) : [];
+  return match ? ["index.js", "batch.js", "text.js", "duration.js", "time.js", "host.js", "component.js", "testing.js"].map((file) => `(${match[1]}${file}:`) : [];
 })();
 
 function errorText(e) {
@@ -1288,13 +1294,25 @@ export function processFunction(definition) {
     throw new TypeError("weir.processFunction(definition): a class or object with a processElement(ctx, element) method");
   }
   const runner = makeRunner(definition, hostError, failed);
-  return Object.freeze({
+  const exported = {
     init: runner.init,
     processElement: runner.processElement,
     onTimer: runner.onTimer,
     // For TestHost (testing.js), which makes a runner of its own from it.
     [DEFINITION]: definition,
-  });
+  };
+  // The batch export (world `keyed-process-with-batch`), which the build puts beside
+  // `processFunction` in the component's exports (scripts/toolchain/build-js.sh): not
+  // enumerable, so that the export looks as it always did.
+  const batch = Object.freeze({ processBatch: (buffer) => runner.processBatch(buffer) });
+  Object.defineProperty(exported, "batch", { value: batch, enumerable: false });
+  return Object.freeze(exported);
+}
+
+/** The contract's `error` for a batch that failed with `e` (the host runs it again one call at a time). */
+function batchError(e) {
+  if (e instanceof batchPath.BatchFailed) return failed(`weir (js): ${e.message}`);
+  return hostError(e);
 }
 
 /**
@@ -1308,6 +1326,45 @@ function makeRunner(definition, toThrown, failure) {
     typeof definition === "function" ? (ctx) => new definition(ctx) : () => Object.create(definition);
   let udf = null;
   let inputs = [];
+
+  /** One entry of a batch, run as the per-element path runs it, but with errors left to the batch. */
+  const batchHooks = {
+    setHost(host) {
+      const saved = currentHost();
+      setHost(host);
+      return saved;
+    },
+    encodeUtf8,
+    runElement(index, timestamp, keyBytes, value) {
+      const input = inputs[index];
+      if (input === undefined) {
+        throw new batchPath.BatchFailed(`element from input #${index} but only ${inputs.length} inputs are connected`);
+      }
+      const ctx = new Context(keyBytes, timestamp);
+      const el = new Element(input, index, keyBytes, value, timestamp);
+      current = ctx;
+      phase = CALL;
+      try {
+        checkSync(udf.processElement(ctx, el), "processElement");
+      } finally {
+        phase = IDLE;
+        current = null;
+      }
+    },
+    runTimer(timestamp, keyBytes, domain) {
+      if (typeof udf.onTimer !== "function") return;
+      const ctx = new Context(keyBytes, timestamp);
+      const t = new Timer(domain, timestamp, keyBytes);
+      current = ctx;
+      phase = CALL;
+      try {
+        checkSync(udf.onTimer(ctx, t), "onTimer");
+      } finally {
+        phase = IDLE;
+        current = null;
+      }
+    },
+  };
 
   return {
     init(ctx) {
@@ -1360,6 +1417,19 @@ function makeRunner(definition, toThrown, failure) {
       } finally {
         phase = IDLE;
         current = null;
+      }
+    },
+
+    /**
+     * Runs a batch buffer (`weir:udf/batch`) and returns the effects buffer; anything
+     * thrown fails the whole batch.
+     */
+    processBatch(buffer) {
+      if (udf === null) throw failure("weir (js): processBatch called before a successful init");
+      try {
+        return batchPath.run(buffer, batchHooks);
+      } catch (e) {
+        throw batchError(e);
       }
     },
 

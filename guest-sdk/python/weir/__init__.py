@@ -57,9 +57,10 @@ Modules: `context` (contexts, elements, timers, outputs, config), `state` (value
 map state, and their time-to-live), `codec` (how values become bytes: JSON by default),
 `duration` and `time` (pure helpers, usable outside a component too), `testing` (the
 in-memory `TestHost`; not imported by `weir` itself, so not in the component), `_export`
-(the glue to the component's export), `_bindings` (the host's imports; the only module
-that talks to the host) and `_native` (those imports in plain CPython: the in-memory
-host).
+(the glue to the component's exports), `_bindings` (the host's imports; the only module
+that talks to the host), `_batch` (the batch export, built with `WEIR_GUEST_BATCH=1`: the
+imports answered from a batch buffer) and `_native` (those imports in plain CPython: the
+in-memory host).
 """
 
 from . import time

@@ -20,6 +20,10 @@ snapshotted), not when it runs, so `export` reads the UDF's sources into `lineca
 and tracebacks show source lines. And the module path's folders are mounted as `/0`,
 `/1`, ..., which the traceback leaves out: `File "app.py", line 12`.
 
+Built with the batch export (`WEIR_GUEST_BATCH=1`, world `keyed-process-with-batch`),
+componentize-py also looks for a class `Batch`: `export` puts one in the app module (see
+`weir._batch`), so the UDF's code is the same either way.
+
 In plain CPython `export` works too (the app module imports natively), but nothing calls
 the class it returns: `weir.testing.TestHost` runs the `ProcessFunction` subclass itself
 and lets its exceptions through as they are.
@@ -31,8 +35,9 @@ import re
 import sys
 import traceback
 
+from . import _batch
 from . import _bindings as _host
-from .context import Context, Element, Error, InitContext, Timer, _in_chain, _rejection
+from .context import Context, Element, Error, InitContext, TimeDomain, Timer, _in_chain, _rejection
 from .state import StateDecodeError
 
 __all__ = ["ProcessFunction", "export"]
@@ -116,6 +121,17 @@ def _failed(message):
     return _Err(_WitError(message, _ErrorKind.FAILED))
 
 
+_DOMAINS = (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME)
+
+
+def _batch_error(e):
+    """The contract's `error` for a batch that failed with `e`. The host does not report
+    it: it runs the batch's entries again one call at a time, which report exactly."""
+    if isinstance(e, _batch.BatchFailed):
+        return _WitError(f"weir: {e}", _ErrorKind.FAILED)
+    return _wit_error(e)
+
+
 def export(cls):
     """Returns the class componentize-py exports, running `cls` (a `ProcessFunction`
     subclass). Use it once, in the app module: `ProcessFunction = weir.export(MyUdf)`."""
@@ -168,7 +184,24 @@ def export(cls):
             except BaseException as e:  # noqa: BLE001
                 _reject_or_raise(e)
 
+    class Batch:
+        def process_batch(self, batch):
+            udf = slot.get("udf")
+            if udf is None:
+                raise _failed("weir: called before a successful init")
+            try:
+                return _batch.run(udf, slot["inputs"], batch, Context, Element, Timer, _DOMAINS)
+            except BaseException as e:  # noqa: BLE001 - every failure goes to the host
+                raise _Err(_batch_error(e)) from None
+
+    Batch.__doc__ = f"The component's `batch` export, running {cls.__name__}."
     Export.__name__ = Export.__qualname__ = "ProcessFunction"
     Export.udf_class = cls  # for weir.testing.TestHost(app.ProcessFunction)
     Export.__doc__ = f"The component's `process-function` export, running {cls.__name__}."
+    # The batch export (world `keyed-process-with-batch`): componentize-py looks for a
+    # class named after it in the app module, so it is put there, beside
+    # `ProcessFunction`, without the UDF's code naming it. A `Batch` of the module's own
+    # is left alone (the component then cannot take batches: rename it).
+    Export.Batch = Batch
+    sys._getframe(1).f_globals.setdefault("Batch", Batch)
     return Export

@@ -15,13 +15,25 @@ version of a UDF cannot be read by a Python version and vice versa.
 
 import dataclasses
 import json
+import json.decoder
 
 __all__ = ["Codec", "JsonCodec", "JSON", "TEXT", "RAW", "to_json"]
 
 
+# Per type met by `_default`: True for a dataclass with a `__dict__` (written as that
+# dict), False for one with slots; other types are not kept.
+_DATACLASSES = {}
+
+
 def _default(value):
     """`json.dumps` hook: dataclasses as objects (nested ones too), sets as lists."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    kind = _DATACLASSES.get(type(value))
+    if kind is True:  # the usual case, checked first: a UDF stores its dataclass per call
+        return value.__dict__
+    if kind is False or (
+        kind is None and dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        _DATACLASSES[type(value)] = hasattr(value, "__dict__")
         d = getattr(value, "__dict__", None)
         if d is None:  # slots=True dataclasses have no __dict__
             return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
@@ -60,6 +72,27 @@ def to_json(value):
     return "".join(_C_ENCODER(value, 0))
 
 
+# The C scanner that `json.loads` ends in, called directly: `json.loads(bytes)` goes
+# through three Python functions and two regular expressions first, which cost more than
+# the parse of a small state value. Anything unusual (a leading byte-order mark or
+# whitespace, trailing text, invalid JSON) goes to `json.loads`, for its result or error.
+_SCAN = json.decoder.JSONDecoder().scan_once
+_FIRST = frozenset('{["-0123456789tfnNI')
+
+
+def _loads(data):
+    """`json.loads(data)` for `bytes`: the same value, or the same error."""
+    try:
+        text = data.decode()
+        if text[:1] in _FIRST:
+            value, end = _SCAN(text, 0)
+            if end == len(text):
+                return value
+    except (UnicodeDecodeError, StopIteration, ValueError, RecursionError):
+        pass
+    return json.loads(data)
+
+
 class Codec:
     """Base class for codecs (subclassing it is optional: any object with the two
     methods will do)."""
@@ -82,10 +115,12 @@ class JsonCodec(Codec):
         self.name = "JSON" if type is None else f"JSON {type.__name__}"
 
     def encode(self, value):
+        if _C_ENCODER is not None and type(value) is not str:  # `to_json`, one call fewer
+            return "".join(_C_ENCODER(value, 0)).encode()
         return to_json(value).encode()
 
     def decode(self, data):
-        value = json.loads(data)
+        value = _loads(data)
         if self.type is None:
             return value
         if not isinstance(value, dict):

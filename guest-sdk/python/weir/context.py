@@ -7,6 +7,7 @@ so the documentation of one reads for the other.
 
 import json
 
+from . import _batch
 from . import _bindings as _host
 from .codec import JSON
 from .duration import ParseDurationError, parse_duration
@@ -196,10 +197,13 @@ class InitContext(_Logging):
             )
         try:
             if ttl is None:
-                return _host.state.declare(name, kind)
-            return _host.state.declare_with_ttl(name, kind, ttl._record())
+                state_id = _host.state.declare(name, kind)
+            else:
+                state_id = _host.state.declare_with_ttl(name, kind, ttl._record())
         except _host.Err as e:
             raise Error(f"cannot declare state `{name}`: {e.value.message}") from None
+        _batch.declared(state_id, ttl)
+        return state_id
 
     def value_state(self, name, codec=JSON, *, ttl=None):
         """Declares a value state: one value per key. With `ttl` (a `weir.StateTtl`) the

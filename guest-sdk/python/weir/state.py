@@ -249,14 +249,29 @@ class ValueState(_State):
         data = _host.state.value_get(self._id)
         if data is None:
             return default
-        value, converted = self._schema.decode(data)
+        schema = self._schema
+        # The usual case without the schema's calls: no schema version, an untagged value.
+        if not schema.version and not data.startswith(_SCHEMA_TAG):
+            try:
+                return schema.codec.decode(data)
+            except Exception:  # noqa: BLE001 - reported as `_decode` reports it
+                return _decode(self.name, schema.codec, data)
+        value, converted = schema.decode(data)
         if converted:
             self.set(value)
         return value
 
     def set(self, value):
         """Replaces the current key's value (written under the current schema)."""
-        _host.state.value_set(self._id, self._schema.encode(value))
+        schema = self._schema
+        if schema.version:
+            data = schema.encode(value)
+        else:
+            try:
+                data = schema.codec.encode(value)
+            except Exception as e:
+                raise TypeError(f"state `{self.name}`: cannot encode value: {e}") from e
+        _host.state.value_set(self._id, data)
 
 
 

@@ -48,13 +48,26 @@ _last_day = [None, ""]
 
 def format_millis(ms):
     """`YYYY-MM-DD HH:MM:SS.mmm` in UTC, e.g. `2026-11-29 10:00:00.123`."""
-    days, of_day = divmod(ms, _MILLIS_PER_DAY)
-    if _last_day[0] != days:
-        _last_day[:] = days, _date_time(_civil(days * _MILLIS_PER_DAY))[:-8]
-    seconds, milli = divmod(of_day, 1000)
-    minutes, second = divmod(seconds, 60)
-    hour, minute = divmod(minutes, 60)
-    return f"{_last_day[1]}{hour:02d}:{minute:02d}:{second:02d}.{milli:03d}"
+    seconds, milli = divmod(ms, 1000)
+    last = _last_second
+    if last[0] != seconds:  # records in one second share everything but the milliseconds
+        days, of_day = divmod(ms, _MILLIS_PER_DAY)
+        if _last_day[0] != days:
+            _last_day[:] = days, _date_time(_civil(days * _MILLIS_PER_DAY))[:-8]
+        of_day //= 1000
+        two = _TWO_DIGITS
+        last[0] = seconds
+        last[1] = (
+            f"{_last_day[1]}{two[of_day // 3600]}:{two[of_day // 60 % 60]}:{two[of_day % 60]}."
+        )
+    return last[1] + _THREE_DIGITS[milli]
+
+
+# The text up to the milliseconds of the last second formatted, and the digits of the
+# hours, minutes, seconds and milliseconds: `format_millis` is run for most records.
+_last_second = [None, ""]
+_TWO_DIGITS = [f"{i:02d}" for i in range(100)]
+_THREE_DIGITS = [f"{i:03d}" for i in range(1000)]
 
 
 def format_seconds(ms):

@@ -4,6 +4,8 @@
 //! - Per element: the seed 000 counter (Rust, Python) on the first 200,000 of the bench's
 //!   clicks, and the seed 002 order timeout (Rust, JavaScript) on ~200,000 order events,
 //!   file -> discard, in this process, best of three. The outputs of each pair must agree.
+//!   The Python and JavaScript UDFs run as built by default (one call per element) and
+//!   built with their SDK's batch export (`lang=python-batch`, `lang=js-batch`).
 //! - Start-up: `weir run` of the seed's example pipeline on a one-record input, as a
 //!   process: compiled from scratch (`--no-compile-cache`) and loaded from a warm cache;
 //!   best of three wall-clock times each.
@@ -13,7 +15,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use weir_e2e::{component, datetime_millis, gen, guest, repo_root, weir_bin};
+use weir_e2e::{component, datetime_millis, gen, guest, guest_batched, repo_root, weir_bin};
 use weir_pipeline::PipelineSpec;
 use weir_run::{run, RunOptions, RunReport};
 
@@ -118,6 +120,18 @@ pub fn per_element(data: &Path, clicks_2m: &Path) -> anyhow::Result<Vec<Language
             "js",
             "order-timeout",
             timeout(guest("js", "order-timeout"))?,
+            timeout(component("order-timeout"))?,
+        ),
+        (
+            "python-batch",
+            "change-only-counter",
+            counter(guest_batched("python", "change-only-counter"))?,
+            counter(component("change-only-counter"))?,
+        ),
+        (
+            "js-batch",
+            "order-timeout",
+            timeout(guest_batched("js", "order-timeout"))?,
             timeout(component("order-timeout"))?,
         ),
     ];

@@ -33,6 +33,7 @@
 //! state-size udf=change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
 //! hot-key-timers timers=400000 total_ms=T ns_per_timer=N
 //! udf-language lang=python udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M
+//! udf-language lang=python-batch udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M
 //! udf-startup lang=python udf=change-only-counter compile_ms=C cached_ms=D
 //! checkpoint-cost interval_ms=1000 with_records_per_s=N without_records_per_s=M slowdown_pct=P
 //! kafka-to-kafka partitions=1 records_per_s=N emitted=E checkpoint_interval_ms=1000
