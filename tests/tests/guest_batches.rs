@@ -262,7 +262,6 @@ fn javascript_failures_in_the_middle_of_a_batch_are_replayed_exactly() {
 /// dead-lettered). Any batched UDF, Rust's too, loses it. Ignored until the host is
 /// fixed.
 #[test]
-#[ignore = "host bug: replay() reports a failing timer of the unfinished advance at elements[start], which is then skipped"]
 fn a_timer_failing_after_an_early_stop_loses_no_element() {
     let work = Workdir::new();
     let records = [
