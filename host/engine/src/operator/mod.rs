@@ -574,16 +574,9 @@ impl KeyedOperator {
                         *watermark_after = after;
                         *entry_ends.last_mut().expect("one per entry") = Some(index);
                     }
-                    let expiring = ttl.is_some()
-                        && self
-                            .host
-                            .timers
-                            .event_due_between(last_timer, after)
-                            .any(|(_, _, key)| expires_by(&self.host, key, after));
-                    if after >= ttl_limit || expiring {
+                    if !self.push_advance(&mut entries, &mut last_timer, after, ttl_limit) {
                         break;
                     }
-                    self.push_due_timers(&mut entries, &mut last_timer, after);
                     entry_ends.resize(entries.len(), Some(index));
                 }
                 continue;
@@ -606,16 +599,9 @@ impl KeyedOperator {
             entry_ends.push(Some(taken));
             taken += 1;
             if after > before {
-                let expiring = ttl.is_some()
-                    && self
-                        .host
-                        .timers
-                        .event_due_between(last_timer, after)
-                        .any(|(_, _, key)| expires_by(&self.host, key, after));
-                if after >= ttl_limit || expiring {
+                if !self.push_advance(&mut entries, &mut last_timer, after, ttl_limit) {
                     break;
                 }
-                self.push_due_timers(&mut entries, &mut last_timer, after);
                 entry_ends.resize(entries.len(), Some(taken - 1));
             }
         }
@@ -721,6 +707,39 @@ impl KeyedOperator {
                 .map_err(|e| (start + i, e))?;
         }
         Ok(start + taken)
+    }
+
+    /// In a batch being built, the watermark advanced to `after`: appends the timers now
+    /// due and says `true`, or says `false` if the batch must end before them, because
+    /// the advance reaches `ttl_limit` (the shortest event-time time-to-live past the
+    /// batch's start) or one of their keys has a state entry expiring by then.
+    fn push_advance(
+        &mut self,
+        entries: &mut Vec<BatchEntry<'_>>,
+        last_timer: &mut Option<EventTimer>,
+        after: Timestamp,
+        ttl_limit: Timestamp,
+    ) -> bool {
+        let expiring = self
+            .host
+            .states
+            .shortest_ttl(TimeDomain::EventTime)
+            .is_some()
+            && self
+                .host
+                .timers
+                .event_due_between(*last_timer, after)
+                .any(|(_, _, key)| {
+                    self.host
+                        .keys
+                        .expiry_of(key, TimeDomain::EventTime)
+                        .is_some_and(|due| due <= after)
+                });
+        if after >= ttl_limit || expiring {
+            return false;
+        }
+        self.push_due_timers(entries, last_timer, after);
+        true
     }
 
     /// Appends the event-time timers due at `watermark` that are not in the batch yet.
@@ -1012,10 +1031,10 @@ impl KeyedOperator {
         let mut failed = None;
         for (output, mut record) in self.host.emitted.iter() {
             let output = output as usize;
-            let group = match self.shard {
-                None => None,
-                Some(_) => Some(record.key.map_or(0, weir_core::key::key_group)),
-            };
+            // In a shard, records are numbered per key group (keyless ones in group 0).
+            let group = self
+                .shard
+                .map(|_| record.key.map_or(0, weir_core::key::key_group));
             record.sequence = match group {
                 None => self.counters.emitted[output],
                 Some(group) => weir_core::output::Sequence::grouped(
