@@ -745,8 +745,25 @@ fn uploads_that_are_not_working_udfs_are_refused_and_the_old_version_keeps_runni
 
 #[test]
 fn a_version_failing_on_probation_is_rolled_back_and_no_record_is_lost() {
+    rolled_back_losing_nothing(1);
+}
+
+/// The same in two keyed shards: the new version goes into both and fails in both, and
+/// one rollback takes both back; the shard whose failure comes second takes its call
+/// again with the old version.
+#[test]
+fn a_version_failing_on_probation_in_shards_is_rolled_back_once_in_all() {
+    rolled_back_losing_nothing(2);
+}
+
+/// A broken version deployed to the counter running at `parallelism`: rolled back, with
+/// every record's output exactly once and all of it the old version's.
+fn rolled_back_losing_nothing(parallelism: usize) {
     let work = Workdir::new();
     let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let text = text.replacen("\n", &format!("\nparallelism = {parallelism}\n"), 1);
+    std::fs::write(&file, text).unwrap();
     let mut server = Server::start(&[&file]);
     let p = server.wait_for("counter", "start", Duration::from_secs(20), |p| {
         state(p) == "running" && version(p) == Some(1)

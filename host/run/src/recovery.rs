@@ -59,17 +59,19 @@ impl Runner {
     /// Processes a run of elements; if a UDF version on probation fails, rolls back to
     /// the previous version and goes on from the failed call with it. `first`, if
     /// given, is what processing `elements` already came to (a shard's run in the
-    /// parallel part), so they are not handed over again.
+    /// parallel part), so they are not handed over again, with the count of rollbacks
+    /// when it was made: if another shard's failure has rolled the version back since,
+    /// the failed call is taken again with the old version, as after a rollback.
     pub(crate) fn process_with_rollback(
         &mut self,
         elements: &[(usize, ElementRef<'_>)],
-        mut first: Option<crate::shards::ShardResult>,
+        mut first: Option<(crate::shards::ShardResult, u64)>,
     ) -> Result<(), (usize, OperatorError)> {
         let mut start = 0;
         loop {
-            let result = match first.take() {
-                Some(result) => result,
-                None => self.operator.process_elements(&elements[start..]),
+            let (result, stale) = match first.take() {
+                Some((result, made_at)) => (result, made_at < self.rollbacks),
+                None => (self.operator.process_elements(&elements[start..]), false),
             };
             match result {
                 Ok(()) => return Ok(()),
@@ -81,14 +83,16 @@ impl Runner {
                     // A rejection is not a failure: it never rolls a version back.
                     let activity = match &error {
                         OperatorError::Udf { activity, error }
-                            if self.operator.in_probation()
+                            if (stale || self.operator.in_probation())
                                 && !matches!(error, CallError::Rejected(_)) =>
                         {
                             activity.clone()
                         }
                         _ => return Err((index, error)),
                     };
-                    self.roll_back(&error);
+                    if !stale {
+                        self.roll_back(&error);
+                    }
                     start = match activity {
                         Activity::Timer {
                             domain,
@@ -173,6 +177,7 @@ impl Runner {
     /// Goes back to the UDF version before the last swap, and says why.
     fn roll_back(&mut self, error: &OperatorError) {
         let failed = self.udf.current.clone();
+        self.rollbacks += 1;
         // One rollback for the whole pipeline: every shard goes back.
         self.operator.rollback();
         for shard in self.shards.parked_mut() {

@@ -50,6 +50,9 @@ pub(crate) struct Runner {
     pub(crate) status: StatusPublisher,
     /// What `[udf] on_error` says, and the failures the run survived so far.
     pub(crate) failures: UdfFailures,
+    /// Rollbacks so far: a shard's failure from the parallel part that a rollback (for
+    /// another shard's) came after was made by the version rolled back.
+    pub(crate) rollbacks: u64,
 }
 
 impl Runner {
@@ -260,6 +263,7 @@ impl Runner {
             control: options.control.clone(),
             status: StatusPublisher::new(),
             failures: UdfFailures::new(spec.udf.on_error, options.stop.clone()),
+            rollbacks: 0,
         })
     }
 
@@ -425,6 +429,7 @@ impl Runner {
         // While the shards work, this thread reads ahead; what it read that needs the
         // operators (records that cannot be decoded, inputs that deliver again) waits.
         let inputs = &mut self.inputs;
+        let made_at = self.rollbacks;
         let (results, read) =
             self.shards
                 .process_in_parallel(&mut self.operator, &elements, move || {
@@ -441,7 +446,7 @@ impl Runner {
         for (shard, result) in results.into_iter().enumerate() {
             if let Err(failure) = result {
                 self.shards.activate(&mut self.operator, shard);
-                let outcome = self.process_from(chunk, &elements, Some(failure));
+                let outcome = self.process_from(chunk, &elements, Some((failure, made_at)));
                 self.shards.activate(&mut self.operator, 0);
                 outcome?;
             }
@@ -451,16 +456,19 @@ impl Runner {
 
     /// Hands `elements` (the chunk's) to the operator the run drives and deals with
     /// failures as [`Runner::process_chunk`] says; `failure` is where an earlier attempt
-    /// at the whole run already failed (a shard's, in the parallel part).
+    /// at the whole run already failed (a shard's, in the parallel part), with the count
+    /// of rollbacks when it was made.
     fn process_from(
         &mut self,
         chunk: &[(usize, Pending)],
         elements: &[(usize, ElementRef<'_>)],
-        mut failure: Option<(usize, OperatorError)>,
+        mut failure: Option<((usize, OperatorError), u64)>,
     ) -> anyhow::Result<()> {
         let mut start = 0;
         while start < elements.len() {
-            let first: Option<ShardResult> = failure.take().map(Err);
+            let first: Option<(ShardResult, u64)> = failure
+                .take()
+                .map(|(failed, made_at)| (Err(failed), made_at));
             let Err((index, error)) = self.process_with_rollback(&elements[start..], first) else {
                 return Ok(());
             };
