@@ -205,24 +205,17 @@ impl Runner {
                 restored.sink(output),
             )?);
         }
-        let mut shared = Vec::new();
+        let mut shared: Vec<Arc<SharedOutput>> = Vec::new();
         if parallelism == 1 {
             operator.bind_sinks(sinks);
         } else {
-            shared = sinks
-                .into_iter()
-                .map(|sink| (sink.location().to_string(), SharedOutput::new(sink)))
-                .collect::<Vec<_>>();
+            shared = sinks.into_iter().map(SharedOutput::new).collect();
             for shard in std::iter::once(&mut operator).chain(&mut others) {
-                shard.bind_sinks(
-                    shared
-                        .iter()
-                        .map(|(location, output)| {
-                            Box::new(ShardSink::new(Arc::clone(output), location.clone()))
-                                as Box<dyn Sink>
-                        })
-                        .collect(),
-                );
+                let handles = shared
+                    .iter()
+                    .map(|output| Box::new(ShardSink::new(Arc::clone(output))) as Box<dyn Sink>)
+                    .collect();
+                shard.bind_sinks(handles);
             }
         }
         let input_names: Vec<&str> = inputs.inputs().iter().map(|i| i.name.as_str()).collect();
@@ -237,7 +230,6 @@ impl Runner {
                 operator.host_mut().keys_mut().track_changes();
             }
         }
-        let shared: Vec<Arc<SharedOutput>> = shared.into_iter().map(|(_, o)| o).collect();
         let mut dead_letter_resume = restored.dead_letters();
         if spec.checkpoint.kafka.is_some() {
             // A task of a consumer group may have moved here from another machine, whose
@@ -372,8 +364,7 @@ impl Runner {
     /// between two runs of records, with every read-ahead queue empty.
     fn take_checkpoint(&mut self) -> anyhow::Result<()> {
         let shared = self.shards.outputs.clone();
-        let mut operators = vec![&mut self.operator];
-        operators.extend(self.shards.parked_mut());
+        let operators = self.shards.with_first(&mut self.operator);
         self.checkpoints.take(Cut {
             pipeline: &self.pipeline,
             udf: &self.udf.current,
@@ -434,10 +425,10 @@ impl Runner {
             self.shards
                 .process_in_parallel(&mut self.operator, &elements, move || {
                     let mut read = Vec::new();
-                    match read_ahead {
-                        true => inputs.read_ahead(&mut read).map(|()| read),
-                        false => Ok(read),
+                    if read_ahead {
+                        inputs.read_ahead(&mut read)?;
                     }
+                    anyhow::Ok(read)
                 });
         for read in read? {
             self.took(read)?;
@@ -591,8 +582,7 @@ impl Runner {
                 // The last input ended: the final watermark fires every event-time
                 // timer now, and no checkpoint follows (a completed run removes
                 // them), so the keys those timers release need not be remembered.
-                self.operator.host_mut().keys_mut().stop_tracking();
-                for shard in self.shards.parked_mut() {
+                for shard in self.shards.with_first(&mut self.operator) {
                     shard.host_mut().keys_mut().stop_tracking();
                 }
             }
@@ -639,8 +629,7 @@ impl Runner {
         };
         if let Some(request) = control.take_swap() {
             let done = request.done.clone();
-            let mut operators = vec![&mut self.operator];
-            operators.extend(self.shards.parked_mut());
+            let operators = self.shards.with_first(&mut self.operator);
             let reply = apply_swap(operators, &self.init_info, &mut self.udf, request);
             if reply.is_ok() {
                 // The status shows the new version, and the records processed before

@@ -95,6 +95,15 @@ impl Shards {
         self.parked.iter_mut().flatten()
     }
 
+    /// Every shard's operator, `first` (the runner's) first: for what the run does to
+    /// all of them at once (a checkpoint, a swap).
+    pub fn with_first<'a>(
+        &'a mut self,
+        first: &'a mut KeyedOperator,
+    ) -> Vec<&'a mut KeyedOperator> {
+        std::iter::once(first).chain(self.parked_mut()).collect()
+    }
+
     /// Runs `elements` through every shard at once, each on its own thread (`first` is
     /// the runner's operator, which must hold shard 0), while this thread does
     /// `meanwhile` (the run reads ahead); returns each shard's result, by shard index,
@@ -145,6 +154,8 @@ pub(crate) fn sum_counters<'a>(
 
 /// One output's sink, shared by the shards.
 pub(crate) struct SharedOutput {
+    /// The sink's location, for the shards' handles.
+    location: String,
     sink: Mutex<Box<dyn Sink>>,
 }
 
@@ -152,6 +163,7 @@ impl SharedOutput {
     /// Shares `sink`.
     pub fn new(sink: Box<dyn Sink>) -> Arc<Self> {
         Arc::new(Self {
+            location: sink.location().to_string(),
             sink: Mutex::new(sink),
         })
     }
@@ -205,11 +217,11 @@ struct Gathered {
 }
 
 impl ShardSink {
-    /// A shard's handle on `output`, whose location is `location`.
-    pub fn new(output: Arc<SharedOutput>, location: String) -> Self {
+    /// A shard's handle on `output`.
+    pub fn new(output: Arc<SharedOutput>) -> Self {
         Self {
+            location: output.location.clone(),
             output,
-            location,
             bytes: Vec::new(),
             records: Vec::with_capacity(HAND_ON_EVERY),
         }
