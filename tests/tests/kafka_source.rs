@@ -292,6 +292,62 @@ fn seed_000_from_a_topic_gives_exactly_the_file_records() {
     );
 }
 
+/// In keyed shards (`--parallelism 2`, one shard per half of the key groups) records of
+/// different ads interleave differently, but each ad gets exactly the file run's
+/// records, in the file run's order.
+#[test]
+fn seed_000_from_a_topic_in_shards_gives_each_ad_the_file_records() {
+    let clicks = seed_000_clicks();
+    let work = Workdir::new();
+    let expected = ad_clicks_from_file(&work, &clicks);
+    let topic = unique_table("src-clicks");
+    create_topic(&topic, 1);
+    produce(&topic, &outgoing_json(&clicks));
+    let group = unique_table("src-group");
+    let pipeline = kafka_variant(
+        &work,
+        "ad-clicks",
+        &kafka_lines(&topic, &group, "startup = \"earliest\"\nbounded = true"),
+    );
+    let out = work.path("counts.jsonl");
+    let run = weir(&[
+        "run",
+        &pipeline,
+        "--parallelism",
+        "2",
+        "--output",
+        &format!("main={}", out.display()),
+        "--dead-letter",
+        &path_arg(&work.path("dead.jsonl")),
+    ]);
+    run.assert_success();
+    assert!(
+        run.stderr.contains("source clicks: 3000 records read"),
+        "{}",
+        run.stderr
+    );
+    let per_ad = |lines: &[String]| {
+        let mut ads: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for line in lines {
+            let record: Value = serde_json::from_str(line).expect("a JSON record");
+            let ad = record["ad_id"].as_str().expect("ad_id").to_string();
+            ads.entry(ad).or_default().push(line.clone());
+        }
+        ads
+    };
+    let got = lines_of(&out);
+    assert_eq!(got.len(), expected.len(), "number of records");
+    assert!(
+        per_ad(&got) == per_ad(&expected),
+        "an ad's records differ from the file run's"
+    );
+    assert!(got != expected, "two shards interleave the ads differently");
+    assert_eq!(
+        committed_offsets(&group, &topic),
+        BTreeMap::from([(0, 3_000)])
+    );
+}
+
 #[test]
 fn seed_000_from_a_topic_to_a_topic_gives_the_file_records_with_ids() {
     let clicks = seed_000_clicks();
@@ -423,7 +479,8 @@ fn sorted_texts(values: &[Value]) -> Vec<String> {
 /// once with all its rides: the final table and the changelog (as a multiset) are those
 /// of the file run on all rides in time order, which is the GROUP BY of all rides.
 /// (Idleness is off, so a partition cannot stop holding the watermark back however
-/// slowly its messages come.)
+/// slowly its messages come.) The same holds in 2 and 4 keyed shards, each of which sees
+/// every partition's records and so the same watermark.
 #[test]
 fn four_partitions_give_the_file_result_whatever_the_interleaving() {
     let mut rng = Rng::new(41);
@@ -486,36 +543,65 @@ fn four_partitions_give_the_file_result_whatever_the_interleaving() {
         })
         .collect();
     produce(&topic, &records);
-    let work = Workdir::new();
-    let group = unique_table("src-group");
-    let pipeline = kafka_variant(
-        &work,
-        "taxi-revenue",
-        &kafka_lines(
-            &topic,
-            &group,
-            "startup = \"earliest\"\nbounded = true\nidle_timeout = \"0\"",
-        ),
-    );
-    let (table, changelog, late, dead, stderr) = taxi_run(&work, &pipeline, &[]);
+    // In one operator and in keyed shards, which each see every partition's records.
+    for parallelism in ["1", "2", "4"] {
+        let work = Workdir::new();
+        let group = unique_table("src-group");
+        let pipeline = kafka_variant(
+            &work,
+            "taxi-revenue",
+            &kafka_lines(
+                &topic,
+                &group,
+                "startup = \"earliest\"\nbounded = true\nidle_timeout = \"0\"",
+            ),
+        );
+        let (table, changelog, late, dead, stderr) =
+            taxi_run(&work, &pipeline, &["--parallelism", parallelism]);
+        assert_same_as_file(
+            parallelism,
+            total,
+            (&table, &changelog, &late, &dead, &stderr),
+            (&file_table, &file_changelog),
+            group_by.len(),
+        );
+    }
+}
+
+/// The Kafka run of `four_partitions_give_the_file_result_whatever_the_interleaving` at
+/// `parallelism` against the file run: the same final table and changelog (as
+/// multisets), no late rides, no dead letters.
+fn assert_same_as_file(
+    parallelism: &str,
+    total: usize,
+    (table, changelog, late, dead, stderr): (&[Value], &[Value], &[Value], &[Value], &str),
+    (file_table, file_changelog): (&[Value], &[Value]),
+    windows: usize,
+) {
     assert!(
         stderr.contains(&format!("source rides: {total} records read")),
-        "{stderr}"
+        "parallelism {parallelism}: {stderr}"
     );
     assert_eq!(
-        sorted_texts(&table),
-        sorted_texts(&file_table),
-        "final table"
+        sorted_texts(table),
+        sorted_texts(file_table),
+        "final table at parallelism {parallelism}"
     );
-    assert_eq!(table.len(), group_by.len(), "one row per window and zone");
+    assert_eq!(table.len(), windows, "one row per window and zone");
     assert_eq!(
-        sorted_texts(&changelog),
-        sorted_texts(&file_changelog),
-        "changelog"
+        sorted_texts(changelog),
+        sorted_texts(file_changelog),
+        "changelog at parallelism {parallelism}"
     );
     assert_eq!(changelog.len(), table.len(), "no corrections");
-    assert!(late.is_empty(), "late rides: {late:?}");
-    assert!(dead.is_empty(), "dead letters: {dead:?}");
+    assert!(
+        late.is_empty(),
+        "late rides at parallelism {parallelism}: {late:?}"
+    );
+    assert!(
+        dead.is_empty(),
+        "dead letters at parallelism {parallelism}: {dead:?}"
+    );
 }
 
 #[test]

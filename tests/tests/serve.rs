@@ -334,6 +334,16 @@ path = "{name}.dead.jsonl"
     path
 }
 
+/// Sets the top-level `parallelism` of the pipeline file `file` (1 leaves it as it is).
+fn set_parallelism(file: &Path, parallelism: usize) {
+    if parallelism == 1 {
+        return;
+    }
+    let text = std::fs::read_to_string(file).unwrap();
+    let text = text.replacen("\n", &format!("\nparallelism = {parallelism}\n"), 1);
+    std::fs::write(file, text).unwrap();
+}
+
 /// `weir serve` running the pipeline `counter` (the versioned counter v1 on the server's
 /// stdin, outputs in `work`), once it runs.
 fn running_counter(work: &Workdir) -> Server {
@@ -414,21 +424,26 @@ struct ElementOut {
     v: u64,
 }
 
-/// One timer output of the versioned counter, at position `at` among all outputs.
+/// One timer output of the versioned counter.
 #[derive(Debug, Clone)]
 struct TimerOut {
     key: String,
     timer: i64,
     v: u64,
-    /// How many element outputs came before it.
-    after_elements: usize,
+    /// The seq of its key's element output just before it, if any.
+    key_element_before: Option<u64>,
+    /// The seq of its key's element output just after it, if any.
+    key_element_after: Option<u64>,
 }
 
 /// Splits the versioned counter's output into element and timer records, checking each
 /// one's shape: v1 writes `count`, v2 `total`, never both.
 fn split_outputs(outputs: &[Value]) -> (Vec<ElementOut>, Vec<TimerOut>) {
-    let mut elements = Vec::new();
-    let mut timers = Vec::new();
+    let mut elements: Vec<ElementOut> = Vec::new();
+    let mut timers: Vec<TimerOut> = Vec::new();
+    // Per key: its last element's seq, and its timers still waiting for the next one.
+    let mut last_of_key: HashMap<String, u64> = HashMap::new();
+    let mut waiting: HashMap<String, Vec<usize>> = HashMap::new();
     for o in outputs {
         let key = o["key"].as_str().expect("key").to_string();
         let v = o["v"].as_u64().expect("v");
@@ -445,14 +460,20 @@ fn split_outputs(outputs: &[Value]) -> (Vec<ElementOut>, Vec<TimerOut>) {
                 _ => None,
             }
             .unwrap_or_else(|| panic!("an element output of an unexpected shape: {o}"));
+            for t in waiting.remove(&key).unwrap_or_default() {
+                timers[t].key_element_after = Some(seq);
+            }
+            last_of_key.insert(key.clone(), seq);
             elements.push(ElementOut { seq, key, count, v });
         } else {
             let timer = o["timer"].as_i64().unwrap_or_else(|| panic!("{o}"));
+            waiting.entry(key.clone()).or_default().push(timers.len());
             timers.push(TimerOut {
+                key_element_before: last_of_key.get(&key).copied(),
+                key_element_after: None,
                 key,
                 timer,
                 v,
-                after_elements: elements.len(),
             });
         }
     }
@@ -513,8 +534,27 @@ fn check_elements_once(elements: &[ElementOut], written: u64) {
 
 #[test]
 fn hot_swaps_under_load_lose_nothing_and_carry_state_and_timers_over() {
+    hot_swaps_under_load(1);
+}
+
+#[test]
+fn hot_swaps_into_shards_under_load_lose_nothing_and_carry_state_and_timers_over() {
+    hot_swaps_under_load(2);
+}
+
+/// 20 swaps between v1 and v2 of the counter running at `parallelism`, under a steady
+/// stream: every record's output exactly once, the counts going on from the state, the
+/// version changing exactly at the swaps, and timers registered by one version firing
+/// in the next.
+///
+/// A swap goes into every shard between the same two runs of records, so by `seq` (the
+/// input order) the versions form exactly 21 segments at any parallelism. Across keys
+/// the shards' outputs interleave, so a timer is placed by its own key's outputs: it
+/// fired after the key's element output before it and before the one after it.
+fn hot_swaps_under_load(parallelism: usize) {
     let work = Workdir::new();
     let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    set_parallelism(&file, parallelism);
     let mut server = Server::start(&[&file]);
     let (v1, v2) = (wasm("versioned-udf-v1"), wasm("versioned-udf-v2"));
     let p = server.wait_for("counter", "start", Duration::from_secs(20), |p| {
@@ -569,6 +609,14 @@ fn hot_swaps_under_load_lose_nothing_and_carry_state_and_timers_over() {
         state(p) == "finished"
     });
     assert_eq!(processed(&p), written, "{p:#}");
+    let shards = p["status"]["shards"].as_array().expect("status.shards");
+    assert_eq!(shards.len(), parallelism, "{p:#}");
+    if parallelism > 1 {
+        assert!(
+            shards.iter().all(|s| s["processed"].as_u64() > Some(0)),
+            "every shard processed some of the keys: {p:#}"
+        );
+    }
     assert_eq!(p["status"]["udf_errors"], 0, "{p:#}");
     assert_eq!(p["status"]["dead_letters"], 0, "{p:#}");
     assert_eq!(
@@ -586,15 +634,19 @@ fn hot_swaps_under_load_lose_nothing_and_carry_state_and_timers_over() {
     let (elements, timers) = split_outputs(&outputs);
     check_exactly_once(&elements, &timers, written);
 
-    // The version changes only at the swaps: 21 segments v1, v2, v1, ..., v1, the i-th
-    // change after the records processed before the i-th PUT and before the status
-    // showed its version.
-    let mut segment_v = vec![elements[0].v];
+    // The version changes only at the swaps: by seq, 21 segments v1, v2, v1, ..., v1,
+    // the i-th change after the records processed before the i-th PUT and before the
+    // status showed its version.
+    let mut by_seq = vec![0u64; elements.len()];
+    for e in &elements {
+        by_seq[e.seq as usize] = e.v;
+    }
+    let mut segment_v = vec![by_seq[0]];
     let mut starts = vec![0usize];
-    for (i, e) in elements.iter().enumerate() {
-        if e.v != *segment_v.last().unwrap() {
-            segment_v.push(e.v);
-            starts.push(i);
+    for (seq, &v) in by_seq.iter().enumerate() {
+        if v != *segment_v.last().unwrap() {
+            segment_v.push(v);
+            starts.push(seq);
         }
     }
     let expected: Vec<u64> = (0..=SWAPS)
@@ -611,24 +663,23 @@ fn hot_swaps_under_load_lose_nothing_and_carry_state_and_timers_over() {
         );
     }
 
-    // Timers: each fires in the version running then (that of the element output just
-    // before it), and at every swap some registered by the old version fire in the new.
-    let segment_of = |element_index: usize| starts.partition_point(|&s| s <= element_index) - 1;
-    let seq_position: HashMap<u64, usize> = elements
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (e.seq, i))
-        .collect();
+    // Timers: each fires in a version running between its key's element outputs
+    // around it, and at every swap some registered by the old version fire in the new.
+    let segment_of = |seq: u64| starts.partition_point(|&s| s as u64 <= seq) - 1;
     let mut crossing = vec![0usize; SWAPS + 1];
     for t in &timers {
-        assert!(t.after_elements > 0, "a timer before any element: {t:?}");
-        let fired_in = segment_of(t.after_elements - 1);
-        assert_eq!(t.v, segment_v[fired_in], "{t:?} fired by another version");
-        let seq = ((t.timer - 1_000 - BASE) / 10) as u64;
-        let registered_in = segment_of(seq_position[&seq]);
-        assert!(registered_in <= fired_in, "{t:?}");
-        if registered_in < fired_in {
-            crossing[fired_in] += 1;
+        let (before, after) = (t.key_element_before, t.key_element_after);
+        let before = before.unwrap_or_else(|| panic!("a timer before its key's elements: {t:?}"));
+        let earliest = segment_of(before);
+        let latest = after.map_or(SWAPS, segment_of);
+        assert!(
+            (earliest..=latest).any(|segment| segment_v[segment] == t.v),
+            "{t:?} fired by a version not running then (segments {earliest}..={latest})"
+        );
+        let registered_in = segment_of(((t.timer - 1_000 - BASE) / 10) as u64);
+        assert!(registered_in <= latest, "{t:?}");
+        if registered_in < earliest && t.v == segment_v[earliest] {
+            crossing[earliest] += 1;
         }
     }
     for (segment, n) in crossing.iter().enumerate().skip(1) {
@@ -649,7 +700,7 @@ fn hot_swaps_under_load_lose_nothing_and_carry_state_and_timers_over() {
         starts
             .windows(2)
             .map(|w| w[1] - w[0])
-            .chain([elements.len() - starts[SWAPS]])
+            .chain([by_seq.len() - starts[SWAPS]])
             .collect::<Vec<_>>(),
         &crossing[1..],
         median(&mut prepare.clone()),
@@ -761,9 +812,7 @@ fn a_version_failing_on_probation_in_shards_is_rolled_back_once_in_all() {
 fn rolled_back_losing_nothing(parallelism: usize) {
     let work = Workdir::new();
     let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
-    let text = std::fs::read_to_string(&file).unwrap();
-    let text = text.replacen("\n", &format!("\nparallelism = {parallelism}\n"), 1);
-    std::fs::write(&file, text).unwrap();
+    set_parallelism(&file, parallelism);
     let mut server = Server::start(&[&file]);
     let p = server.wait_for("counter", "start", Duration::from_secs(20), |p| {
         state(p) == "running" && version(p) == Some(1)
