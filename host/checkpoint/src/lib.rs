@@ -132,8 +132,10 @@ pub struct OutputMeta {
     pub name: String,
     /// Records emitted to this output so far: the next record's sequence number.
     pub emitted: u64,
-    /// At a parallelism above 1: the records each key group emitted to this output so
-    /// far (one entry per group), which number the next ones (empty at parallelism 1).
+    /// At a parallelism above 1: the records each numbering slot emitted to this output
+    /// so far (one entry per key group, then one per shard for its records without a key
+    /// of its own groups: `weir_core::key::NUMBERING_SLOTS`), which number the next ones
+    /// (empty at parallelism 1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub by_group: Vec<u64>,
 }

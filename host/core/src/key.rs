@@ -26,6 +26,12 @@ pub fn tie_order(key: &[u8]) -> u64 {
 /// the same in every run and every build.
 pub const KEY_GROUPS: u16 = 128;
 
+/// The number of record numbering slots in a shard: one per key group, then one per
+/// shard (`KEY_GROUPS + shard`) for the records a shard emits without a key or keyed by
+/// a key of another shard's group, which only that shard numbers. At most 256, since a
+/// grouped sequence number ([`crate::output::Sequence`]) keeps the slot in 8 bits.
+pub const NUMBERING_SLOTS: u16 = 2 * KEY_GROUPS;
+
 /// The key group of a key: its FNV-1a hash ([`tie_order`]), mixed by MurmurHash3's
 /// 64-bit finaliser so that every bit of the hash reaches the low bits, modulo
 /// [`KEY_GROUPS`].

@@ -406,7 +406,8 @@ impl KeyedOperator {
     pub fn bind_sinks(&mut self, sinks: Vec<Box<dyn Sink>>) {
         self.counters.emitted = vec![0; sinks.len()];
         if self.shard.is_some() {
-            self.by_group = vec![vec![0; usize::from(weir_core::key::KEY_GROUPS)]; sinks.len()];
+            self.by_group =
+                vec![vec![0; usize::from(weir_core::key::NUMBERING_SLOTS)]; sinks.len()];
         }
         self.sinks = sinks;
     }
@@ -838,9 +839,11 @@ impl KeyedOperator {
         };
     }
 
-    /// In a shard, the records emitted so far per output and key group (for the groups
-    /// this shard owns; the others hold what [`restore_by_group`](Self::restore_by_group)
-    /// gave). The run reads them when it takes a checkpoint; empty at parallelism 1.
+    /// In a shard, the records emitted so far per output and numbering slot (the key
+    /// groups, then one slot per shard: [`weir_core::key::NUMBERING_SLOTS`]). Only the
+    /// owner of a slot counts in it; the others keep what
+    /// [`restore_by_group`](Self::restore_by_group) gave. The run reads them when it
+    /// takes a checkpoint; empty at parallelism 1.
     pub fn emitted_by_group(&self) -> &[Vec<u64>] {
         &self.by_group
     }
@@ -1031,10 +1034,17 @@ impl KeyedOperator {
         let mut failed = None;
         for (output, mut record) in self.host.emitted.iter() {
             let output = output as usize;
-            // In a shard, records are numbered per key group (keyless ones in group 0).
-            let group = self
-                .shard
-                .map(|_| record.key.map_or(0, weir_core::key::key_group));
+            // In a shard, records are numbered per key group: that of the record's key
+            // when this shard owns it, so a key's records are numbered alike at any
+            // parallelism; a record without a key, or keyed by another shard's key, in
+            // the shard's own slot after the groups, which no other shard numbers.
+            let group = self.shard.map(|(index, parallelism)| {
+                record
+                    .key
+                    .map(weir_core::key::key_group)
+                    .filter(|&group| weir_core::key::shard_of_group(group, parallelism) == index)
+                    .unwrap_or(weir_core::key::KEY_GROUPS + index as u16)
+            });
             record.sequence = match group {
                 None => self.counters.emitted[output],
                 Some(group) => weir_core::output::Sequence::grouped(

@@ -580,5 +580,16 @@ fn shards_together_give_each_key_what_one_operator_gives_it() {
         elements_seen, 2_000,
         "each element is processed by one shard"
     );
+    // The counter emits without a key: each shard numbers those records in a slot of its
+    // own, so no two records of the output share a number (a `weir-id`).
+    let numbers: std::collections::HashSet<&str> = together
+        .iter()
+        .map(|line| line.rsplit('#').next().expect("a number"))
+        .collect();
+    assert_eq!(
+        numbers.len(),
+        together.len(),
+        "record numbers repeat across shards"
+    );
     assert_eq!(per_key(together), expected);
 }
