@@ -139,7 +139,8 @@ pub fn run_steered(
         plan: Arc::clone(&plan),
         tasks: Arc::clone(&tasks),
     };
-    let consumer: BaseConsumer<Member> = consumer_config(&plan.brokers, &plan.group)
+    let mut config = consumer_config(&plan.brokers, &plan.group);
+    config
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("session.timeout.ms", "10000")
         .set("heartbeat.interval.ms", "1000")
@@ -147,7 +148,13 @@ pub fn run_steered(
         .set(
             "client.id",
             format!("weir-{}-pid{}", plan.spec.name, std::process::id()),
-        )
+        );
+    // `WEIR_KAFKA_DEBUG=cgrp` (with `WEIR_LOG=debug`) logs librdkafka's side of the
+    // group protocol: each JoinGroup and SyncGroup with its time (docs/scaling.md).
+    if let Ok(facilities) = std::env::var("WEIR_KAFKA_DEBUG") {
+        config.set("debug", facilities);
+    }
+    let consumer: BaseConsumer<Member> = config
         .create_with_context(context)
         .context("cannot create the group member")?;
     consumer
@@ -225,11 +232,19 @@ struct Member {
     tasks: Arc<Mutex<Tasks>>,
 }
 
-impl ClientContext for Member {}
+impl ClientContext for Member {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        weir_io::kafka::Logs("group member").log(level, fac, message)
+    }
+}
 
 impl ConsumerContext for Member {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(list) = rebalance {
+            tracing::info!(
+                "group rebalance: revoked partitions {:?}",
+                partitions_of(list)
+            );
             let mut tasks = self.tasks.lock().expect("not poisoned");
             for partition in partitions_of(list) {
                 stop_task(&mut tasks, partition);
@@ -239,6 +254,12 @@ impl ConsumerContext for Member {
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(list) = rebalance {
+            // With cooperative rebalancing a joining member's first round assigns
+            // nothing (the others give up what moves); the second assigns it.
+            tracing::info!(
+                "group rebalance: assigned partitions {:?}",
+                partitions_of(list)
+            );
             // The member only keeps the assignment; the tasks read.
             if let Err(e) = consumer.pause(list) {
                 tracing::warn!("cannot pause the member's partitions: {e}");
