@@ -161,6 +161,10 @@ impl Entry {
         let mut trailer = vec![0; trailer_len as usize];
         file.seek(std::io::SeekFrom::Start(length)).map_err(io)?;
         file.read_exact(&mut trailer).map_err(io)?;
+        if !trailer.starts_with(MAGIC) {
+            // A complete entry always ends with its trailer: this one was cut off.
+            return Err(unusable("it is truncated (it does not end with its trailer)"));
+        }
         let lengths = trailer
             .strip_prefix(self.header.as_slice())
             .ok_or_else(|| unusable("it was written for another component or engine"))?;
@@ -276,7 +280,9 @@ mod tests {
 
         // A cut-off file: its trailer is gone.
         std::fs::write(&entry.path, &file[..file.len() / 2]).unwrap();
-        assert!(matches!(entry.load(engine), Err(Miss::Unusable(_))));
+        assert!(
+            matches!(entry.load(engine), Err(Miss::Unusable(why)) if why.contains("truncated"))
+        );
         std::fs::write(&entry.path, &file[..10]).unwrap();
         assert!(
             matches!(entry.load(engine), Err(Miss::Unusable(why)) if why.contains("truncated"))
