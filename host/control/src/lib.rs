@@ -20,6 +20,7 @@ use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use weir_core::identity::UdfIdentity;
 use weir_core::time::wall_clock_ms;
+use weir_engine::runtime::wasm::{LoadedComponent, WasmFunction};
 use weir_engine::runtime::{HostServices, InitInfo, ProcessFunction};
 use weir_pipeline::PipelineSpec;
 use weir_run::{RunControl, RunState, SwapRequest, SWAP_WAIT};
@@ -226,8 +227,30 @@ pub struct Prepared {
 /// scratch host, so that a component that cannot work is refused before the pipeline is
 /// touched.
 pub fn prepare(spec: &PipelineSpec, bytes: &[u8]) -> Result<Prepared, Refusal> {
-    let (mut function, identity) = weir_run::udf_from_bytes(spec, bytes)
+    let (function, identity) = weir_run::udf_from_bytes(spec, bytes)
         .map_err(|e| Refusal::Rejected(format!("rejected: {e:#}")))?;
+    prepare_function(spec, function, identity)
+}
+
+/// [`prepare`] of a component already compiled (`weir dev`'s Python development runtime
+/// with a new set of sources): checked by running its `init` against a scratch host.
+pub fn prepare_component(
+    spec: &PipelineSpec,
+    component: LoadedComponent,
+) -> Result<Prepared, Refusal> {
+    let identity = UdfIdentity {
+        name: spec.udf.name.clone(),
+        sha256: component.sha256.clone(),
+    };
+    let function = WasmFunction::new(component, weir_run::udf_limits(spec));
+    prepare_function(spec, function, identity)
+}
+
+fn prepare_function(
+    spec: &PipelineSpec,
+    mut function: WasmFunction,
+    identity: UdfIdentity,
+) -> Result<Prepared, Refusal> {
     let mut scratch = HostServices::new(wall_clock_ms());
     function
         .init(&mut scratch, &init_info(spec))
@@ -249,6 +272,22 @@ pub fn swap_into(
     number: u32,
     probation_calls: u64,
 ) -> Result<Deployed, Refusal> {
+    ready(control, running)?;
+    let started = std::time::Instant::now();
+    let prepared = prepare(spec, &bytes)?;
+    let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
+    swap_prepared_into(
+        control,
+        running,
+        prepared,
+        prepare_ms,
+        number,
+        probation_calls,
+    )
+}
+
+/// Whether the pipeline can take a new version now.
+fn ready(control: &RunControl, running: bool) -> Result<(), Refusal> {
     if !running {
         return Err(Refusal::NotReady("the pipeline is not running".into()));
     }
@@ -257,9 +296,21 @@ pub fn swap_into(
             "the pipeline is still starting (opening its sources); try again when it runs".into(),
         ));
     }
-    let started = std::time::Instant::now();
-    let Prepared { function, identity } = prepare(spec, &bytes)?;
-    let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
+    Ok(())
+}
+
+/// [`swap_into`] of a version prepared already (with [`prepare_component`]), which took
+/// `prepare_ms` to prepare.
+pub fn swap_prepared_into(
+    control: &RunControl,
+    running: bool,
+    prepared: Prepared,
+    prepare_ms: f64,
+    number: u32,
+    probation_calls: u64,
+) -> Result<Deployed, Refusal> {
+    ready(control, running)?;
+    let Prepared { function, identity } = prepared;
     let sha256 = identity.sha256.clone();
     let (done, reply) = std::sync::mpsc::channel();
     control.request_swap(SwapRequest {

@@ -131,6 +131,10 @@ enum Command {
         /// changes (for scripts).
         #[arg(long)]
         once: bool,
+        /// A Python project: builds its component (componentize-py, then a compile) on
+        /// every save, instead of running its sources in the Python development runtime.
+        #[arg(long)]
+        full_build: bool,
         #[command(flatten)]
         compile: CompileArgs,
     },
@@ -413,6 +417,7 @@ pub fn main() -> ExitCode {
             build,
             config,
             once,
+            full_build,
             compile,
         } => {
             compile.apply();
@@ -439,6 +444,7 @@ pub fn main() -> ExitCode {
                     build,
                 },
                 once,
+                full_build,
             };
             finished(crate::dev::dev(&pipeline, &overrides, spec, config, stop))
         }

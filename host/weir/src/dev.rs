@@ -10,18 +10,24 @@
 //! - **A live input** (stdin, Kafka, a named pipe): each new version is swapped into the
 //!   running pipeline — state and pending timers kept, no record lost or processed twice.
 //!   A bounded run that is still going when a save comes does the same.
+//!
+//! A Python project (as `weir new --lang python` makes) is not rebuilt on a save: its
+//! sources go into `weir dev`'s Python development runtime, compiled once (`pydev.rs`),
+//! unless the runtime cannot run them as the built component would (then the project is
+//! built, as for `--full-build`).
 
 use anyhow::Context as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-use weir_control::{prepare, swap_into};
+use weir_control::{prepare, swap_prepared_into};
 use weir_core::identity::sha256_hex;
 use weir_pipeline::{Overrides, PipelineSpec, SourceLocation};
 use weir_run::{run_with, RunControl, RunOptions, RunReport};
 
 use crate::project::{Build, Project, ProjectArgs};
+use crate::pydev::PythonDev;
 
 /// What `weir dev` watches, how it rebuilds, and whether it stops after one run.
 #[derive(Debug, Clone)]
@@ -30,6 +36,9 @@ pub struct DevConfig {
     pub project: ProjectArgs,
     /// Exits once a bounded input has been run through, as `weir run` does.
     pub once: bool,
+    /// Builds a Python project's component on every save instead of running its
+    /// sources in the Python development runtime.
+    pub full_build: bool,
 }
 
 /// How long to wait for more changes after one, so an editor's burst of writes makes
@@ -69,13 +78,27 @@ pub fn dev(
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ");
-    if let (false, Some(build)) = (spec.udf.path.exists(), &project.build) {
+    let from_command_line = config.project.watch.is_some()
+        || config.project.build.is_some()
+        || config.project.crate_dir.is_some();
+    let python = (!config.full_build && !from_command_line)
+        .then(|| PythonDev::detect(&spec))
+        .flatten();
+    if python.is_some() {
         eprintln!(
-            "weir dev: {} does not exist yet; building it",
+            "weir dev: Python project: a save runs its sources in the Python development runtime (no build, no compile; `weir build` makes {} for `weir run`, `--full-build` builds on every save)",
             spec.udf.path.display()
         );
-        build.run().map_err(|why| anyhow::anyhow!(why))?;
     }
+    let mut loader = Loader {
+        build: project.build.clone(),
+        python,
+        current: None,
+    };
+    let mut version = loader
+        .load(&spec, true)
+        .map_err(|why| anyhow::anyhow!(why))?
+        .expect("a first version");
     let (_watcher, changed) = watch(&watch_paths)?;
     eprintln!(
         "weir dev: running {:?}; watching {shown} (Ctrl-C to stop)",
@@ -87,7 +110,7 @@ pub fn dev(
     };
     let mut first = true;
     loop {
-        let run = run_swapping(&spec, project.build.as_ref(), &changed, settle, &stop);
+        let run = run_swapping(&spec, version, &mut loader, &changed, settle, &stop);
         match run {
             Ok(report) => eprintln!("{}", report.summary()),
             // The first run's failure is the command's; a later one waits for a fix.
@@ -113,18 +136,121 @@ pub fn dev(
                     continue;
                 }
             }
-            if let Some(build) = &project.build {
-                if let Err(why) = build.run() {
-                    eprintln!("weir dev: {why}; waiting for the next save");
-                    continue;
+            // The pipeline may have changed too: the version is prepared again.
+            loader.current = None;
+            match loader.load(&spec, false) {
+                Ok(Some(next)) => {
+                    version = next;
+                    break;
                 }
+                Ok(None) => unreachable!("no current version to be the same as"),
+                Err(why) => eprintln!("weir dev: {why}; waiting for the next save"),
             }
-            break;
         }
         eprintln!(
             "weir dev: running {:?} again from the start of its input",
             spec.name
         );
+    }
+}
+
+/// A version ready to run, and what it took to make it.
+struct Version {
+    prepared: weir_control::Prepared,
+    /// Time spent building (a full build), in seconds.
+    build_s: f64,
+    /// Time spent compiling and initialising it, in milliseconds.
+    prepare_ms: f64,
+    /// How it was made, for the reload line.
+    how: &'static str,
+}
+
+/// How `weir dev` makes the UDF's versions: through the Python development runtime, or
+/// by running the project's build.
+struct Loader {
+    build: Option<Build>,
+    python: Option<PythonDev>,
+    /// The SHA-256 of the version running, to skip a change that changes nothing.
+    current: Option<String>,
+}
+
+impl Loader {
+    /// The next version; `None` if it is the one running. `first`: the component is built
+    /// only if it does not exist yet.
+    fn load(&mut self, spec: &PipelineSpec, first: bool) -> Result<Option<Version>, String> {
+        if let Some(python) = &mut self.python {
+            let started = Instant::now();
+            match python.version(&spec.udf.name) {
+                Ok(component) if Some(&component.sha256) == self.current.as_ref() => {
+                    return Ok(None)
+                }
+                Ok(component) => match weir_control::prepare_component(spec, component) {
+                    Ok(prepared) => {
+                        self.current = Some(prepared.identity.sha256.clone());
+                        return Ok(Some(Version {
+                            prepared,
+                            build_s: 0.0,
+                            prepare_ms: started.elapsed().as_secs_f64() * 1e3,
+                            how: "Python development runtime",
+                        }));
+                    }
+                    Err(refusal) => match crate::pydev::missing_module(refusal.message()) {
+                        Some(module) => eprintln!(
+                            "weir dev: app.py imports the standard library module `{module}`, which the Python development runtime does not hold; building the component instead (slower: to stay on the fast path, import only modules the runtime holds, listed in docs/udf-python.md)"
+                        ),
+                        None => return Err(format!("the new version was refused: {refusal}")),
+                    },
+                },
+                Err(e) if first => {
+                    eprintln!(
+                        "weir dev: cannot use the Python development runtime ({e:#}); building the component on every save instead"
+                    );
+                    self.python = None;
+                }
+                Err(e) => return Err(format!("{e:#}")),
+            }
+            // Built this time: the runtime is tried again on the next save.
+            return self.built(spec, false);
+        }
+        self.built(spec, first)
+    }
+
+    /// The next version, from the project's build.
+    fn built(&mut self, spec: &PipelineSpec, first: bool) -> Result<Option<Version>, String> {
+        let started = Instant::now();
+        if let Some(build) = &self.build {
+            if !first || !spec.udf.path.exists() {
+                if first {
+                    eprintln!(
+                        "weir dev: {} does not exist yet; building it",
+                        spec.udf.path.display()
+                    );
+                }
+                build.run()?;
+            }
+        }
+        let build_s = started.elapsed().as_secs_f64();
+        let bytes = std::fs::read(&spec.udf.path)
+            .map_err(|e| format!("cannot read UDF component {}: {e}", spec.udf.path.display()))?;
+        let sha = sha256_hex(&bytes);
+        if Some(&sha) == self.current.as_ref() {
+            return Ok(None); // a change that did not change the component
+        }
+        let started = Instant::now();
+        let prepared = prepare(spec, &bytes).map_err(|e| {
+            if first {
+                format!("{e}")
+            } else {
+                format!("the new version was refused: {e}")
+            }
+        })?;
+        self.current = Some(sha);
+        Ok(Some(Version {
+            prepared,
+            build_s,
+            prepare_ms: started.elapsed().as_secs_f64() * 1e3,
+            how: "built",
+        }))
     }
 }
 
@@ -195,20 +321,17 @@ fn watch(paths: &[PathBuf]) -> anyhow::Result<(notify::RecommendedWatcher, mpsc:
     Ok((watcher, changed))
 }
 
-/// Runs `spec` once, to the end of its input or a signal, swapping each rebuilt
-/// version into the running pipeline.
+/// Runs `spec` with `version` once, to the end of its input or a signal, swapping each
+/// new version `loader` makes on a change into the running pipeline.
 fn run_swapping(
     spec: &PipelineSpec,
-    build: Option<&Build>,
+    version: Version,
+    loader: &mut Loader,
     changed: &mpsc::Receiver<()>,
     settle: Duration,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<RunReport> {
-    let bytes = std::fs::read(&spec.udf.path)
-        .with_context(|| format!("cannot read UDF component {}", spec.udf.path.display()))?;
-    let weir_control::Prepared { function, identity } =
-        prepare(spec, &bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut current = identity.sha256.clone();
+    let weir_control::Prepared { function, identity } = version.prepared;
     let control = RunControl::new();
     let options = RunOptions {
         progress: false,
@@ -230,50 +353,42 @@ fn run_swapping(
         let saved = Instant::now();
         std::thread::sleep(settle);
         while changed.try_recv().is_ok() {}
-        let built = Instant::now();
-        if let Some(build) = build {
-            if let Err(why) = build.run() {
+        let previous = loader.current.clone();
+        let version = match loader.load(spec, false) {
+            Ok(Some(version)) => version,
+            Ok(None) => continue,
+            Err(why) => {
                 eprintln!("weir dev: {why}; the running version stays");
                 continue;
             }
-        }
-        let build_time = built.elapsed();
-        let Ok(bytes) = std::fs::read(&spec.udf.path) else {
-            eprintln!(
-                "weir dev: cannot read {}; the running version stays",
-                spec.udf.path.display()
-            );
-            continue;
         };
-        let sha = sha256_hex(&bytes);
-        if sha == current {
-            continue; // a change that did not change the component
-        }
         let running = !runner.is_finished();
-        match swap_into(
-            spec,
+        let sha = version.prepared.identity.sha256.clone();
+        match swap_prepared_into(
             &control,
             running,
-            Arc::new(bytes),
+            version.prepared,
+            version.prepare_ms,
             0,
             weir_control::DEFAULT_PROBATION_CALLS,
         ) {
-            Ok(done) => {
-                current = sha;
-                eprintln!(
-                    "weir dev: reloaded {} ({}) — build {:.2} s, prepare {:.0} ms, swap pause {:.2} ms, {:.0} ms from save to swapped in",
-                    spec.udf.name,
-                    &current[..12],
-                    build_time.as_secs_f64(),
-                    done.prepare_ms,
-                    done.swap_pause_ms,
-                    saved.elapsed().as_secs_f64() * 1e3
-                );
-            }
-            Err(refused) => eprintln!(
-                "weir dev: the new version was refused: {}; the running version stays",
-                refused
+            Ok(done) => eprintln!(
+                "weir dev: reloaded {} ({}, {}) — build {:.2} s, prepare {:.0} ms, swap pause {:.2} ms, {:.0} ms from save to swapped in",
+                spec.udf.name,
+                &sha[..12],
+                version.how,
+                version.build_s,
+                done.prepare_ms,
+                done.swap_pause_ms,
+                saved.elapsed().as_secs_f64() * 1e3
             ),
+            Err(refused) => {
+                loader.current = previous;
+                eprintln!(
+                    "weir dev: the new version was refused: {}; the running version stays",
+                    refused
+                )
+            }
         }
     }
     runner

@@ -11,6 +11,7 @@ mod dev;
 mod new;
 mod produce;
 mod project;
+mod pydev;
 
 fn main() -> std::process::ExitCode {
     cli::main()

@@ -131,7 +131,7 @@ fn rust_sdk(given: Option<&Path>) -> anyhow::Result<PathBuf> {
 /// The Weir checkout this binary was built from, if it is still there: its
 /// `scripts/toolchain/` installs the Python and JavaScript toolchains into its
 /// `.weir-tools/`, where a project's `build.sh` looks for them last.
-fn weir_checkout() -> Option<PathBuf> {
+pub(crate) fn weir_checkout() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     dir.canonicalize()
         .ok()

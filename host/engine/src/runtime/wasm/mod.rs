@@ -47,7 +47,13 @@ pub struct StoreData {
     wasi: WasiCtx,
     table: ResourceTable,
     limits: sandbox::MemoryLimiter,
+    /// What the `dev-sources` import answers (empty but under `weir dev`).
+    sources: DevSources,
 }
+
+/// Source files handed to a component through the `weir:udf/dev-sources` import: paths
+/// relative to the project folder, and their bytes. Shared by every instance.
+pub type DevSources = std::sync::Arc<Vec<(String, Vec<u8>)>>;
 
 impl WasiView for StoreData {
     fn ctx(&mut self) -> WasiCtxView<'_> {
@@ -92,6 +98,8 @@ pub struct LoadedComponent {
     /// The batch export the component has, if any: `weir:udf/cached-batch`, or else
     /// `weir:udf/batch`.
     batch: Option<(BatchPath, ComponentExportIndex)>,
+    /// The files the `dev-sources` import hands the guest.
+    sources: DevSources,
 }
 
 /// Which batch export a component is called through.
@@ -114,6 +122,29 @@ impl LoadedComponent {
             BatchPath::Cached => "cached-batch",
             BatchPath::Plain => "batch",
         })
+    }
+
+    /// The same compiled component with `files` handed to its instances through the
+    /// `weir:udf/dev-sources` import (`weir dev`'s Python development runtime). Its
+    /// [`sha256`](Self::sha256) is that of the component's and the files' together, so
+    /// each set of sources is a version of its own.
+    pub fn with_sources(&self, files: Vec<(String, Vec<u8>)>) -> Self {
+        use sha2::Digest as _;
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(b"weir-dev-sources\0");
+        hasher.update(self.sha256.as_bytes());
+        for (path, bytes) in &files {
+            hasher.update((path.len() as u64).to_le_bytes());
+            hasher.update(path.as_bytes());
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        }
+        let sha256: [u8; 32] = hasher.finalize().into();
+        Self {
+            sha256: weir_core::identity::hex(&sha256),
+            sources: std::sync::Arc::new(files),
+            ..self.clone()
+        }
     }
 
     /// Compiles a component file and checks it against the contract.
@@ -152,6 +183,17 @@ impl LoadedComponent {
             |data| data,
         )
         .map_err(anyhow::Error::from)?;
+        linker
+            .instance("weir:udf/dev-sources@0.1.2")
+            .and_then(|mut dev| {
+                dev.func_wrap(
+                    "sources",
+                    |store: wasmtime::StoreContextMut<'_, StoreData>, ()| {
+                        Ok((store.data().sources.as_ref().clone(),))
+                    },
+                )
+            })
+            .map_err(anyhow::Error::from)?;
         let instance_pre = linker
             .instantiate_pre(&component)
             .map_err(anyhow::Error::from)
@@ -174,6 +216,7 @@ impl LoadedComponent {
             provenance,
             pre,
             batch,
+            sources: DevSources::default(),
         })
     }
 }
@@ -260,6 +303,7 @@ impl WasmFunction {
                 wasi: sandbox::wasi_context(stderr.clone()),
                 table: ResourceTable::new(),
                 limits: sandbox::limits(self.limits.memory_bytes),
+                sources: std::sync::Arc::clone(&self.component.sources),
             };
             let mut store = Store::new(sandbox::engine(), data);
             store.limiter(|data| &mut data.limits);

@@ -9,8 +9,10 @@
 //! setting), under `$WEIR_CACHE_DIR/components` (default `~/.cache/weir/components`).
 //!
 //! Deserializing compiled code is only safe for artifacts this engine wrote, so nothing
-//! is trusted blindly: an entry carries a header naming its source hash, the engine hash
-//! and weir's version, and a CRC-32 of the artifact. An entry that fails any check, or
+//! is trusted blindly: an entry is the artifact followed by a trailer naming its source
+//! hash, the engine hash and weir's version, with the artifact's length and CRC-32. A
+//! checked entry is mapped, not read: its code and its memory images are the file's
+//! pages, shared with the page cache and with other processes running the same UDF. An entry that fails any check, or
 //! that wasmtime itself refuses, is ignored and overwritten with a fresh compilation.
 //! Entries are written to a temporary name and renamed, so a reader never sees half a
 //! file; the least recently used ones are deleted once the cache outgrows
@@ -30,8 +32,9 @@ pub const CACHE_LIMIT_BYTES: u64 = 2 << 30;
 /// Compilations longer than this are worth a line in the log.
 const SLOW_COMPILE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// First bytes of an entry; the trailing digit is the header's layout version.
-const MAGIC: &[u8; 8] = b"WEIRCW01";
+/// First bytes of an entry's trailer; the last digit is the entry's layout version (1
+/// had the header first, so the file could not be mapped as it is).
+const MAGIC: &[u8; 8] = b"WEIRCW02";
 
 /// Where compiled components are kept, if anywhere. Set once, at start-up.
 static CACHE_DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
@@ -139,41 +142,65 @@ impl Entry {
         }
     }
 
-    /// Reads and checks the entry: header, length and CRC, then wasmtime's own checks.
+    /// Checks the entry (trailer, length and CRC, then wasmtime's own checks) and maps
+    /// it: the compiled code and the memory images are the file's pages, not copies.
     fn load(&self, engine: &Engine) -> Result<Component, Miss> {
-        let file = match std::fs::read(&self.path) {
+        use std::io::{Read as _, Seek as _};
+        let mut file = match std::fs::File::open(&self.path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Miss::Absent),
             Err(e) => return Err(Miss::Unusable(e.to_string())),
         };
         let unusable = |why: &str| Miss::Unusable(why.to_string());
-        let rest = file
+        let io = |e: std::io::Error| Miss::Unusable(e.to_string());
+        let size = file.metadata().map_err(io)?.len();
+        let trailer_len = (self.header.len() + 12) as u64;
+        let Some(length) = size.checked_sub(trailer_len) else {
+            return Err(unusable("it is truncated"));
+        };
+        let mut trailer = vec![0; trailer_len as usize];
+        file.seek(std::io::SeekFrom::Start(length)).map_err(io)?;
+        file.read_exact(&mut trailer).map_err(io)?;
+        if !trailer.starts_with(MAGIC) {
+            // A complete entry always ends with its trailer: this one was cut off.
+            return Err(unusable("it is truncated (it does not end with its trailer)"));
+        }
+        let lengths = trailer
             .strip_prefix(self.header.as_slice())
             .ok_or_else(|| unusable("it was written for another component or engine"))?;
-        let (lengths, artifact) = rest
-            .split_first_chunk::<12>()
-            .ok_or_else(|| unusable("it is truncated"))?;
-        let length = u64::from_le_bytes(lengths[..8].try_into().expect("8 bytes"));
+        let stored = u64::from_le_bytes(lengths[..8].try_into().expect("8 bytes"));
         let crc = u32::from_le_bytes(lengths[8..].try_into().expect("4 bytes"));
-        if artifact.len() as u64 != length {
+        if stored != length {
             return Err(unusable("it is truncated"));
         }
-        if crc32fast::hash(artifact) != crc {
+        // The checksum, read in pieces: the file is mapped below, not held in memory.
+        file.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
+        let mut hasher = crc32fast::Hasher::new();
+        let mut buffer = vec![0; 1 << 20];
+        let mut left = length;
+        while left > 0 {
+            let n = buffer.len().min(left as usize);
+            file.read_exact(&mut buffer[..n]).map_err(io)?;
+            hasher.update(&buffer[..n]);
+            left -= n as u64;
+        }
+        if hasher.finalize() != crc {
             return Err(unusable("its checksum does not match"));
         }
         // SAFETY: the artifact is byte for byte what `Component::serialize` produced for
-        // these source bytes on an engine with this compatibility hash (header and CRC
-        // checked above), and wasmtime checks its own version and settings again.
-        let component = unsafe { Component::deserialize(engine, artifact) }
+        // these source bytes on an engine with this compatibility hash (trailer and CRC
+        // checked above; entries are renamed into place whole, never written over), and
+        // wasmtime checks its own version and settings again. The trailer after the
+        // artifact is outside every section wasmtime reads.
+        let component = unsafe { Component::deserialize_file(engine, &self.path) }
             .map_err(|e| Miss::Unusable(format!("wasmtime refused it: {e}")))?;
         // Mark it recently used, for the eviction order.
-        if let Ok(file) = std::fs::File::options().write(true).open(&self.path) {
-            let _ = file.set_modified(SystemTime::now());
-        }
+        let _ = file.set_modified(SystemTime::now());
         Ok(component)
     }
 
-    /// Writes the entry under a temporary name and renames it into place.
+    /// Writes the entry (the artifact, then its trailer) under a temporary name and
+    /// renames it into place.
     fn store(&self, component: &Component) -> anyhow::Result<()> {
         let artifact = component.serialize()?;
         let dir = self.path.parent().expect("entries live in a directory");
@@ -182,10 +209,10 @@ impl Entry {
             .path
             .with_extension(format!("tmp{}", std::process::id()));
         let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(&artifact)?;
         file.write_all(&self.header)?;
         file.write_all(&(artifact.len() as u64).to_le_bytes())?;
         file.write_all(&crc32fast::hash(&artifact).to_le_bytes())?;
-        file.write_all(&artifact)?;
         drop(file);
         std::fs::rename(&temporary, &self.path)?;
         evict(dir, CACHE_LIMIT_BYTES);
@@ -247,13 +274,16 @@ mod tests {
 
         // One flipped byte in the artifact: the checksum catches it.
         let mut file = std::fs::read(&entry.path).unwrap();
-        let last = file.len() - 1;
-        file[last] ^= 0xff;
+        file[10] ^= 0xff;
         std::fs::write(&entry.path, &file).unwrap();
         assert!(matches!(entry.load(engine), Err(Miss::Unusable(why)) if why.contains("checksum")));
 
-        // A cut-off file.
+        // A cut-off file: its trailer is gone.
         std::fs::write(&entry.path, &file[..file.len() / 2]).unwrap();
+        assert!(
+            matches!(entry.load(engine), Err(Miss::Unusable(why)) if why.contains("truncated"))
+        );
+        std::fs::write(&entry.path, &file[..10]).unwrap();
         assert!(
             matches!(entry.load(engine), Err(Miss::Unusable(why)) if why.contains("truncated"))
         );
