@@ -53,7 +53,11 @@ fn weir_in(dir: &Path, args: &[&str]) -> Command {
 fn edit_app(dir: &Path, from: &str, to: &str) {
     let path = dir.join("app.py");
     let text = std::fs::read_to_string(&path).unwrap();
-    assert_eq!(text.matches(from).count(), 1, "app.py changed shape: {from}");
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "app.py changed shape: {from}"
+    );
     std::fs::write(&path, text.replace(from, to)).unwrap();
 }
 
@@ -92,9 +96,11 @@ fn a_save_swaps_the_sources_into_the_live_run_with_its_state_and_timers() {
         writeln!(stdin, "{line}").unwrap();
     }
     stdin.flush().unwrap();
-    wait_for("the old version's sessions", Duration::from_secs(30), || {
-        printed().lines().count() == 2
-    });
+    wait_for(
+        "the old version's sessions",
+        Duration::from_secs(30),
+        || printed().lines().count() == 2,
+    );
 
     edit_app(
         &dir,
@@ -156,7 +162,10 @@ fn a_standard_library_module_the_runtime_lacks_is_named_and_the_component_built(
         ),
         "{stderr}"
     );
-    assert!(stderr.contains("build.sh: wrote py-sessions.wasm"), "{stderr}");
+    assert!(
+        stderr.contains("build.sh: wrote py-sessions.wasm"),
+        "{stderr}"
+    );
     let expected: Vec<String> = MAIN
         .iter()
         .map(|line| line.replace(",\"started_at\"", ",\"toml\":true,\"started_at\""))

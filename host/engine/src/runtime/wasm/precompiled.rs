@@ -163,7 +163,9 @@ impl Entry {
         file.read_exact(&mut trailer).map_err(io)?;
         if !trailer.starts_with(MAGIC) {
             // A complete entry always ends with its trailer: this one was cut off.
-            return Err(unusable("it is truncated (it does not end with its trailer)"));
+            return Err(unusable(
+                "it is truncated (it does not end with its trailer)",
+            ));
         }
         let lengths = trailer
             .strip_prefix(self.header.as_slice())
