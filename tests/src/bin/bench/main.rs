@@ -34,14 +34,16 @@
 //! hot-key-timers timers=400000 total_ms=T ns_per_timer=N
 //! udf-language lang=python udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M
 //! udf-language lang=python-batch udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M
-//! udf-startup lang=python udf=change-only-counter compile_ms=C cached_ms=D
+//! udf-startup lang=python udf=change-only-counter compile_ms=C cached_ms=D compile_peak_rss_mb=P cached_peak_rss_mb=Q
+//! udf-memory lang=python udf=change-only-counter records=200000 peak_rss_mb=M run_s=S
+//! udf-edit-loop lang=python save_to_swapped_ms=T worst_ms=W dev_start_s=S
 //! checkpoint-cost interval_ms=1000 with_records_per_s=N without_records_per_s=M slowdown_pct=P
 //! kafka-to-kafka partitions=1 records_per_s=N emitted=E checkpoint_interval_ms=1000
 //! kafka-to-kafka partitions=4 records_per_s=N emitted=E checkpoint_interval_ms=1000
 //! change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R
 //! ```
 //!
-//! `weir-bench native|wasm|checkpoints|kafka|languages|scale|state-size [UDF]` runs one part
+//! `weir-bench native|wasm|checkpoints|kafka|languages|edit-loop|scale|state-size [UDF]` runs one part
 //! only.
 
 mod kafka;
@@ -137,7 +139,13 @@ fn main() -> anyhow::Result<()> {
                 }
                 for s in languages::startup(&data)? {
                     println!("{}", s.line());
+                    println!("{}", s.memory_line());
                 }
+                println!("{}", languages::python_edit_loop(&data)?.line());
+                return Ok(());
+            }
+            "edit-loop" => {
+                println!("{}", languages::python_edit_loop(&data)?.line());
                 return Ok(());
             }
             "native" => run_with(
@@ -206,6 +214,7 @@ fn main() -> anyhow::Result<()> {
     let (scale_runs, rebalance) = scale::scale_out(&data)?;
     let language_runs = languages::per_element(&data, &clicks)?;
     let startups = languages::startup(&data)?;
+    let edit_loop = languages::python_edit_loop(&data)?;
     let state_sizes = state_size::matrix(&data, None)?;
     let state_ttls = state_size::ttl_cases(&data)?;
     let hot_key_timers = state_size::hot_key_timers();
@@ -230,6 +239,10 @@ fn main() -> anyhow::Result<()> {
     for s in &startups {
         println!("{}", s.line());
     }
+    for s in &startups {
+        println!("{}", s.memory_line());
+    }
+    println!("{}", edit_loop.line());
     println!("{}", cost.line());
     let base = parallel_runs[0].report.records_per_second();
     for r in &parallel_runs {
