@@ -80,7 +80,7 @@ pub fn next_steps(dir: &Path) -> String {
     let steps = [
         format!("cd {}", dir.display()),
         "weir test                 # the unit tests, natively, on the SDK's test host".into(),
-        "weir dev pipeline.toml    # builds the component, runs input.jsonl, and again on every save (Ctrl-C stops)"
+        "weir dev pipeline.toml    # runs input.jsonl, and again on every save of the sources (Ctrl-C stops)"
             .into(),
     ];
     format!(

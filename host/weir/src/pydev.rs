@@ -2,7 +2,7 @@
 //! CPython, the `weir` SDK and a set of standard library modules, into which each save
 //! hands the project's `.py` files (the `weir:udf/dev-sources` import). A save is then a
 //! new instance of a component compiled once, with no componentize-py run and no
-//! compilation: about 0.3 s from save to swapped in, where a build and a compile take
+//! compilation: about 0.2 s from save to swapped in, where a build and a compile take
 //! 10-25 s.
 //!
 //! The runtime (`guest-sdk/python/dev-runtime/weir_dev_runtime.py`, built into this

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds {{name}}.wasm, the Weir component, from app.py with componentize-py.
 #
-#   ./build.sh            (weir dev runs it on every save of app.py: see pipeline.toml)
+#   ./build.sh            (weir build runs it; weir dev only with --full-build: see README.md)
 #
 # Finds componentize-py (0.25.1) through $WEIR_PYTHON_TOOLCHAIN (the executable, or a venv
 # holding it), else in ./.venv, else on PATH, else where the Weir checkout that made this
