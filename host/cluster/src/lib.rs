@@ -123,13 +123,14 @@ pub fn run_steered(
     let partitions = check_co_partitioned(&plan)?;
     plan.partitions = partitions;
     let plan = Arc::new(plan);
-    ensure_topic(&plan.brokers, &plan.checkpoint_topic, partitions)?;
     let versions_topic = format!("{group}.{}.udf", plan.spec.name);
-    ensure_topic(&plan.brokers, &versions_topic, 1)?;
-    for (_, topic) in plan.repartitioned() {
-        ensure_topic(&plan.brokers, &topic, partitions)?;
-    }
-    ensure_topic(&plan.brokers, &plan.status_topic, 1)?;
+    let mut topics = vec![
+        (plan.checkpoint_topic.clone(), partitions),
+        (versions_topic.clone(), 1),
+        (plan.status_topic.clone(), 1),
+    ];
+    topics.extend(plan.repartitioned().map(|(_, topic)| (topic, partitions)));
+    ensure_topics(&plan.brokers, &topics)?;
     let tasks = Arc::new(Mutex::new(Tasks {
         running: BTreeMap::new(),
         failed: None,
@@ -516,16 +517,29 @@ fn check_co_partitioned(plan: &Plan) -> anyhow::Result<i32> {
     Ok(first)
 }
 
-/// Creates `topic` with `partitions` partitions, unless it exists, with the brokers'
-/// default replication factor (`default.replication.factor`; KIP-464, Kafka 2.4).
-fn ensure_topic(brokers: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+/// Drops a Kafka client on a thread of its own: librdkafka takes about 100 ms to tear an
+/// admin client down (its threads notice the end on their next poll), which a member's
+/// start need not wait for.
+fn drop_in_background<T: Send + 'static>(client: T) {
+    std::thread::spawn(move || drop(client));
+}
+
+/// Creates each `(topic, partitions)` that does not exist yet, with the brokers' default
+/// replication factor (`default.replication.factor`; KIP-464, Kafka 2.4): one admin
+/// client and one CreateTopics request for all of them, as a member's start needs
+/// several topics and each round trip costs.
+fn ensure_topics(brokers: &str, topics: &[(String, i32)]) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = client_config(brokers).create()?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|(topic, partitions)| NewTopic::new(topic, *partitions, TopicReplication::Fixed(-1)))
+        .collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let results = runtime.block_on(admin.create_topics(&[topic], &options))?;
+    let results = runtime.block_on(admin.create_topics(&new, &options))?;
+    drop_in_background(admin);
     for result in results {
         match result {
             Ok(topic) => tracing::info!("created topic {topic:?}"),
