@@ -77,6 +77,23 @@ pub fn weir_bin() -> PathBuf {
     built(target_dir().join("release/weir"), &["host", "wit"])
 }
 
+/// `weir new NAME --lang LANG` into `parent/NAME`, as a new user makes a project; returns
+/// that folder. Panics with `weir new`'s stderr if it fails.
+pub fn new_project(parent: &Path, name: &str, lang: &str) -> PathBuf {
+    let dir = parent.join(name);
+    let output = Command::new(weir_bin())
+        .args(["new", name, "--lang", lang, "--dir"])
+        .arg(&dir)
+        .output()
+        .expect("weir new runs");
+    assert!(
+        output.status.success(),
+        "weir new {name} --lang {lang} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    dir
+}
+
 /// A UDF written in another language, built by `make guests`: `guest("python",
 /// "change-only-counter")` is `udfs/python/change-only-counter` with the Python SDK.
 pub fn guest(lang: &str, name: &str) -> PathBuf {

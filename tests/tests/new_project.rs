@@ -61,15 +61,7 @@ fn check(command: &mut Command, what: &str) -> String {
 
 /// `weir new NAME --lang LANG` in a fresh folder; returns the project folder.
 fn new_project(parent: &Path, lang: &str) -> PathBuf {
-    let name = format!("{lang}-sessions");
-    let dir = parent.join(&name);
-    check(
-        Command::new(weir_bin())
-            .args(["new", &name, "--lang", lang, "--dir"])
-            .arg(&dir),
-        "weir new",
-    );
-    dir
+    weir_e2e::new_project(parent, &format!("{lang}-sessions"), lang)
 }
 
 /// The `weir` command as in a fresh shell: no toolchain variables (cargo shares the

@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-use weir_e2e::{repo_root, wait_for, weir_bin, StderrLog};
+use weir_e2e::{new_project, repo_root, wait_for, weir_bin, StderrLog};
 
 /// The template's sessions (see `new_project.rs`).
 const MAIN: [&str; 4] = [
@@ -24,13 +24,7 @@ const MAIN: [&str; 4] = [
 
 /// A Python project as `weir new` makes it, in a fresh folder under `parent`.
 fn python_project(parent: &Path) -> PathBuf {
-    let dir = parent.join("py-sessions");
-    let output = Command::new(weir_bin())
-        .args(["new", "py-sessions", "--lang", "python", "--dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "weir new: {output:?}");
+    let dir = new_project(parent, "py-sessions", "python");
     if std::env::var_os("WEIR_PYTHON_TOOLCHAIN").is_none() {
         let script = repo_root().join("scripts/toolchain/python.sh");
         assert!(Command::new(script).status().unwrap().success());

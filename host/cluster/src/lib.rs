@@ -517,13 +517,6 @@ fn check_co_partitioned(plan: &Plan) -> anyhow::Result<i32> {
     Ok(first)
 }
 
-/// Drops a Kafka client on a thread of its own: librdkafka takes about 100 ms to tear an
-/// admin client down (its threads notice the end on their next poll), which a member's
-/// start need not wait for.
-fn drop_in_background<T: Send + 'static>(client: T) {
-    std::thread::spawn(move || drop(client));
-}
-
 /// Creates each `(topic, partitions)` that does not exist yet, with the brokers' default
 /// replication factor (`default.replication.factor`; KIP-464, Kafka 2.4): one admin
 /// client and one CreateTopics request for all of them, as a member's start needs
@@ -539,7 +532,9 @@ fn ensure_topics(brokers: &str, topics: &[(String, i32)]) -> anyhow::Result<()> 
         .enable_all()
         .build()?;
     let results = runtime.block_on(admin.create_topics(&new, &options))?;
-    drop_in_background(admin);
+    // librdkafka takes about 100 ms to tear the client down (its threads notice the end
+    // on their next poll): a member's start need not wait for that.
+    std::thread::spawn(move || drop(admin));
     for result in results {
         match result {
             Ok(topic) => tracing::info!("created topic {topic:?}"),

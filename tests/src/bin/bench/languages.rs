@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use weir_e2e::{
-    component, datetime_millis, gen, guest, guest_batched, repo_root, wait_for, weir_bin, StderrLog,
+    component, datetime_millis, gen, guest, guest_batched, new_project, repo_root, wait_for,
+    weir_bin, StderrLog,
 };
 use weir_pipeline::PipelineSpec;
 use weir_run::{run, RunOptions, RunReport};
@@ -286,14 +287,10 @@ pub fn startup(data: &Path) -> anyhow::Result<Vec<Startup>> {
         };
         // The fastest of [`RUNS`], with that run's peak RSS.
         let best = |no_cache: bool| -> anyhow::Result<Measured> {
-            let mut best: Option<Measured> = None;
-            for _ in 0..RUNS {
-                let m = time_run(no_cache, one)?;
-                if best.is_none_or(|b| m.took < b.took) {
-                    best = Some(m);
-                }
-            }
-            Ok(best.expect("RUNS > 0"))
+            let runs = (0..RUNS)
+                .map(|_| time_run(no_cache, one))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok(runs.into_iter().min_by_key(|m| m.took).expect("RUNS > 0"))
         };
         let compiled = best(true)?;
         time_run(false, one)?; // warms the cache
@@ -340,15 +337,11 @@ impl EditLoop {
 /// Times the Python edit loop (see [`EditLoop`]); every save must be swapped in through
 /// the development runtime, without a build.
 pub fn python_edit_loop(data: &Path) -> anyhow::Result<EditLoop> {
-    let dir = data.join("edit-loop/py-sessions");
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
+    let parent = data.join("edit-loop");
+    if parent.exists() {
+        std::fs::remove_dir_all(&parent)?;
     }
-    let made = Command::new(weir_bin())
-        .args(["new", "py-sessions", "--lang", "python", "--dir"])
-        .arg(&dir)
-        .output()?;
-    anyhow::ensure!(made.status.success(), "weir new: {made:?}");
+    let dir = new_project(&parent, "py-sessions", "python");
     let started = Instant::now();
     let mut child = Command::new(weir_bin())
         .args(["dev", "pipeline.toml", "--input", "events=-"])
@@ -374,6 +367,7 @@ pub fn python_edit_loop(data: &Path) -> anyhow::Result<EditLoop> {
         let saved = Instant::now();
         std::fs::write(&app, text.replace(&current, &next))?;
         current = next;
+        // Polled every 2 ms (`wait_for` polls every 20 ms, a tenth of what is timed).
         let mut swapped = None;
         while saved.elapsed() < Duration::from_secs(120) {
             if log.count("weir dev: reloaded") == save {
