@@ -3,7 +3,8 @@
 //! order.
 //!
 //! Every source partition (a file, stdin, one Kafka partition) is an *input*. A source is
-//! read ahead into its inputs' queues, up to [`READ_AHEAD`] records each; each record's
+//! read ahead into its inputs' queues, up to a run's size of records each (see
+//! [`Inputs::new`]); each record's
 //! key and event timestamp are decoded as it is read (a record that cannot be decoded is
 //! handed back to the run for its dead letters). The merge takes the input whose next
 //! record has the smallest timestamp (ties in pipeline-file order) and stops where an
@@ -19,8 +20,10 @@ use weir_core::time::Timestamp;
 use weir_io::source::decode::{MessageMeta, RecordDecoder};
 use weir_io::source::{Polled, Source, SourceRecord};
 
-/// How many records an input reads ahead, and the most records handed to the operator
-/// at once (which it may send to the UDF as one batch).
+/// How many records an input reads ahead per shard, and the most records per shard
+/// handed to the shards at once: a run of records holds `READ_AHEAD` times the number of
+/// shards, so that each shard gets about this many of its own records per run (which
+/// it may send to its UDF as one batch), whatever the parallelism.
 pub(crate) const READ_AHEAD: usize = 512;
 
 /// Which input: a source, and for a source of several partitions (Kafka) which one.
@@ -151,6 +154,11 @@ pub(crate) struct Inputs {
     inputs: Vec<Input>,
     /// Record buffers to reuse.
     spare: Vec<SourceRecord>,
+    /// The most records a run takes.
+    run_size: usize,
+    /// The most records one input queues: enough for a whole run between the inputs,
+    /// and never fewer than [`READ_AHEAD`].
+    queue_limit: usize,
 }
 
 /// The settings of one source that its inputs need.
@@ -170,13 +178,24 @@ pub(crate) struct SourceSettings<'a> {
 }
 
 impl Inputs {
-    /// No sources yet.
-    pub fn new() -> Self {
+    /// No sources yet, for a run of `shards` shards: a run takes at most [`READ_AHEAD`]
+    /// records per shard, and the inputs read ahead that many between them (each at
+    /// least [`READ_AHEAD`]), so what is queued stays under `READ_AHEAD` times the
+    /// larger of the shards and the inputs.
+    pub fn new(shards: usize) -> Self {
+        let run_size = READ_AHEAD * shards.max(1);
         Self {
             sources: Vec::new(),
             inputs: Vec::new(),
             spare: Vec::new(),
+            run_size,
+            queue_limit: run_size,
         }
+    }
+
+    /// The most records a run of records holds ([`Inputs::take_chunk`]).
+    pub fn run_size(&self) -> usize {
+        self.run_size
     }
 
     /// Adds a source, with one input per partition; `read` says how many records each
@@ -210,6 +229,7 @@ impl Inputs {
             });
         }
         let range = first..self.inputs.len();
+        self.queue_limit = (self.run_size / self.inputs.len().max(1)).max(READ_AHEAD);
         self.sources.push(SourceSlot {
             name: settings.name.to_string(),
             source,
@@ -269,7 +289,7 @@ impl Inputs {
             && !slot
                 .inputs
                 .clone()
-                .any(|i| self.inputs[i].queue.len() >= READ_AHEAD)
+                .any(|i| self.inputs[i].queue.len() >= self.queue_limit)
     }
 
     /// Reads ahead on every source whose inputs have room in their queues, without
@@ -400,11 +420,11 @@ impl Inputs {
     }
 
     /// Moves ready records into `chunk` in timestamp order (ties in pipeline-file order),
-    /// at most [`READ_AHEAD`]. Stops when an input runs dry: if it may still deliver, its
+    /// at most [`Inputs::run_size`]. Stops when an input runs dry: if it may still deliver, its
     /// next record could come first; if it has ended, the watermark must stop waiting
     /// for it before the next record.
     pub fn take_chunk(&mut self, chunk: &mut Vec<(usize, Pending)>) {
-        while chunk.len() < READ_AHEAD {
+        while chunk.len() < self.run_size {
             let next = (0..self.inputs.len())
                 .filter(|&i| !self.inputs[i].queue.is_empty())
                 .min_by_key(|&i| (self.inputs[i].queue.front().map(|p| p.timestamp), i));
@@ -586,7 +606,7 @@ mod tests {
 
     #[test]
     fn records_merge_by_timestamp_with_ties_in_pipeline_file_order() {
-        let mut inputs = Inputs::new();
+        let mut inputs = Inputs::new(1);
         let (a, settings) = source("a", &[("a1", 10), ("a2", 20), ("a3", 30)], 1);
         inputs.add(a, settings, |_| 0);
         let (b, settings) = source("b", &[("b1", 10), ("b2", 15), ("b3", 30), ("b4", 40)], 1);
@@ -599,8 +619,36 @@ mod tests {
     }
 
     #[test]
+    fn a_run_holds_a_read_ahead_per_shard_and_the_inputs_share_it() {
+        let records: Vec<(String, i64)> = (0..5000).map(|i| (format!("k{i}"), i)).collect();
+        let records: Vec<(&str, i64)> = records.iter().map(|(k, t)| (k.as_str(), *t)).collect();
+        // One input, four shards: it reads ahead a whole run, and a run takes 4 x 512.
+        let mut inputs = Inputs::new(4);
+        let (a, settings) = source("a", &records, 1);
+        inputs.add(a, settings, |_| 0);
+        let mut read = Vec::new();
+        inputs.read_ahead(&mut read).unwrap();
+        assert_eq!(inputs.inputs[0].queue.len(), 4 * READ_AHEAD);
+        let mut chunk = Vec::new();
+        inputs.take_chunk(&mut chunk);
+        assert_eq!(chunk.len(), 4 * READ_AHEAD);
+        // Eight partitions, two shards: each input still reads ahead 512 (the source
+        // stops when its first input is full, the others one record short of it).
+        let mut inputs = Inputs::new(2);
+        let (b, settings) = source("b", &records, 8);
+        inputs.add(b, settings, |_| 0);
+        inputs.read_ahead(&mut read).unwrap();
+        let queued: Vec<usize> = inputs.inputs.iter().map(|i| i.queue.len()).collect();
+        assert_eq!(queued[0], READ_AHEAD, "{queued:?}");
+        assert!(
+            queued[1..].iter().all(|&n| n == READ_AHEAD - 1),
+            "{queued:?}"
+        );
+    }
+
+    #[test]
     fn a_chunk_stops_where_an_input_runs_dry() {
-        let mut inputs = Inputs::new();
+        let mut inputs = Inputs::new(1);
         let (a, settings) = source("a", &[("a1", 10)], 1);
         inputs.add(a, settings, |_| 0);
         let (b, settings) = source("b", &[("b1", 20), ("b2", 30)], 1);
@@ -615,7 +663,7 @@ mod tests {
 
     #[test]
     fn each_partition_is_an_input_named_after_its_source() {
-        let mut inputs = Inputs::new();
+        let mut inputs = Inputs::new(1);
         let (k, settings) = source("orders", &[("x", 1), ("y", 2), ("z", 3)], 2);
         let range = inputs.add(
             k,
@@ -637,7 +685,7 @@ mod tests {
 
     #[test]
     fn an_undecodable_record_is_handed_back_with_its_reason() {
-        let mut inputs = Inputs::new();
+        let mut inputs = Inputs::new(1);
         let (a, settings) = source("a", &[("a1", 1)], 1);
         inputs.add(a, settings, |_| 0);
         inputs.sources[0].source = Box::new(Memory {
@@ -655,7 +703,7 @@ mod tests {
 
     #[test]
     fn a_quiet_input_turns_idle_once_and_resumes_when_it_delivers() {
-        let mut inputs = Inputs::new();
+        let mut inputs = Inputs::new(1);
         let (a, mut settings) = source("a", &[("a1", 1), ("a2", 2)], 1);
         settings.idle_timeout = Some(Duration::ZERO);
         inputs.add(a, settings, |_| 0);
@@ -691,7 +739,7 @@ mod tests {
 
     #[test]
     fn an_input_ends_once_its_source_ended_and_its_queue_drained() {
-        let mut inputs = Inputs::new();
+        let mut inputs = Inputs::new(1);
         let (a, settings) = source("a", &[("a1", 1)], 1);
         inputs.add(a, settings, |_| 0);
         let (b, settings) = source("b", &[("b1", 2)], 1);

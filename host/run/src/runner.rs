@@ -3,7 +3,7 @@
 
 use crate::checkpointing::{Checkpoints, Cut, Restored};
 use crate::failures::{Handling, Site, UdfFailures};
-use crate::inputs::{Inputs, Pending, Read, SourceSettings, READ_AHEAD};
+use crate::inputs::{Inputs, Pending, Read, SourceSettings};
 use crate::report::{progress_bar, progress_message, RunReport};
 use crate::shards::{sum_counters, ShardResult, ShardSink, Shards, SharedOutput};
 use crate::steering::{apply_swap, StatusPublisher, UdfVersions};
@@ -74,7 +74,7 @@ impl Runner {
         let restored = Restored::check(chain, spec, &udf)?;
 
         let input_names = spec.input_names();
-        let mut inputs = Inputs::new();
+        let mut inputs = Inputs::new(spec.parallelism);
         let mut delays = Vec::new();
         for s in &spec.sources {
             let source = restored.open_source(s)?;
@@ -264,7 +264,7 @@ impl Runner {
     /// and stops without firing pending timers).
     pub(crate) fn run(&mut self, options: &RunOptions) -> anyhow::Result<()> {
         let progress = (options.progress && std::io::stderr().is_terminal()).then(progress_bar);
-        let mut chunk: Vec<(usize, Pending)> = Vec::with_capacity(READ_AHEAD);
+        let mut chunk: Vec<(usize, Pending)> = Vec::with_capacity(self.inputs.run_size());
         let mut reported = 0;
         let stopped = || {
             options
