@@ -3,14 +3,14 @@
 //! order.
 //!
 //! Every source partition (a file, stdin, one Kafka partition) is an *input*. A source is
-//! read ahead into its inputs' queues, up to a run's size of records each (see
-//! [`Inputs::new`]); each record's
-//! key and event timestamp are decoded as it is read (a record that cannot be decoded is
-//! handed back to the run for its dead letters). The merge takes the input whose next
-//! record has the smallest timestamp (ties in pipeline-file order) and stops where an
-//! input runs dry, so a live input with nothing queued never lets a later record of
-//! another go first. This module only keeps the books: the run decides what an input
-//! becoming idle, active or ended does to the watermark.
+//! read ahead into its inputs' queues, each up to its share of a run (see
+//! [`Inputs::new`]); each record's key and event timestamp are decoded as it is read (a
+//! record that cannot be decoded is handed back to the run for its dead letters). The
+//! merge takes the input whose next record has the smallest timestamp (ties in
+//! pipeline-file order) and stops where an input runs dry, so a live input with nothing
+//! queued never lets a later record of another go first. This module only keeps the
+//! books: the run decides what an input becoming idle, active or ended does to the
+//! watermark.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -156,9 +156,6 @@ pub(crate) struct Inputs {
     spare: Vec<SourceRecord>,
     /// The most records a run takes.
     run_size: usize,
-    /// The most records one input queues: enough for a whole run between the inputs,
-    /// and never fewer than [`READ_AHEAD`].
-    queue_limit: usize,
 }
 
 /// The settings of one source that its inputs need.
@@ -183,19 +180,23 @@ impl Inputs {
     /// least [`READ_AHEAD`]), so what is queued stays under `READ_AHEAD` times the
     /// larger of the shards and the inputs.
     pub fn new(shards: usize) -> Self {
-        let run_size = READ_AHEAD * shards.max(1);
         Self {
             sources: Vec::new(),
             inputs: Vec::new(),
             spare: Vec::new(),
-            run_size,
-            queue_limit: run_size,
+            run_size: READ_AHEAD * shards.max(1),
         }
     }
 
     /// The most records a run of records holds ([`Inputs::take_chunk`]).
     pub fn run_size(&self) -> usize {
         self.run_size
+    }
+
+    /// The most records one input queues: its share of a run, and never fewer than
+    /// [`READ_AHEAD`].
+    fn queue_limit(&self) -> usize {
+        (self.run_size / self.inputs.len().max(1)).max(READ_AHEAD)
     }
 
     /// Adds a source, with one input per partition; `read` says how many records each
@@ -229,7 +230,6 @@ impl Inputs {
             });
         }
         let range = first..self.inputs.len();
-        self.queue_limit = (self.run_size / self.inputs.len().max(1)).max(READ_AHEAD);
         self.sources.push(SourceSlot {
             name: settings.name.to_string(),
             source,
@@ -285,11 +285,12 @@ impl Inputs {
     /// queues is full.
     pub fn wants_more(&self, index: usize) -> bool {
         let slot = &self.sources[index];
+        let limit = self.queue_limit();
         !slot.exhausted
             && !slot
                 .inputs
                 .clone()
-                .any(|i| self.inputs[i].queue.len() >= self.queue_limit)
+                .any(|i| self.inputs[i].queue.len() >= limit)
     }
 
     /// Reads ahead on every source whose inputs have room in their queues, without
