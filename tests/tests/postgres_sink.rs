@@ -1,11 +1,16 @@
 //! The PostgreSQL upsert sink against a real server (started by scripts/services.sh):
 //! the seed 001 pipeline with its main output upserted into a table ends with exactly the
 //! rows of the file upsert sink on the same rides, corrections included; a locked table
-//! stalls the run and its source (backpressure) without growing its memory.
+//! stalls the run and its source (backpressure) without growing its memory; a run long
+//! enough for many full batches (written by the sink's own thread) ends with each key's
+//! last record, and a batch the table refuses in the middle of it fails the run.
 
-use weir_e2e::gen::rides;
-use weir_e2e::services::{file_revenue_rows, revenue_rows, taxi_revenue_to_postgres, unique_table};
-use weir_e2e::{weir, Workdir};
+use std::collections::BTreeMap;
+use weir_e2e::gen::{clicks, rides};
+use weir_e2e::services::{
+    file_revenue_rows, postgres_url, revenue_rows, taxi_revenue_to_postgres, unique_table,
+};
+use weir_e2e::{component, read_jsonl, weir, Workdir};
 
 #[test]
 fn the_table_ends_with_the_same_rows_as_the_file_upsert_sink() {
@@ -78,6 +83,139 @@ fn a_value_the_column_rejects_fails_the_run_with_postgres_message() {
         "{}",
         run.stderr
     );
+}
+
+/// The change-only counter over `clicks` (JSON lines) with its counts upserted into
+/// `table` (created if missing), or written to `file` when `table` is `None`.
+fn counter_pipeline(work: &Workdir, clicks: &str, table: Option<&str>, file: &str) -> String {
+    let sink = match table {
+        Some(table) => format!(
+            r#"type = "postgres"
+url = "{url}"
+table = "{table}"
+create_table = true
+primary_key = ["ad_id"]
+columns = [
+    {{ name = "ad_id", type = "text" }},
+    {{ name = "clicks", type = "bigint" }},
+    {{ name = "updated_at", type = "timestamp" }},
+]"#,
+            url = postgres_url()
+        ),
+        None => format!("type = \"file\"\npath = \"{file}\""),
+    };
+    work.write(
+        &format!("{}.toml", table.unwrap_or("file")),
+        &format!(
+            r#"[[source]]
+name = "clicks"
+type = "file"
+path = "{clicks}"
+key = "ad_id"
+timestamp = "clicked_at"
+timestamp_format = "datetime"
+out_of_orderness = "5s"
+
+[udf]
+path = "{udf}"
+
+[[sink]]
+output = "main"
+{sink}
+"#,
+            udf = component("change-only-counter").display()
+        ),
+    )
+}
+
+/// The 60,000 clicks on 6,000 ads of the counter tests below: at about one count per
+/// click, some 30 full batches of distinct ads.
+fn many_clicks(work: &Workdir) -> String {
+    let records: Vec<_> = clicks(60_000, 6_000, 61, 40, 200, 0.0, 0.0)
+        .iter()
+        .map(|c| c.to_json())
+        .collect();
+    work.write_jsonl("clicks.jsonl", &records)
+}
+
+/// Batches go to PostgreSQL from the sink's writer thread while the UDF goes on; they
+/// must land in order, so the table ends with each ad's last count as the file run
+/// emitted it, across some 30 full batches and the final flush.
+#[test]
+fn many_batches_end_with_each_keys_last_record() {
+    let work = Workdir::new();
+    let input = many_clicks(&work);
+    let file = work.path("counts.jsonl").display().to_string();
+    weir(&["run", "-q", &counter_pipeline(&work, &input, None, &file)]).assert_success();
+    let mut expected = BTreeMap::new();
+    let emitted = read_jsonl(&file);
+    for record in &emitted {
+        expected.insert(
+            record["ad_id"].as_str().unwrap().to_string(),
+            (
+                record["clicks"].as_i64().unwrap(),
+                record["updated_at"].as_str().unwrap().to_string(),
+            ),
+        );
+    }
+    assert!(emitted.len() > 40_000, "{} counts emitted", emitted.len());
+
+    let table = unique_table("click_counts");
+    weir(&[
+        "run",
+        "-q",
+        &counter_pipeline(&work, &input, Some(&table), &file),
+    ])
+    .assert_success();
+    let mut client = postgres::Client::connect(&postgres_url(), postgres::NoTls).unwrap();
+    let rows: BTreeMap<String, (i64, String)> = client
+        .query(
+            &format!(
+                "SELECT ad_id, clicks, to_char(updated_at, 'YYYY-MM-DD HH24:MI:SS.MS') FROM \"{table}\""
+            ),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), (row.get(1), row.get(2))))
+        .collect();
+    assert_eq!(rows.len(), expected.len());
+    assert_eq!(rows, expected);
+}
+
+/// A batch the table refuses after many have been written (a check constraint that the
+/// counts of the last third of the clicks' 20 minutes break) fails the run with PostgreSQL's
+/// message, though the writer thread finds it while the UDF is already further on.
+#[test]
+fn a_batch_refused_in_the_middle_of_a_run_fails_it() {
+    let work = Workdir::new();
+    let input = many_clicks(&work);
+    let table = unique_table("click_counts_checked");
+    let mut client = postgres::Client::connect(&postgres_url(), postgres::NoTls).unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE \"{table}\" (ad_id text PRIMARY KEY, clicks bigint, updated_at timestamp CHECK (updated_at < '2026-11-29 10:13:00'))"
+        ))
+        .unwrap();
+    let pipeline = counter_pipeline(&work, &input, Some(&table), "unused");
+    let run = weir(&["run", "-q", &pipeline]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("postgres table \"{table}\": upsert failed")),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("violates check constraint"),
+        "{}",
+        run.stderr
+    );
+    let written: i64 = client
+        .query_one(&format!("SELECT count(*) FROM \"{table}\""), &[])
+        .unwrap()
+        .get(0);
+    assert!(written > 0, "no batch was written before the refused one");
 }
 
 /// Backpressure: while the table is locked, the sink's insert waits, the shards wait for

@@ -6,7 +6,8 @@
 //! twice in one statement), so replays and corrections converge to the same table.
 //! Lost connections and other transient errors are retried with backoff, reconnecting;
 //! anything else (a value the column's type rejects, a missing table) fails the run with
-//! PostgreSQL's message.
+//! PostgreSQL's message. The batches are written by a thread of the sink's own (see
+//! [`PostgresSink`]).
 
 use super::{OutputRecord, Sink};
 use crate::source::extract::FieldPaths;
@@ -14,6 +15,7 @@ use anyhow::Context as _;
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
 use std::collections::HashMap;
+use std::sync::mpsc;
 use std::time::Duration;
 
 /// A PostgreSQL table that records are upserted into.
@@ -37,25 +39,62 @@ const BATCH: usize = 2_000;
 /// Attempts for one batch before the run fails.
 const ATTEMPTS: u32 = 12;
 
+/// The column values of a batch's rows (text, cast by PostgreSQL), one vector per
+/// column: the upsert's `UNNEST` arrays.
+type Columns = Vec<Vec<Option<String>>>;
+
 /// The sink of one output that upserts its records into a PostgreSQL table, in
 /// batches (see the module docs).
+///
+/// Rows are mapped and de-duplicated on the caller's thread (the shard's), and each
+/// full batch is handed to a writer thread of the sink's own, so the UDF goes on while
+/// PostgreSQL writes. The hand-off holds one batch: at most three batches of
+/// [`BATCH`] rows are in memory (one being filled, one waiting, one being written), and
+/// a table that stays locked blocks the caller at the next full batch.
 pub struct PostgresSink {
     location: String,
-    target: PostgresTarget,
+    /// Where each column's value is in a record.
     fields: FieldPaths,
-    client: Option<Client>,
-    statement: Option<String>,
-    /// Column values per buffered row (text, cast by PostgreSQL), and each primary
-    /// key's row, so a batch holds the last value per key.
+    column_count: usize,
+    primary_key: Vec<String>,
+    pk_columns: Vec<usize>,
+    /// Column values per buffered row, and each primary key's row, so a batch holds
+    /// the last value per key.
     rows: Vec<Vec<Option<String>>>,
     by_key: HashMap<Vec<Option<String>>, usize>,
-    pk_columns: Vec<usize>,
+    /// The writer thread; `None` once it stopped on an error, which `failure` keeps.
+    writer: Option<Writer>,
+    failure: Option<String>,
+}
+
+/// What the writer thread is asked to do, in order.
+enum Job {
+    /// Upsert one batch.
+    Upsert(Columns),
+    /// Answer once every batch before this one is written.
+    Written(mpsc::Sender<()>),
+}
+
+/// The writer thread and the queue to it.
+struct Writer {
+    jobs: mpsc::SyncSender<Job>,
+    thread: std::thread::JoinHandle<anyhow::Result<()>>,
+}
+
+/// A connection to the table, reopened on transient errors, with its upsert statement.
+/// Owned by the writer thread once the sink is connected.
+struct Connection {
+    location: String,
+    target: PostgresTarget,
+    client: Option<Client>,
+    statement: Option<String>,
 }
 
 impl PostgresSink {
     /// Connects (creating the table if asked) and prepares the upsert, retrying
-    /// transient failures. Assumes every primary-key column is one of the columns, as
-    /// the pipeline loader checks (it panics otherwise).
+    /// transient failures, then starts the writer thread. Assumes every primary-key
+    /// column is one of the columns, as the pipeline loader checks (it panics
+    /// otherwise).
     pub fn connect(target: &PostgresTarget) -> anyhow::Result<Self> {
         let fields: Vec<&str> = target.columns.iter().map(|(_, f, _)| f.as_str()).collect();
         let fields = FieldPaths::new(&fields).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -70,18 +109,93 @@ impl PostgresSink {
                     .expect("checked")
             })
             .collect();
-        let mut sink = Self {
-            location: format!("postgres table {:?}", target.table),
+        let location = format!("postgres table {:?}", target.table);
+        let mut connection = Connection {
+            location: location.clone(),
             target: target.clone(),
-            fields,
             client: None,
             statement: None,
+        };
+        connection.with_retries("connect", |_| Ok(()))?;
+        let (jobs, queue) = mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("weir-postgres-sink".into())
+            .spawn(move || connection.serve(queue))
+            .context("cannot start the PostgreSQL writer thread")?;
+        Ok(Self {
+            location,
+            fields,
+            column_count: target.columns.len(),
+            primary_key: target.primary_key.clone(),
+            pk_columns,
             rows: Vec::new(),
             by_key: HashMap::new(),
-            pk_columns,
-        };
-        sink.with_retries("connect", |_| Ok(()))?;
-        Ok(sink)
+            writer: Some(Writer { jobs, thread }),
+            failure: None,
+        })
+    }
+
+    /// Hands `job` to the writer thread, waiting while the one before it waits too.
+    /// Fails with the writer's error if it stopped on one.
+    fn send(&mut self, job: Job) -> anyhow::Result<()> {
+        if let Some(writer) = &self.writer {
+            if writer.jobs.send(job).is_ok() {
+                return Ok(());
+            }
+        }
+        Err(self.writer_failed())
+    }
+
+    /// The error the writer thread stopped on (kept for every later call).
+    fn writer_failed(&mut self) -> anyhow::Error {
+        if let Some(writer) = self.writer.take() {
+            drop(writer.jobs);
+            let why = match writer.thread.join() {
+                Ok(Err(e)) => format!("{e:#}"),
+                Ok(Ok(())) => format!("{}: the writer thread stopped", self.location),
+                Err(_) => format!("{}: the writer thread panicked", self.location),
+            };
+            self.failure = Some(why);
+        }
+        anyhow::anyhow!(
+            "{}",
+            self.failure
+                .as_deref()
+                .unwrap_or("the PostgreSQL writer stopped")
+        )
+    }
+
+    /// Hands the buffered rows to the writer thread as one batch.
+    fn hand_off(&mut self) -> anyhow::Result<()> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let mut columns: Columns = (0..self.column_count)
+            .map(|_| Vec::with_capacity(self.rows.len()))
+            .collect();
+        for row in self.rows.drain(..) {
+            for (column, value) in columns.iter_mut().zip(row) {
+                column.push(value);
+            }
+        }
+        self.by_key.clear();
+        self.send(Job::Upsert(columns))
+    }
+}
+
+impl Connection {
+    /// The writer thread: upserts each batch in order, until the sink is dropped or a
+    /// batch fails for good.
+    fn serve(mut self, queue: mpsc::Receiver<Job>) -> anyhow::Result<()> {
+        for job in queue {
+            match job {
+                Job::Upsert(columns) => self.upsert(&columns)?,
+                Job::Written(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+        Ok(())
     }
 
     fn open(&mut self) -> anyhow::Result<&mut Client> {
@@ -136,25 +250,17 @@ impl PostgresSink {
         unreachable!("the last attempt returns")
     }
 
-    fn write_batch(&mut self) -> anyhow::Result<()> {
-        if self.rows.is_empty() {
-            return Ok(());
-        }
-        let columns: Vec<Vec<Option<String>>> = (0..self.target.columns.len())
-            .map(|c| self.rows.iter().map(|row| row[c].clone()).collect())
-            .collect();
-        self.with_retries("upsert", |sink| {
-            let statement = sink.statement.clone().expect("prepared on connect");
+    /// Upserts one batch, retrying transient failures.
+    fn upsert(&mut self, columns: &Columns) -> anyhow::Result<()> {
+        self.with_retries("upsert", |connection| {
+            let statement = connection.statement.clone().expect("prepared on connect");
             let params: Vec<&(dyn postgres::types::ToSql + Sync)> = columns
                 .iter()
                 .map(|c| c as &(dyn postgres::types::ToSql + Sync))
                 .collect();
-            let client = sink.client.as_mut().expect("connected");
+            let client = connection.client.as_mut().expect("connected");
             client.execute(statement.as_str(), &params).map(|_| ())
-        })?;
-        self.rows.clear();
-        self.by_key.clear();
-        Ok(())
+        })
     }
 }
 
@@ -165,7 +271,7 @@ impl Sink for PostgresSink {
 
     fn write(&mut self, record: &OutputRecord<'_>) -> anyhow::Result<()> {
         let text = std::str::from_utf8(record.value).context("record is not UTF-8")?;
-        let mut found = vec![None; self.target.columns.len()];
+        let mut found = vec![None; self.column_count];
         self.fields
             .extract(text, &mut found)
             .map_err(|e| anyhow::anyhow!("{}: {e}", self.location))?;
@@ -175,7 +281,7 @@ impl Sink for PostgresSink {
             .collect();
         let key: Vec<Option<String>> = self.pk_columns.iter().map(|&c| row[c].clone()).collect();
         if let Some(pos) = key.iter().position(Option::is_none) {
-            let column = &self.target.primary_key[pos];
+            let column = &self.primary_key[pos];
             anyhow::bail!(
                 "{}: a record has no value for primary-key column {column:?}: {text}",
                 self.location
@@ -189,13 +295,32 @@ impl Sink for PostgresSink {
             }
         }
         if self.rows.len() >= BATCH {
-            self.write_batch()?;
+            self.hand_off()?;
         }
         Ok(())
     }
 
+    /// Hands on the buffered rows and waits until the writer thread has written every
+    /// batch: after it returns, the table holds every record taken.
     fn flush(&mut self) -> anyhow::Result<()> {
-        self.write_batch()
+        self.hand_off()?;
+        let (done, written) = mpsc::channel();
+        self.send(Job::Written(done))?;
+        match written.recv() {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.writer_failed()),
+        }
+    }
+}
+
+/// The writer thread finishes what it was handed before the sink is gone, so that
+/// nothing is written after the run that owned the sink has returned.
+impl Drop for PostgresSink {
+    fn drop(&mut self) {
+        if let Some(writer) = self.writer.take() {
+            drop(writer.jobs);
+            let _ = writer.thread.join();
+        }
     }
 }
 

@@ -17,6 +17,8 @@
 //!    not timed; after every run the output topic is read back and must hold exactly
 //!    the records the run says it emitted.
 //!
+//!    File -> PostgreSQL: 500,000 clicks through the counter, every count upserted into
+//!    a table (see `postgres.rs`).
 //! 5. Scaling out: 1, 2 and 3 `weir run --group` processes on a 6-partition topic, and
 //!    the rebalance when a fourth joins (see `scale.rs`).
 //! 6. Other languages: the Python and JavaScript twins of the counter and the order
@@ -38,17 +40,19 @@
 //! udf-memory lang=python udf=change-only-counter records=200000 peak_rss_mb=M run_s=S
 //! udf-edit-loop lang=python save_to_swapped_ms=T worst_ms=W dev_start_s=S
 //! checkpoint-cost interval_ms=1000 with_records_per_s=N without_records_per_s=M slowdown_pct=P
+//! postgres-sink records_per_s=N emitted=E rows=R
 //! kafka-to-kafka partitions=1 records_per_s=N emitted=E checkpoint_interval_ms=1000
 //! kafka-to-kafka partitions=4 records_per_s=N emitted=E checkpoint_interval_ms=1000
 //! change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R
 //! ```
 //!
-//! `weir-bench native|wasm|checkpoints|kafka|languages|edit-loop|scale|state-size [UDF]` runs one part
+//! `weir-bench native|wasm|checkpoints|kafka|postgres|languages|edit-loop|scale|state-size [UDF]` runs one part
 //! only.
 
 mod kafka;
 mod languages;
 mod parallel;
+mod postgres;
 mod scale;
 mod state_dir;
 mod state_size;
@@ -125,6 +129,10 @@ fn main() -> anyhow::Result<()> {
                 }
                 return Ok(());
             }
+            "postgres" => {
+                println!("{}", postgres::throughput(&data, &clicks, RUNS)?.line());
+                return Ok(());
+            }
             "parallel" => {
                 let runs = parallel::speedup(&spec)?;
                 let base = runs[0].report.records_per_second();
@@ -157,7 +165,7 @@ fn main() -> anyhow::Result<()> {
             "wasm" => run(&spec, &RunOptions::default()),
             other => {
                 anyhow::bail!(
-                    "unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka|languages|parallel|scale|state-size [UDF]]"
+                    "unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka|postgres|languages|parallel|scale|state-size [UDF]]"
                 )
             }
         }
@@ -211,6 +219,7 @@ fn main() -> anyhow::Result<()> {
     );
     let parallel_runs = parallel::speedup(&spec)?;
     let kafka = kafka_throughput(&data)?;
+    let postgres_run = postgres::throughput(&data, &clicks, RUNS)?;
     let (scale_runs, rebalance) = scale::scale_out(&data)?;
     let language_runs = languages::per_element(&data, &clicks)?;
     let startups = languages::startup(&data)?;
@@ -248,6 +257,7 @@ fn main() -> anyhow::Result<()> {
     for r in &parallel_runs {
         println!("{}", r.line(base));
     }
+    println!("{}", postgres_run.line());
     for r in &kafka {
         println!("{}", kafka_line(r));
     }
