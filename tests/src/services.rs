@@ -63,6 +63,49 @@ pub fn unique_table(prefix: &str) -> String {
     )
 }
 
+/// The change-only counter (`udfs/change-only-counter`) over the clicks at `clicks` (JSON
+/// lines), with the `[[sink]]` section `sink` for its main output: the pipeline's text.
+pub fn counter_pipeline_text(clicks: &std::path::Path, sink: &str) -> String {
+    format!(
+        r#"[[source]]
+name = "clicks"
+type = "file"
+path = "{clicks}"
+key = "ad_id"
+timestamp = "clicked_at"
+timestamp_format = "datetime"
+out_of_orderness = "5s"
+
+[udf]
+path = "{udf}"
+
+[[sink]]
+output = "main"
+{sink}
+"#,
+        clicks = clicks.display(),
+        udf = crate::component("change-only-counter").display()
+    )
+}
+
+/// The lines of a `postgres` sink that upserts the change-only counter's counts into
+/// `table` (created if missing): one row per ad, its last count and when.
+pub fn counter_counts_to_postgres(table: &str) -> String {
+    format!(
+        r#"type = "postgres"
+url = "{url}"
+table = "{table}"
+create_table = true
+primary_key = ["ad_id"]
+columns = [
+    {{ name = "ad_id", type = "text" }},
+    {{ name = "clicks", type = "bigint" }},
+    {{ name = "updated_at", type = "timestamp" }},
+]"#,
+        url = postgres_url()
+    )
+}
+
 /// The seed 001 pipeline (`examples/taxi-revenue`) with its main output upserted into the
 /// PostgreSQL table `table` instead of a file; returns the new pipeline file's path.
 pub fn taxi_revenue_to_postgres(work: &crate::Workdir, table: &str) -> String {

@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use weir_e2e::gen::{clicks, rides};
 use weir_e2e::services::{
-    file_revenue_rows, postgres_url, revenue_rows, taxi_revenue_to_postgres, unique_table,
+    counter_counts_to_postgres, counter_pipeline_text, file_revenue_rows, postgres_url,
+    revenue_rows, taxi_revenue_to_postgres, unique_table,
 };
-use weir_e2e::{component, read_jsonl, weir, Workdir};
+use weir_e2e::{read_jsonl, weir, Workdir};
 
 #[test]
 fn the_table_ends_with_the_same_rows_as_the_file_upsert_sink() {
@@ -85,46 +86,16 @@ fn a_value_the_column_rejects_fails_the_run_with_postgres_message() {
     );
 }
 
-/// The change-only counter over `clicks` (JSON lines) with its counts upserted into
-/// `table` (created if missing), or written to `file` when `table` is `None`.
+/// The change-only counter over `clicks` with its counts upserted into `table`, or
+/// written to `file` when `table` is `None`; returns the pipeline file's path.
 fn counter_pipeline(work: &Workdir, clicks: &str, table: Option<&str>, file: &str) -> String {
     let sink = match table {
-        Some(table) => format!(
-            r#"type = "postgres"
-url = "{url}"
-table = "{table}"
-create_table = true
-primary_key = ["ad_id"]
-columns = [
-    {{ name = "ad_id", type = "text" }},
-    {{ name = "clicks", type = "bigint" }},
-    {{ name = "updated_at", type = "timestamp" }},
-]"#,
-            url = postgres_url()
-        ),
+        Some(table) => counter_counts_to_postgres(table),
         None => format!("type = \"file\"\npath = \"{file}\""),
     };
     work.write(
         &format!("{}.toml", table.unwrap_or("file")),
-        &format!(
-            r#"[[source]]
-name = "clicks"
-type = "file"
-path = "{clicks}"
-key = "ad_id"
-timestamp = "clicked_at"
-timestamp_format = "datetime"
-out_of_orderness = "5s"
-
-[udf]
-path = "{udf}"
-
-[[sink]]
-output = "main"
-{sink}
-"#,
-            udf = component("change-only-counter").display()
-        ),
+        &counter_pipeline_text(std::path::Path::new(clicks), &sink),
     )
 }
 

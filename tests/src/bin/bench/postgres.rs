@@ -6,8 +6,9 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
-use weir_e2e::component;
-use weir_e2e::services::{postgres_url, unique_table};
+use weir_e2e::services::{
+    counter_counts_to_postgres, counter_pipeline_text, postgres_url, unique_table,
+};
 use weir_pipeline::{Overrides, PipelineSpec};
 use weir_run::{run, RunOptions, RunReport};
 
@@ -53,7 +54,10 @@ pub fn throughput(data: &Path, clicks: &Path, runs: usize) -> anyhow::Result<Pos
     for _ in 0..runs {
         let table = unique_table("bench_click_counts");
         let path = data.join("counter-postgres.toml");
-        std::fs::write(&path, pipeline(&input, &table))?;
+        std::fs::write(
+            &path,
+            counter_pipeline_text(&input, &counter_counts_to_postgres(&table)),
+        )?;
         let overrides = Overrides {
             dead_letter: Some(data.join("counter-postgres.dead-letter.jsonl")),
             no_checkpoints: true,
@@ -79,39 +83,4 @@ pub fn throughput(data: &Path, clicks: &Path, runs: usize) -> anyhow::Result<Pos
         }
     }
     best.ok_or_else(|| anyhow::anyhow!("no run"))
-}
-
-/// The counter pipeline with its counts upserted into `table`.
-fn pipeline(input: &Path, table: &str) -> String {
-    format!(
-        r#"
-[[source]]
-name = "clicks"
-type = "file"
-path = "{input}"
-key = "ad_id"
-timestamp = "clicked_at"
-timestamp_format = "datetime"
-out_of_orderness = "5s"
-
-[udf]
-path = "{udf}"
-
-[[sink]]
-output = "main"
-type = "postgres"
-url = "{url}"
-table = "{table}"
-create_table = true
-primary_key = ["ad_id"]
-columns = [
-    {{ name = "ad_id", type = "text" }},
-    {{ name = "clicks", type = "bigint" }},
-    {{ name = "updated_at", type = "timestamp" }},
-]
-"#,
-        input = input.display(),
-        udf = component("change-only-counter").display(),
-        url = postgres_url(),
-    )
 }
