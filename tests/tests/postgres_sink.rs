@@ -53,6 +53,18 @@ fn the_table_ends_with_the_same_rows_as_the_file_upsert_sink() {
     assert_eq!(revenue_rows(&table), expected);
 }
 
+/// The run failed on an upsert into `table` that PostgreSQL refused with `message`.
+fn assert_upsert_failed(run: &weir_e2e::Finished, table: &str, message: &str) {
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("postgres table \"{table}\": upsert failed")),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains(message), "{}", run.stderr);
+}
+
 #[test]
 fn a_value_the_column_rejects_fails_the_run_with_postgres_message() {
     let work = Workdir::new();
@@ -72,18 +84,7 @@ fn a_value_the_column_rejects_fails_the_run_with_postgres_message() {
         "--output",
         &format!("late={}", work.path("l.jsonl").display()),
     ]);
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains(&format!("postgres table \"{table}\": upsert failed")),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("invalid input syntax for type date"),
-        "{}",
-        run.stderr
-    );
+    assert_upsert_failed(&run, &table, "invalid input syntax for type date");
 }
 
 /// The change-only counter over `clicks` with its counts upserted into `table`, or
@@ -170,18 +171,7 @@ fn a_batch_refused_in_the_middle_of_a_run_fails_it() {
         .unwrap();
     let pipeline = counter_pipeline(&work, &input, Some(&table), "unused");
     let run = weir(&["run", "-q", &pipeline]);
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains(&format!("postgres table \"{table}\": upsert failed")),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("violates check constraint"),
-        "{}",
-        run.stderr
-    );
+    assert_upsert_failed(&run, &table, "violates check constraint");
     let written: i64 = client
         .query_one(&format!("SELECT count(*) FROM \"{table}\""), &[])
         .unwrap()
