@@ -17,6 +17,12 @@
 //! session timeout and wakes up after its task moved (a zombie) can still write, but its
 //! checkpoints come after the new owner's claim and are ignored, so the chain cannot fork.
 //!
+//! **One producer per process.** Every store of a process on the same brokers writes with
+//! one idempotent producer ([`warm_up`] makes it ahead of the first store). A new
+//! idempotent producer cannot write until it has a producer id, and librdkafka asks for
+//! one only once a broker connection is up, retrying after a fixed 500 ms: with a
+//! producer per store, every task's claim waited 0.5-1 s for it.
+//!
 //! The partition grows with every checkpoint; deleted ones are skipped when it is read.
 //! A production cluster bounds it with the topic's retention (`retention.ms` longer than
 //! two checkpoint chains); see docs/scaling.md.
@@ -28,10 +34,10 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use weir_io::kafka::{client_config, consumer_config, Quiet};
+use weir_io::kafka::{client_config, consumer_config, drop_in_background, Quiet};
 
 /// On a claim message: who claims the partition.
 const CLAIM_HEADER: &str = "weir-claim";
@@ -40,6 +46,12 @@ const OWNER_HEADER: &str = "weir-owner";
 
 /// Most bytes in one message.
 pub const CHUNK_BYTES: usize = 512 << 10;
+/// The longest a [`ChunkReader`]'s fetch at the partition's end waits for more. A task's
+/// reader often fetches before the claim it waits for has landed, and a broker that holds
+/// such a fetch for the whole wait (tansu does; Apache Kafka answers as soon as a message
+/// arrives) would keep the task's start waiting librdkafka's default 500 ms. A reader
+/// that follows a log (the group's UDF versions) fetches this often while nothing arrives.
+const FETCH_WAIT_MS: &str = "50";
 /// How long opening waits for the partition to be read, and a write for its acks.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -59,7 +71,8 @@ pub struct KafkaCheckpoints {
 /// are written as chunked messages and held in memory once read.
 pub struct KafkaBackend {
     target: KafkaCheckpoints,
-    producer: BaseProducer,
+    /// The process's producer for these brokers (see the module docs).
+    producer: Arc<BaseProducer>,
     /// Set for a claimed store: who writes (see the module docs).
     owner: Option<String>,
     /// The complete checkpoints, by epoch.
@@ -108,16 +121,9 @@ impl KafkaBackend {
     }
 
     fn create(target: &KafkaCheckpoints, owner: Option<String>) -> anyhow::Result<Self> {
-        let describe = describe(target);
-        let producer: BaseProducer = client_config(&target.brokers)
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set("message.max.bytes", (CHUNK_BYTES + (64 << 10)).to_string())
-            .create()
-            .with_context(|| format!("{describe}: cannot create a producer"))?;
         Ok(Self {
             target: target.clone(),
-            producer,
+            producer: producer(&target.brokers)?,
             owner,
             held: Mutex::new(BTreeMap::new()),
         })
@@ -151,6 +157,36 @@ impl KafkaBackend {
             }
         }
     }
+}
+
+/// Makes the process's checkpoint producer for `brokers` now, so that it has its
+/// producer id by the time the first store writes. Called by a group member as it joins.
+pub fn warm_up(brokers: &str) -> anyhow::Result<()> {
+    producer(brokers).map(drop)
+}
+
+/// The process's checkpoint producer for `brokers`, made on first use and kept for the
+/// process's life. Its writes are acknowledged by every in-sync replica and never
+/// duplicated or reordered by a retry (`acks=all`, idempotence); a store waits for its
+/// own writes by flushing it, which also waits for other stores' writes in flight.
+fn producer(brokers: &str) -> anyhow::Result<Arc<BaseProducer>> {
+    static PRODUCERS: OnceLock<Mutex<HashMap<String, Arc<BaseProducer>>>> = OnceLock::new();
+    let mut producers = PRODUCERS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(producer) = producers.get(brokers) {
+        return Ok(Arc::clone(producer));
+    }
+    let producer: BaseProducer = client_config(brokers)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("message.max.bytes", (CHUNK_BYTES + (64 << 10)).to_string())
+        .create()
+        .with_context(|| format!("kafka brokers {brokers}: cannot create a checkpoint producer"))?;
+    let producer = Arc::new(producer);
+    producers.insert(brokers.to_string(), Arc::clone(&producer));
+    Ok(producer)
 }
 
 fn describe(target: &KafkaCheckpoints) -> String {
@@ -246,6 +282,8 @@ fn read_all(
         Some(claim) => reader.read_until_claim(claim)?,
         None => reader.read(true)?,
     };
+    // A task's start need not wait for the consumer's teardown.
+    drop_in_background(reader);
     for entry in entries {
         match entry {
             Entry::Complete(epoch, data) => {
@@ -294,13 +332,20 @@ impl ChunkReader {
         let consumer: BaseConsumer<Quiet> =
             consumer_config(&target.brokers, "weir-checkpoint-reader")
                 .set("enable.partition.eof", "true")
+                .set("auto.offset.reset", "earliest")
+                .set("fetch.wait.max.ms", FETCH_WAIT_MS)
                 .set(
                     "fetch.message.max.bytes",
                     (CHUNK_BYTES + (64 << 10)).to_string(),
                 )
                 .create_with_context(Quiet("reading checkpoints"))?;
+        // Offset 0, not `Offset::Beginning`: a logical offset assigned before the
+        // partition's leader is known is looked up only after a fixed 500 ms (librdkafka),
+        // which every task's start waited for. Where retention has deleted the start of
+        // the partition, offset 0 is out of range and `auto.offset.reset` goes to the
+        // earliest offset there is.
         let mut assignment = TopicPartitionList::new();
-        assignment.add_partition_offset(&target.topic, target.partition, Offset::Beginning)?;
+        assignment.add_partition_offset(&target.topic, target.partition, Offset::Offset(0))?;
         consumer.assign(&assignment)?;
         Ok(Self {
             consumer,

@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use weir_io::kafka::{client_config, consumer_config};
+use weir_io::kafka::{client_config, consumer_config, drop_in_background};
 use weir_io::sink::SinkTarget;
 use weir_io::source::kafka::Via;
 use weir_io::source::SourceLocation;
@@ -131,6 +131,9 @@ pub fn run_steered(
     ];
     topics.extend(plan.repartitioned().map(|(_, topic)| (topic, partitions)));
     ensure_topics(&plan.brokers, &topics)?;
+    // The tasks' checkpoint stores share one producer; made now, it has its producer id
+    // by the time the first task claims its partition (weir_checkpoint::kafka_store).
+    weir_checkpoint::kafka_store::warm_up(&plan.brokers)?;
     let tasks = Arc::new(Mutex::new(Tasks {
         running: BTreeMap::new(),
         failed: None,
@@ -532,9 +535,8 @@ fn ensure_topics(brokers: &str, topics: &[(String, i32)]) -> anyhow::Result<()> 
         .enable_all()
         .build()?;
     let results = runtime.block_on(admin.create_topics(&new, &options))?;
-    // librdkafka takes about 100 ms to tear the client down (its threads notice the end
-    // on their next poll): a member's start need not wait for that.
-    std::thread::spawn(move || drop(admin));
+    // A member's start need not wait for the client's teardown.
+    drop_in_background(admin);
     for result in results {
         match result {
             Ok(topic) => tracing::info!("created topic {topic:?}"),

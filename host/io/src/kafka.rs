@@ -15,6 +15,13 @@ pub fn client_config(brokers: &str) -> ClientConfig {
     config
 }
 
+/// Drops a librdkafka client (a consumer, a producer, an admin client) on a thread of its
+/// own: librdkafka takes about 100 ms to tear one down (its threads notice the end on
+/// their next poll), which a short-lived client's caller need not wait for.
+pub fn drop_in_background<C: Send + 'static>(client: C) {
+    std::thread::spawn(move || drop(client));
+}
+
 /// A consumer of `brokers` in consumer group `group` that commits only what it is told
 /// to (`enable.auto.commit = false`): every consumer of the host tracks its own
 /// positions, in checkpoints or in explicit commits.
