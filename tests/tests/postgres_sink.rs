@@ -87,16 +87,12 @@ fn a_value_the_column_rejects_fails_the_run_with_postgres_message() {
     assert_upsert_failed(&run, &table, "invalid input syntax for type date");
 }
 
-/// The change-only counter over `clicks` with its counts upserted into `table`, or
-/// written to `file` when `table` is `None`; returns the pipeline file's path.
-fn counter_pipeline(work: &Workdir, clicks: &str, table: Option<&str>, file: &str) -> String {
-    let sink = match table {
-        Some(table) => counter_counts_to_postgres(table),
-        None => format!("type = \"file\"\npath = \"{file}\""),
-    };
+/// The change-only counter over `clicks` with the sink lines `sink` for its counts,
+/// written to `<name>.toml`; returns the pipeline file's path.
+fn counter_pipeline(work: &Workdir, clicks: &str, name: &str, sink: &str) -> String {
     work.write(
-        &format!("{}.toml", table.unwrap_or("file")),
-        &counter_pipeline_text(std::path::Path::new(clicks), &sink),
+        &format!("{name}.toml"),
+        &counter_pipeline_text(std::path::Path::new(clicks), sink),
     )
 }
 
@@ -118,7 +114,17 @@ fn many_batches_end_with_each_keys_last_record() {
     let work = Workdir::new();
     let input = many_clicks(&work);
     let file = work.path("counts.jsonl").display().to_string();
-    weir(&["run", "-q", &counter_pipeline(&work, &input, None, &file)]).assert_success();
+    weir(&[
+        "run",
+        "-q",
+        &counter_pipeline(
+            &work,
+            &input,
+            "file",
+            &format!("type = \"file\"\npath = \"{file}\""),
+        ),
+    ])
+    .assert_success();
     let mut expected = BTreeMap::new();
     let emitted = read_jsonl(&file);
     for record in &emitted {
@@ -136,7 +142,7 @@ fn many_batches_end_with_each_keys_last_record() {
     weir(&[
         "run",
         "-q",
-        &counter_pipeline(&work, &input, Some(&table), &file),
+        &counter_pipeline(&work, &input, &table, &counter_counts_to_postgres(&table)),
     ])
     .assert_success();
     let mut client = postgres::Client::connect(&postgres_url(), postgres::NoTls).unwrap();
@@ -169,7 +175,7 @@ fn a_batch_refused_in_the_middle_of_a_run_fails_it() {
             "CREATE TABLE \"{table}\" (ad_id text PRIMARY KEY, clicks bigint, updated_at timestamp CHECK (updated_at < '2026-11-29 10:13:00'))"
         ))
         .unwrap();
-    let pipeline = counter_pipeline(&work, &input, Some(&table), "unused");
+    let pipeline = counter_pipeline(&work, &input, &table, &counter_counts_to_postgres(&table));
     let run = weir(&["run", "-q", &pipeline]);
     assert_upsert_failed(&run, &table, "violates check constraint");
     let written: i64 = client

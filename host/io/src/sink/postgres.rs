@@ -62,9 +62,16 @@ pub struct PostgresSink {
     /// the last value per key.
     rows: Vec<Vec<Option<String>>>,
     by_key: HashMap<Vec<Option<String>>, usize>,
-    /// The writer thread; `None` once it stopped on an error, which `failure` keeps.
-    writer: Option<Writer>,
-    failure: Option<String>,
+    /// The writer thread, or the error it stopped on.
+    writer: WriterState,
+}
+
+/// Whether the writer thread runs.
+enum WriterState {
+    /// It takes jobs.
+    Running(Writer),
+    /// It stopped on this error (kept for every later call).
+    Failed(String),
 }
 
 /// What the writer thread is asked to do, in order.
@@ -130,15 +137,14 @@ impl PostgresSink {
             pk_columns,
             rows: Vec::new(),
             by_key: HashMap::new(),
-            writer: Some(Writer { jobs, thread }),
-            failure: None,
+            writer: WriterState::Running(Writer { jobs, thread }),
         })
     }
 
     /// Hands `job` to the writer thread, waiting while the one before it waits too.
     /// Fails with the writer's error if it stopped on one.
     fn send(&mut self, job: Job) -> anyhow::Result<()> {
-        if let Some(writer) = &self.writer {
+        if let WriterState::Running(writer) = &self.writer {
             if writer.jobs.send(job).is_ok() {
                 return Ok(());
             }
@@ -146,23 +152,22 @@ impl PostgresSink {
         Err(self.writer_failed())
     }
 
-    /// The error the writer thread stopped on (kept for every later call).
+    /// The error the writer thread stopped on: joined the first time.
     fn writer_failed(&mut self) -> anyhow::Error {
-        if let Some(writer) = self.writer.take() {
-            drop(writer.jobs);
-            let why = match writer.thread.join() {
-                Ok(Err(e)) => format!("{e:#}"),
-                Ok(Ok(())) => format!("{}: the writer thread stopped", self.location),
-                Err(_) => format!("{}: the writer thread panicked", self.location),
-            };
-            self.failure = Some(why);
-        }
-        anyhow::anyhow!(
-            "{}",
-            self.failure
-                .as_deref()
-                .unwrap_or("the PostgreSQL writer stopped")
-        )
+        let state = std::mem::replace(&mut self.writer, WriterState::Failed(String::new()));
+        let why = match state {
+            WriterState::Failed(why) => why,
+            WriterState::Running(writer) => {
+                drop(writer.jobs);
+                match writer.thread.join() {
+                    Ok(Err(e)) => format!("{e:#}"),
+                    Ok(Ok(())) => format!("{}: the writer thread stopped", self.location),
+                    Err(_) => format!("{}: the writer thread panicked", self.location),
+                }
+            }
+        };
+        self.writer = WriterState::Failed(why.clone());
+        anyhow::anyhow!("{why}")
     }
 
     /// Hands the buffered rows to the writer thread as one batch.
@@ -317,7 +322,8 @@ impl Sink for PostgresSink {
 /// nothing is written after the run that owned the sink has returned.
 impl Drop for PostgresSink {
     fn drop(&mut self) {
-        if let Some(writer) = self.writer.take() {
+        let state = std::mem::replace(&mut self.writer, WriterState::Failed(String::new()));
+        if let WriterState::Running(writer) = state {
             drop(writer.jobs);
             let _ = writer.thread.join();
         }
