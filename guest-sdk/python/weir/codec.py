@@ -7,17 +7,27 @@ A codec is any object with `encode(value) -> bytes` and `decode(bytes) -> value`
   are written as objects with their fields in declaration order, as serde writes structs.
 - `JsonCodec(SomeDataclass)`: the same, and decoding builds `SomeDataclass(**fields)`,
   so a state reads back as the type it was written as (typed state).
+- `MARSHAL` / `MarshalCodec(SomeDataclass)`: Python's own binary format (the `marshal`
+  module, version 4), for state only. Decoding and encoding are one C call each, about
+  2-4 times faster than JSON on a list of numbers, and a value reads back exactly as it
+  was written (tuples stay tuples, sets stay sets, dict keys keep their types), which
+  JSON does not do. A dataclass is stored as the tuple of its fields in declaration
+  order. The values must be built of None, bool, int, float, complex, str, bytes, tuple,
+  list, dict, set and frozenset; anything else fails `set` with a `TypeError`.
 - `TEXT` (a `str` as UTF-8) and `RAW` (`bytes` as they are).
 
 JSON differs from the Rust SDK's state encoding (postcard), so state written by a Rust
 version of a UDF cannot be read by a Python version and vice versa.
 """
 
+import builtins
 import dataclasses
 import json
 import json.decoder
+import marshal
+import operator
 
-__all__ = ["Codec", "JsonCodec", "JSON", "TEXT", "RAW", "to_json"]
+__all__ = ["Codec", "JsonCodec", "MarshalCodec", "JSON", "MARSHAL", "TEXT", "RAW", "to_json"]
 
 
 # Per type met by `_default`: True for a dataclass with a `__dict__` (written as that
@@ -128,6 +138,56 @@ class JsonCodec(Codec):
         return self.type(**value)
 
 
+#: The `marshal` format version `MarshalCodec` writes. Pinned, so that a component built
+#: with a later CPython (whose default may be newer) writes what an earlier one reads.
+_MARSHAL_VERSION = 4
+
+
+class MarshalCodec(Codec):
+    """Python's `marshal` format (version 4): a compact binary codec for state, read back
+    exactly as written. With `type`, a dataclass, a value is stored as the tuple of its
+    fields in declaration order and read back as `type(*fields)`; adding, removing or
+    reordering fields changes the stored layout, so do it with a schema version and a
+    migration (`ValueState.migrate_from`).
+
+    Not for outputs: sinks expect JSON or text. Stored bytes never start with the schema
+    tag (0xfe 0xed), so schema versions work with it as with JSON."""
+
+    def __init__(self, type=None):  # noqa: A002 - reads best at the call site
+        self.type = type
+        self._fields = None
+        if type is None:
+            self.name = "marshal"
+            return
+        if not (isinstance(type, builtins.type) and dataclasses.is_dataclass(type)):
+            raise TypeError(f"MarshalCodec: {type!r} is not a dataclass")
+        names = [f.name for f in dataclasses.fields(type)]
+        if not names:
+            raise TypeError(f"MarshalCodec: dataclass {type.__name__} has no fields")
+        # `attrgetter` of several names returns their tuple in one C call; of one name,
+        # the value alone.
+        getter = operator.attrgetter(*names)
+        self._fields = getter if len(names) > 1 else (lambda value: (getter(value),))
+        self.name = f"marshal {type.__name__}"
+
+    def encode(self, value):
+        fields = self._fields
+        if fields is None:
+            return marshal.dumps(value, _MARSHAL_VERSION)
+        if not isinstance(value, self.type):
+            raise TypeError(f"expected a {self.type.__name__}, got {type(value).__name__}")
+        return marshal.dumps(fields(value), _MARSHAL_VERSION)
+
+    def decode(self, data):
+        value = marshal.loads(data)
+        if self._fields is None:
+            return value
+        if type(value) is not tuple:
+            raise TypeError(f"expected the tuple of a {self.type.__name__}'s fields, got "
+                            f"{type(value).__name__}")
+        return self.type(*value)
+
+
 class _Text(Codec):
     name = "text"
 
@@ -149,5 +209,6 @@ class _Raw(Codec):
 
 
 JSON = JsonCodec()
+MARSHAL = MarshalCodec()
 TEXT = _Text()
 RAW = _Raw()

@@ -322,12 +322,13 @@ class TestHost:
         written now (outside a call: at the watermark, or the processing time)."""
         self._world.plant(_key_bytes(key), state_id, data)
 
-    def state(self, key, name):
-        """The content of state `name` for `key`, decoded as JSON (the SDK's default
-        codec; a dataclass state comes back as a dict) whatever schema version it was
-        written under: a value state's value or None, a list state's items, a map state's
-        `(key, value)` pairs in key-byte order. For other codecs, read `state_bytes`,
-        `list_state_bytes` or `map_state_bytes`."""
+    def state(self, key, name, codec=None):
+        """The content of state `name` for `key`, decoded with `codec` (by default as
+        JSON, the SDK's default codec, so that a dataclass state comes back as a dict)
+        whatever schema version it was written under: a value state's value or None, a
+        list state's items, a map state's `(key, value)` pairs in key-byte order (both
+        decoded with `codec`). The raw bytes are in `state_bytes`, `list_state_bytes`
+        and `map_state_bytes`."""
         state_id = self._state_id(name)
         kind = self._world.states[state_id][1]
         data = self._world.data.get(_key_bytes(key), {}).get(state_id)
@@ -339,6 +340,8 @@ class TestHost:
 
         def decode(raw):
             _, raw = _split(raw)  # without the schema tag and version, if any
+            if codec is not None:
+                return codec.decode(raw)
             try:
                 return json.loads(raw)
             except ValueError as e:

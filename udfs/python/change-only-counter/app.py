@@ -39,7 +39,9 @@ class ChangeOnlyCounter(weir.ProcessFunction):
                 "config `window` must be longer than 0, got "
                 + weir.format_duration(self.window)
             )
-        self.clicks = ctx.value_state("clicks", weir.JsonCodec(Clicks))
+        # Python's binary `marshal` rather than JSON: the click times are read and written
+        # whole on every click and timer, and marshal does that several times faster.
+        self.clicks = ctx.value_state("clicks", weir.MarshalCodec(Clicks))
         self.out = ctx.main_output()
 
     def emit_if_changed(self, ctx, clicks, at):

@@ -10,7 +10,7 @@ import weir
 from weir.testing import Emitted, TestHost
 from weir.time import parse_millis
 
-from app import ChangeOnlyCounter, ProcessFunction
+from app import ChangeOnlyCounter, Clicks, ProcessFunction
 
 ts = parse_millis
 
@@ -84,7 +84,10 @@ class ChangeOnlyCounterTest(unittest.TestCase):
         self.assertTrue(h.has_state("a"))
         self.assertFalse(h.has_state("b"))
         # The state is JSON: the clicks still in the window, and the count last emitted.
-        self.assertEqual(h.state("a", "clicks"), {"times": [ts("2026-11-29 10:00:20.000")], "emitted": 1})
+        self.assertEqual(
+            h.state("a", "clicks", codec=weir.MarshalCodec(Clicks)),
+            Clicks(times=[ts("2026-11-29 10:00:20.000")], emitted=1),
+        )
 
     def test_clicks_in_the_same_millisecond_share_one_timer(self):
         h = counter()
