@@ -24,7 +24,8 @@
 //! 6. Other languages: the Python and JavaScript twins of the counter and the order
 //!    timeout against the Rust ones, per element and at start-up (see `languages.rs`).
 //! 7. Hot keys with big state: the seed 000 counter at ~3 to ~3,000 clicks per ad and
-//!    the order timeout at 1 to 100 items per order, records/s and peak RSS per case
+//!    the order timeout at 1 to 100 items per order, and the Python counter at ~3 to ~300
+//!    clicks per ad, records/s and peak RSS per case
 //!    (see `state_size.rs`).
 //!
 //! The last lines are machine-readable, the very last one as it always was:
@@ -33,6 +34,7 @@
 //! scale-out processes=N records_per_s=R total_s=T joining_s=J
 //! scale-out rebalance_s=S
 //! state-size udf=change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
+//! state-size udf=python-change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
 //! hot-key-timers timers=400000 total_ms=T ns_per_timer=N
 //! udf-language lang=python udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M
 //! udf-language lang=python-batch udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M

@@ -8,6 +8,11 @@
 //!   timer per order moved on every event) on 1,000,000 events, 1,000 orders open at a
 //!   time, each closed after 1, 10 or 100 items (timeout 1 minute).
 //!
+//! - The Python twin of the counter (`udfs/python/change-only-counter`, its state in
+//!   `weir.MarshalCodec`) on the first 100,000 of those clicks over 10,000, 1,000 and 100
+//!   ads (`udf=python-change-only-counter`): a Python UDF reads and writes a key's whole
+//!   state on every click and timer, so its cost per record grows with the state.
+//!
 //! Each case is one `weir run` process (file -> discard), so the peak RSS is the case's
 //! own; the figures are the ones its summary prints. One line per case:
 //!
@@ -41,10 +46,14 @@ use std::process::Command;
 use std::time::Instant;
 use weir_core::state::KeyTable;
 use weir_core::time::timers::{TimeDomain, TimerService};
-use weir_e2e::{component, datetime_millis, gen, weir_bin};
+use weir_e2e::{component, datetime_millis, gen, guest, weir_bin};
 
 /// Ads per case: ~3, 30, 300 and 3,000 clicks per ad in the window.
 const ADS: [(u64, u64); 4] = [(3, 10_000), (30, 1_000), (300, 100), (3_000, 10)];
+/// Clicks of the Python counter's cases (the first of the 2,000,000: about 17 s at 300
+/// clicks per ad), and their cases (without 3,000 clicks per ad, about 100 s).
+const PYTHON_CLICKS: usize = 100_000;
+const PYTHON_ADS: [(u64, u64); 3] = [(3, 10_000), (30, 1_000), (300, 100)];
 const ORDER_EVENTS: u64 = 1_000_000;
 const OPEN_ORDERS: u64 = 1_000;
 const ITEMS_PER_ORDER: [u64; 3] = [1, 10, 100];
@@ -109,7 +118,7 @@ pub fn ttl_cases(data: &Path) -> anyhow::Result<Vec<StateTtlRun>> {
             &format!("state-ttl-{ttl}"),
             &input,
             ("k", "at", "0s"),
-            "ttl-probe",
+            &component("ttl-probe"),
             &format!("[udf.config]\nttl = \"{config}\"\n"),
         )?;
         let (records_per_s, peak_rss_mb) = measure(&pipeline, data)?;
@@ -136,10 +145,32 @@ pub fn matrix(data: &Path, only: Option<&str>) -> anyhow::Result<Vec<StateSizeRu
                 &format!("state-clicks-{per_key}"),
                 &input,
                 ("ad_id", "clicked_at", "5s"),
-                "change-only-counter",
+                &component("change-only-counter"),
                 "",
             )?;
             runs.push(run_case("change-only-counter", per_key, &pipeline, data)?);
+        }
+    }
+    if only.is_none_or(|u| u == "python-change-only-counter") {
+        for (per_key, ads) in PYTHON_ADS {
+            let all = data.join(format!("clicks-2m-{ads}ads.jsonl"));
+            ensure_clicks(&all, ads)?;
+            let input = data.join(format!("clicks-100k-{ads}ads.jsonl"));
+            ensure_head(&all, &input, PYTHON_CLICKS)?;
+            let pipeline = pipeline(
+                data,
+                &format!("state-clicks-python-{per_key}"),
+                &input,
+                ("ad_id", "clicked_at", "5s"),
+                &guest("python", "change-only-counter"),
+                "",
+            )?;
+            runs.push(run_case(
+                "python-change-only-counter",
+                per_key,
+                &pipeline,
+                data,
+            )?);
         }
     }
     if only.is_none_or(|u| u == "order-timeout") {
@@ -151,7 +182,7 @@ pub fn matrix(data: &Path, only: Option<&str>) -> anyhow::Result<Vec<StateSizeRu
                 &format!("state-orders-{items}"),
                 &input,
                 ("orderId", "timestamp", "0s"),
-                "order-timeout",
+                &component("order-timeout"),
                 "[udf.config]\ntimeout = \"1m\"\n",
             )?;
             runs.push(run_case("order-timeout", items, &pipeline, data)?);
@@ -166,7 +197,7 @@ fn pipeline(
     name: &str,
     input: &Path,
     (key, timestamp, out_of_orderness): (&str, &str, &str),
-    udf: &str,
+    udf: &Path,
     udf_lines: &str,
 ) -> anyhow::Result<PathBuf> {
     DiscardPipeline {
@@ -176,10 +207,26 @@ fn pipeline(
         key,
         timestamp,
         out_of_orderness,
-        udf: &component(udf),
+        udf,
         udf_lines,
     }
     .write(data)
+}
+
+/// Writes the first `lines` lines of `all` to `head`, unless it exists.
+fn ensure_head(all: &Path, head: &Path, lines: usize) -> anyhow::Result<()> {
+    if head.exists() {
+        return Ok(());
+    }
+    let mut out = BufWriter::new(std::fs::File::create(head)?);
+    for line in BufReader::new(std::fs::File::open(all)?)
+        .lines()
+        .take(lines)
+    {
+        writeln!(out, "{}", line?)?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 fn run_case(
