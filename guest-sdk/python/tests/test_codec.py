@@ -6,6 +6,7 @@ layout, its errors, and a JSON state migrated to it, in plain CPython.
 
 import marshal
 import math
+import sys
 import unittest
 from dataclasses import dataclass, field
 
@@ -125,6 +126,39 @@ class MarshalStateTest(unittest.TestCase):
             caught.exception,
         )
         self.assertEqual(h.state_bytes("a", "clicks"), b'{"times":[1],"emitted":1}')
+
+
+class MarshalKeys(weir.ProcessFunction):
+    def init(self, ctx):
+        self.map = ctx.map_state("by_name", key_codec=weir.MARSHAL)
+
+
+class MarshalValues(weir.ProcessFunction):
+    def init(self, ctx):
+        self.map = ctx.map_state("by_name", codec=weir.MarshalCodec(Clicks))
+
+    def process_element(self, ctx, element):
+        self.map.put(element.json()["name"], Clicks([element.timestamp()], 1))
+
+
+class MapCodecTest(unittest.TestCase):
+    def test_marshal_encodes_equal_strings_to_different_bytes(self):
+        # Why it is refused as a map's key codec: an interned string is marked as such.
+        built = "".join(["ad-", "1"])
+        self.assertNotEqual(
+            weir.MARSHAL.encode(built), weir.MARSHAL.encode(sys.intern(built))
+        )
+
+    def test_a_map_state_refuses_marshal_keys_and_takes_marshal_values(self):
+        with self.assertRaisesRegex(
+            TypeError, "state `by_name`: marshal cannot be a map's key codec"
+        ):
+            TestHost(MarshalKeys).process("main", "k", {}, 1)
+        h = TestHost(MarshalValues)
+        h.process("main", "k", {"name": "x"}, 4)
+        self.assertEqual(
+            h.state("k", "by_name", codec=weir.MarshalCodec(Clicks)), [("x", Clicks([4], 1))]
+        )
 
 
 class Migrated(weir.ProcessFunction):

@@ -13,7 +13,8 @@ A codec is any object with `encode(value) -> bytes` and `decode(bytes) -> value`
   was written (tuples stay tuples, sets stay sets, dict keys keep their types), which
   JSON does not do. A dataclass is stored as the tuple of its fields in declaration
   order. The values must be built of None, bool, int, float, complex, str, bytes, tuple,
-  list, dict, set and frozenset; anything else fails `set` with a `TypeError`.
+  list, dict, set and frozenset; anything else fails `set` with a `TypeError`. Not for a
+  map state's keys (equal keys may encode to different bytes).
 - `TEXT` (a `str` as UTF-8) and `RAW` (`bytes` as they are).
 
 JSON differs from the Rust SDK's state encoding (postcard), so state written by a Rust
@@ -150,8 +151,14 @@ class MarshalCodec(Codec):
     reordering fields changes the stored layout, so do it with a schema version and a
     migration (`ValueState.migrate_from`).
 
-    Not for outputs: sinks expect JSON or text. Stored bytes never start with the schema
-    tag (0xfe 0xed), so schema versions work with it as with JSON."""
+    Not for outputs: sinks expect JSON or text, nor for a map state's keys: equal values
+    can encode to different bytes (marshal marks interned strings and objects referenced
+    more than once), and the host finds map entries by their key's bytes. Stored bytes
+    never start with the schema tag (0xfe 0xed), so schema versions work with it as with
+    JSON."""
+
+    #: Equal values may encode to different bytes: `map_state` refuses it as a key codec.
+    deterministic = False
 
     def __init__(self, type=None):  # noqa: A002 - reads best at the call site
         self.type = type

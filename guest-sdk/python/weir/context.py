@@ -219,7 +219,15 @@ class InitContext(_Logging):
 
     def map_state(self, name, key_codec=JSON, codec=JSON, *, ttl=None):
         """Declares a map state: a map from keys to values per key. With `ttl` (a
-        `weir.StateTtl`) each entry expires on its own."""
+        `weir.StateTtl`) each entry expires on its own. `key_codec` must encode equal
+        keys to equal bytes, as the host finds entries by their key's bytes: not
+        `weir.MARSHAL`."""
+        if getattr(key_codec, "deterministic", True) is False:
+            raise TypeError(
+                f"state `{name}`: {getattr(key_codec, 'name', key_codec)} cannot be a map's "
+                "key codec: it can encode equal keys to different bytes (use weir.JSON or "
+                "weir.TEXT)"
+            )
         state_id = self._declare_state(name, _host.types.StateKind.MAP, ttl)
         return MapState(state_id, name, key_codec, codec, ttl)
 

@@ -322,13 +322,13 @@ class TestHost:
         written now (outside a call: at the watermark, or the processing time)."""
         self._world.plant(_key_bytes(key), state_id, data)
 
-    def state(self, key, name, codec=None):
-        """The content of state `name` for `key`, decoded with `codec` (by default as
-        JSON, the SDK's default codec, so that a dataclass state comes back as a dict)
-        whatever schema version it was written under: a value state's value or None, a
-        list state's items, a map state's `(key, value)` pairs in key-byte order (both
-        decoded with `codec`). The raw bytes are in `state_bytes`, `list_state_bytes`
-        and `map_state_bytes`."""
+    def state(self, key, name, codec=None, key_codec=None):
+        """The content of state `name` for `key`, whatever schema version it was written
+        under: a value state's value or None, a list state's items, a map state's
+        `(key, value)` pairs in key-byte order. Values are decoded with `codec` and map
+        keys with `key_codec`, by default as JSON (the SDK's default codec, so that a
+        dataclass comes back as a dict). The raw bytes are in `state_bytes`,
+        `list_state_bytes` and `map_state_bytes`."""
         state_id = self._state_id(name)
         kind = self._world.states[state_id][1]
         data = self._world.data.get(_key_bytes(key), {}).get(state_id)
@@ -338,7 +338,7 @@ class TestHost:
             _native.StateKind.MAP: "map_state_bytes",
         }[kind]
 
-        def decode(raw):
+        def decode(raw, codec=codec):
             _, raw = _split(raw)  # without the schema tag and version, if any
             if codec is not None:
                 return codec.decode(raw)
@@ -354,7 +354,7 @@ class TestHost:
             return None if data is None else decode(data)
         if kind is _native.StateKind.LIST:
             return [decode(item) for item in data or ()]
-        return [(decode(k), decode(v)) for k, v in sorted((data or {}).items())]
+        return [(decode(k, key_codec), decode(v)) for k, v in sorted((data or {}).items())]
 
     def state_bytes(self, key, name):
         """The stored bytes of value state `name` for `key` (as the host keeps them), or
