@@ -216,5 +216,137 @@ class BatchTest(unittest.TestCase):
         self.assertIn("malformed batch buffer", caught.exception.value.message)
 
 
+
+class CountingCodec(weir.Codec):
+    """JSON, counting its calls; `object()` cannot be encoded."""
+
+    name = "counting JSON"
+
+    def __init__(self):
+        self.decodes = 0
+        self.encodes = 0
+
+    def encode(self, value):
+        self.encodes += 1
+        return weir.JSON.encode(value)
+
+    def decode(self, data):
+        self.decodes += 1
+        return weir.JSON.decode(data)
+
+
+class Held(weir.ProcessFunction):
+    """A list of timestamps per key in a value state (id 0, `CODEC`), and a version-1
+    value (id 1) migrated from version 0. Elements: `{}` appends the timestamp and emits
+    the list; `{"peek": true}` appends without setting; `{"clear": true}` clears;
+    `{"object": true}` sets an unencodable value; `{"migrated": true}` reads state 1."""
+
+    CODEC = None
+
+    def init(self, ctx):
+        self.times = ctx.value_state("times", Held.CODEC)
+        self.versioned = (
+            ctx.value_state("versioned", weir.JSON)
+            .schema(1)
+            .migrate_from(0, lambda old: {"was": old}, codec=weir.JSON)
+        )
+        self.out = ctx.main_output()
+
+    def process_element(self, ctx, el):
+        cmd = el.json()
+        if cmd.get("migrated"):
+            self.out.emit({"versioned": self.versioned.get()})
+            return
+        if cmd.get("clear"):
+            self.times.clear()
+            return
+        if cmd.get("object"):
+            self.times.set(object())
+            return
+        times = self.times.get([])
+        times.append(el.timestamp())
+        if not cmd.get("peek"):
+            self.times.set(times)
+        self.out.emit({"times": times})
+
+
+class HeldValueTest(unittest.TestCase):
+    """Inside a batch a value state's value is decoded once and encoded once per key."""
+
+    def setUp(self):
+        Held.CODEC = CountingCodec()
+        exported = eval("weir.export(H)", {"weir": weir, "H": Held}, {"__name__": "h_app"})
+        ids = iter(range(10))
+        saved = (_bindings.state.declare, _bindings.output.declare)
+        _bindings.state.declare = lambda name, kind: next(ids)
+        _bindings.output.declare = lambda name: 0
+        try:
+            exported().init(SimpleNamespace(config=[], inputs=["main"]))
+        finally:
+            _bindings.state.declare, _bindings.output.declare = saved
+        self.batch = exported.Batch()
+
+    def run_batch(self, keys, commands):
+        entries = [("e", key, ts, 0, 0, cmd) for key, ts, cmd in commands]
+        return effects(self.batch.process_batch(batch(keys, entries)))
+
+    def test_a_hot_key_is_decoded_and_encoded_once_with_the_same_effects(self):
+        _, _, writes, _, emits, _ = self.run_batch(
+            [(b"a", {0: b"[1]"}), (b"b", {})],
+            [(0, 2, "{}"), (1, 3, "{}"), (0, 4, "{}"), (0, 5, "{}"), (1, 6, "{}")],
+        )
+        self.assertEqual(
+            [e[3] for e in emits],
+            [b'{"times":[1,2]}', b'{"times":[3]}', b'{"times":[1,2,4]}',
+             b'{"times":[1,2,4,5]}', b'{"times":[3,6]}'],
+        )
+        self.assertEqual(sorted(writes), [(0, 0, 1, None, b"[1,2,4,5]"), (1, 0, 1, None, b"[3,6]")])
+        self.assertEqual((Held.CODEC.decodes, Held.CODEC.encodes), (1, 2))
+
+    def test_a_value_changed_without_set_is_seen_in_the_batch_but_not_written(self):
+        _, _, writes, _, emits, _ = self.run_batch(
+            [(b"a", {0: b"[1]"})], [(0, 2, '{"peek": true}'), (0, 3, '{"peek": true}')]
+        )
+        # As with Flink's heap state: the batch holds the object the first get decoded.
+        self.assertEqual([e[3] for e in emits], [b'{"times":[1,2]}', b'{"times":[1,2,3]}'])
+        self.assertEqual(writes, [], "nothing was set: the host keeps [1]")
+
+    def test_a_clear_after_a_set_writes_a_clear_and_a_get_after_it_sees_none(self):
+        _, _, writes, _, emits, _ = self.run_batch(
+            [(b"a", {0: b"[1]"})], [(0, 2, "{}"), (0, 3, '{"clear": true}'), (0, 4, "{}")]
+        )
+        self.assertEqual([e[3] for e in emits], [b'{"times":[1,2]}', b'{"times":[4]}'])
+        self.assertEqual(writes, [(0, 0, 1, None, b"[4]")])
+        _, _, writes, _, _, _ = self.run_batch(
+            [(b"a", {0: b"[1]"})], [(0, 2, "{}"), (0, 3, '{"clear": true}')]
+        )
+        self.assertEqual(writes, [(0, 0, 0, None, None)])
+
+    def test_a_value_that_cannot_be_encoded_fails_the_batch_when_it_ends(self):
+        with self.assertRaises(_bindings.Err) as caught:
+            self.batch.process_batch(
+                batch([(b"a", {})], [("e", 0, 1, 0, 0, '{"object": true}')])
+            )
+        self.assertIn("state `times`: cannot encode value", caught.exception.value.message)
+
+    def test_a_migrated_value_is_written_back_once_under_its_version(self):
+        _, _, writes, _, emits, _ = self.run_batch(
+            [(b"a", {1: b"7"})], [(0, 1, '{"migrated": true}'), (0, 2, '{"migrated": true}')]
+        )
+        self.assertEqual([e[3] for e in emits], [b'{"versioned":{"was":7}}'] * 2)
+        self.assertEqual(writes, [(0, 1, 1, None, b'\xfe\xed\x01{"was":7}')])
+
+    def test_one_call_at_a_time_each_get_is_a_new_object(self):
+        from weir.testing import TestHost
+
+        h = TestHost(Held)
+        h.process("main", "a", {"peek": True}, 1)
+        h.process("main", "a", {"peek": True}, 2)
+        self.assertEqual(
+            [e.value for e in h.take_outputs("main")], [{"times": [1]}, {"times": [2]}]
+        )
+        self.assertFalse(h.has_state("a"))
+
+
 if __name__ == "__main__":
     unittest.main()

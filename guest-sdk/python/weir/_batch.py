@@ -24,13 +24,22 @@ fails the batch, and the host then runs the same entries again one call at a tim
   them, and its lists and maps written as operations, so that each item keeps its own
   stamp; reads are reported for states whose time-to-live reads refresh.
 
+Within a batch, a value state without a time-to-live keeps its value decoded, as Flink's
+heap state backend and PyFlink's state cache do: the first `get()` of a key's value
+decodes it, later ones in the batch return that same object, and `set(value)` keeps
+`value` itself, encoded once, when the batch ends (`_Overlay.held_value`). A hot key's
+state is so decoded and encoded once per batch instead of on every element and timer.
+Code that sets a value after changing it, and does not change it after setting it, sees
+no difference (the Flink backends need the same of it); code that changes a value
+without setting it sees the change in the batch's later calls, where one call at a time
+it would not. An encoding failure at the end fails the batch, and the replay one call at
+a time reports it at its record. Lists, maps and states with a time-to-live stay bytes.
+
 The buffer is decoded only as far as the entries run need it (`_Batch`), because the guest
 may stop early and the host then sends the rest again. The SDK does not export
 `weir:udf/cached-batch`: keeping every sent key's state between batches would cost an
 interpreter more than the copies it saves (the host marks every key of a batch as held,
-the keys of the entries the guest never reached too). State values stay bytes here: a
-decoded value is never shared between calls, so `get()` returns a fresh object, as with
-single calls.
+the keys of the entries the guest never reached too).
 """
 
 import struct
@@ -38,7 +47,15 @@ from types import SimpleNamespace
 
 from . import _bindings as _host
 
-__all__ = ["BatchFailed", "declared", "run"]
+__all__ = ["ABSENT", "ACTIVE", "UNKNOWN", "BatchFailed", "declared", "run"]
+
+#: The overlay of the batch being run, or None outside a batch: `ValueState` keeps its
+#: decoded values there.
+ACTIVE = None
+
+#: A slot's `held` value: none decoded yet (UNKNOWN), or the state is absent (ABSENT).
+UNKNOWN = object()
+ABSENT = object()
 
 _EVENT_TIME = 0
 _ELEMENT = 0
@@ -113,14 +130,19 @@ class BatchFailed(BaseException):  # noqa: N818 - it ends the batch, whatever ca
 
 class _Slot:
     """One state of one key as the batch sees it: `contents` is None (absent), bytes (a
-    value), a list of bytes (a list) or a dict of bytes to bytes (a map)."""
+    value), a list of bytes (a list) or a dict of bytes to bytes (a map). A value state
+    also has `held`, its decoded value (or `UNKNOWN`, `ABSENT`), and `encoder`, the
+    `ValueState` that set `held` when `contents` is yet to be encoded from it (else
+    None)."""
 
-    __slots__ = ("contents", "change", "stamp")
+    __slots__ = ("contents", "change", "stamp", "held", "encoder")
 
     def __init__(self, contents):
         self.contents = contents
         self.change = _CLEAN
         self.stamp = _I64_MIN
+        self.held = UNKNOWN
+        self.encoder = None
 
     def op(self, op, at, ttl):
         """Records an operation done at `at`; without a time-to-live, past `_MAX_OPS` the
@@ -207,6 +229,8 @@ class _Overlay:
         a clear and the items appended again, each stamped now."""
         ttl = _TTLS.get(state)
         slot = self.slot_or_absent(state)
+        slot.held = ABSENT if contents is None else UNKNOWN
+        slot.encoder = None
         if ttl is None:
             slot.contents = contents
             slot.change = _REPLACED
@@ -225,6 +249,41 @@ class _Overlay:
             slot.contents = contents
             slot.change = _REPLACED
 
+    # --- decoded values (`ValueState`, for states without a time-to-live) ------------------
+
+    def held_value(self, state):
+        """The decoded value of the current key's value `state` that the batch holds:
+        the object, `ABSENT`, or `UNKNOWN` (none decoded yet)."""
+        slot = self.cur.get(state)
+        return UNKNOWN if slot is None else slot.held
+
+    def hold_value(self, state, value):
+        """Keeps `value` (or `ABSENT`), just read from the current key's `state`, for the
+        batch's later reads."""
+        slot = self.slot_or_absent(state)
+        slot.held = value
+
+    def set_held_value(self, state, value, handle):
+        """`handle.set(value)` inside a batch: keeps `value` itself, to be encoded with
+        `handle._encode` when its bytes are needed (at the latest when the batch ends)."""
+        slot = self.cur.get(state)
+        if slot is None:
+            slot = self.cur[state] = _Slot(None)
+        elif slot.contents is not None and type(slot.contents) is not bytes:
+            self.trap(f"`state.value-set` on state #{state}, which is not a value state")
+        slot.held = value
+        slot.encoder = handle
+        slot.change = _REPLACED
+
+    def encode_held(self, slot):
+        """Encodes a slot's held value into its contents; an encoding failure fails the
+        batch (one call at a time, it is reported at the record that set the value)."""
+        handle, slot.encoder = slot.encoder, None
+        try:
+            slot.contents = handle._encode(slot.held)
+        except Exception as e:  # noqa: BLE001 - any failure means the same: replay
+            self.trap(f"{type(e).__name__}: {e}")
+
     # --- state (the `state` import) ------------------------------------------------------
 
     def _kind(self, state, kind, call):
@@ -239,6 +298,8 @@ class _Overlay:
         slot = self.cur.get(state)
         if slot is None:
             return None
+        if slot.encoder is not None:
+            self.encode_held(slot)
         contents = slot.contents
         if contents is None or type(contents) is bytes:
             return contents
@@ -257,6 +318,8 @@ class _Overlay:
             return
         slot.contents = value
         slot.change = _REPLACED
+        slot.held = UNKNOWN
+        slot.encoder = None
 
     def list_get(self, state):
         self._kind(state, list, "list-get")
@@ -613,13 +676,16 @@ def run(udf, inputs, buf, make_context, make_element, make_timer, domains):
         batch = _Batch(buf)
     except struct.error as e:
         raise BatchFailed(f"malformed batch buffer: {e}") from None
+    global ACTIVE
     o = _Overlay(batch)
     saved = _install(_imports(o))
+    ACTIVE = o
     try:
         consumed = _run_entries(o, batch, udf, inputs, make_context, make_element, make_timer, domains)
     except (struct.error, IndexError, _Malformed) as e:
         raise BatchFailed(f"malformed batch buffer: {e}") from None
     finally:
+        ACTIVE = None
         _install(saved)
     if o.failed is not None:
         raise BatchFailed(o.failed)
@@ -691,6 +757,8 @@ def _encode(o, consumed):
             change = slot.change
             if change is _CLEAN:
                 continue
+            if slot.encoder is not None:
+                o.encode_held(slot)
             ttl = state in _TTLS
             if change is not _REPLACED and ttl:
                 for (code, a, b), at in change:

@@ -21,7 +21,10 @@ last wrote it (or read it, with `refresh_on_read=True`), and is never returned o
 has expired. The handles read and write as without one.
 """
 
+from . import _batch
 from . import _bindings as _host
+from ._batch import ABSENT as _ABSENT
+from ._batch import UNKNOWN as _UNKNOWN
 from .codec import JSON
 from .duration import ParseDurationError, format_duration, parse_duration
 
@@ -245,10 +248,24 @@ class ValueState(_State):
 
     def get(self, default=None):
         """The current key's value, or `default`. A value written under another schema
-        version is converted by its migration and written back."""
+        version is converted by its migration and written back. One call at a time, each
+        `get` decodes a new object; inside a batch, later `get`s of the same key return
+        the object the first one decoded, or the one `set` was last given (`weir._batch`)."""
+        batch = _batch.ACTIVE
+        if batch is not None and self.ttl is None:
+            held = batch.held_value(self._id)
+            if held is not _UNKNOWN:
+                return default if held is _ABSENT else held
+            value = self._read(_ABSENT)
+            batch.hold_value(self._id, value)
+            return default if value is _ABSENT else value
+        return self._read(default)
+
+    def _read(self, absent):
+        """The current key's value decoded from the host's bytes, or `absent`."""
         data = _host.state.value_get(self._id)
         if data is None:
-            return default
+            return absent
         schema = self._schema
         # The usual case without the schema's calls: no schema version, an untagged value.
         if not schema.version and not data.startswith(_SCHEMA_TAG):
@@ -262,16 +279,24 @@ class ValueState(_State):
         return value
 
     def set(self, value):
-        """Replaces the current key's value (written under the current schema)."""
+        """Replaces the current key's value (written under the current schema). Inside a
+        batch the value is kept as it is and encoded when the batch ends."""
+        batch = _batch.ACTIVE
+        if batch is not None and self.ttl is None:
+            batch.set_held_value(self._id, value, self)
+            return
+        _host.state.value_set(self._id, self._encode(value))
+
+    def _encode(self, value):
+        """`value` as the bytes the host stores. Called by `set`, and by a batch for the
+        value `set` kept."""
         schema = self._schema
         if schema.version:
-            data = schema.encode(value)
-        else:
-            try:
-                data = schema.codec.encode(value)
-            except Exception as e:
-                raise TypeError(f"state `{self.name}`: cannot encode value: {e}") from e
-        _host.state.value_set(self._id, data)
+            return schema.encode(value)
+        try:
+            return schema.codec.encode(value)
+        except Exception as e:
+            raise TypeError(f"state `{self.name}`: cannot encode value: {e}") from e
 
 
 
