@@ -35,6 +35,7 @@
 //! scale-out rebalance_s=S
 //! state-size udf=change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
 //! state-size udf=python-change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
+//! state-size udf=python-batch-change-only-counter per_key=300 records_per_s=N peak_rss_mb=M
 //! hot-key-timers timers=400000 total_ms=T ns_per_timer=N
 //! udf-language lang=python udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M
 //! udf-language lang=python-batch udf=change-only-counter records_per_s=N us_per_element=U rust_records_per_s=M

@@ -10,8 +10,10 @@
 //!
 //! - The Python twin of the counter (`udfs/python/change-only-counter`, its state in
 //!   `weir.MarshalCodec`) on the first 100,000 of those clicks over 10,000, 1,000 and 100
-//!   ads (`udf=python-change-only-counter`): a Python UDF reads and writes a key's whole
-//!   state on every click and timer, so its cost per record grows with the state.
+//!   ads (`udf=python-change-only-counter`), and the same built with the batch export
+//!   (`udf=python-batch-change-only-counter`): one call at a time, a Python UDF decodes
+//!   and encodes a key's whole state on every click and timer, so its cost per record
+//!   grows with the state; in a batch, once per key per batch.
 //!
 //! Each case is one `weir run` process (file -> discard), so the peak RSS is the case's
 //! own; the figures are the ones its summary prints. One line per case:
@@ -46,7 +48,7 @@ use std::process::Command;
 use std::time::Instant;
 use weir_core::state::KeyTable;
 use weir_core::time::timers::{TimeDomain, TimerService};
-use weir_e2e::{component, datetime_millis, gen, guest, weir_bin};
+use weir_e2e::{component, datetime_millis, gen, guest, guest_batched, weir_bin};
 
 /// Ads per case: ~3, 30, 300 and 3,000 clicks per ad in the window.
 const ADS: [(u64, u64); 4] = [(3, 10_000), (30, 1_000), (300, 100), (3_000, 10)];
@@ -157,20 +159,28 @@ pub fn matrix(data: &Path, only: Option<&str>) -> anyhow::Result<Vec<StateSizeRu
             ensure_clicks(&all, ads)?;
             let input = data.join(format!("clicks-100k-{ads}ads.jsonl"));
             ensure_head(&all, &input, PYTHON_CLICKS)?;
-            let pipeline = pipeline(
-                data,
-                &format!("state-clicks-python-{per_key}"),
-                &input,
-                ("ad_id", "clicked_at", "5s"),
-                &guest("python", "change-only-counter"),
-                "",
-            )?;
-            runs.push(run_case(
-                "python-change-only-counter",
-                per_key,
-                &pipeline,
-                data,
-            )?);
+            let udfs = [
+                ("python", guest("python", "change-only-counter")),
+                (
+                    "python-batch",
+                    guest_batched("python", "change-only-counter"),
+                ),
+            ];
+            for (lang, udf) in udfs {
+                let pipeline = pipeline(
+                    data,
+                    &format!("state-clicks-{lang}-{per_key}"),
+                    &input,
+                    ("ad_id", "clicked_at", "5s"),
+                    &udf,
+                    "",
+                )?;
+                let name = match lang {
+                    "python" => "python-change-only-counter",
+                    _ => "python-batch-change-only-counter",
+                };
+                runs.push(run_case(name, per_key, &pipeline, data)?);
+            }
         }
     }
     if only.is_none_or(|u| u == "order-timeout") {
