@@ -207,6 +207,27 @@ fn a_javascript_project_works_as_printed() {
 }
 
 #[test]
+fn a_python_project_builds_with_the_batch_export_when_asked() {
+    install_toolchain("python");
+    let parent = tempfile::tempdir().unwrap();
+    let dir = new_project(parent.path(), "python");
+    let wasm = dir.join("python-sessions.wasm");
+    let exports_batch = || {
+        let bytes = std::fs::read(&wasm).unwrap();
+        let name = b"weir:udf/batch@";
+        bytes.windows(name.len()).any(|w| w == name)
+    };
+    check(&mut fresh_weir(&dir, &["build"]), "weir build");
+    assert!(!exports_batch(), "a plain build has no batch export");
+    check(
+        fresh_weir(&dir, &["build"]).env("WEIR_GUEST_BATCH", "1"),
+        "WEIR_GUEST_BATCH=1 weir build",
+    );
+    assert!(exports_batch(), "WEIR_GUEST_BATCH=1 adds the batch export");
+    runs_as_expected(&dir);
+}
+
+#[test]
 fn weir_dev_once_exits_after_the_input_as_a_script_expects() {
     let parent = tempfile::tempdir().unwrap();
     let dir = new_project(parent.path(), "rust");

@@ -8,6 +8,8 @@
 # project installs it (scripts/toolchain/python.sh, into .weir-tools/python). The SDK
 # (the `weir` package) and the contract (`wit/`) come from this folder, where `weir new`
 # put them; $WEIR_SDK_DIR (a folder holding `weir/`) and $WEIR_WIT_DIR override them.
+# WEIR_GUEST_BATCH=1 builds with the batch export too (world `keyed-process-with-batch`),
+# which pays for hot keys with big state: see README.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -51,7 +53,9 @@ tmp=$(mktemp "$out.tmp.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 # Without VIRTUAL_ENV, componentize-py does not add a venv's site-packages to the path;
 # without a backtrace of componentize-py itself, a build error is the Python one alone.
-env -u VIRTUAL_ENV RUST_LIB_BACKTRACE=0 "$cpy" -d "$wit" -w keyed-process componentize \
+world=keyed-process
+[[ ${WEIR_GUEST_BATCH:-} == 1 ]] && world=keyed-process-with-batch
+env -u VIRTUAL_ENV RUST_LIB_BACKTRACE=0 "$cpy" -d "$wit" -w "$world" componentize \
   -p "$sdk" -p . -o "$tmp" app >/dev/null
 chmod 644 "$tmp"
 mv -f "$tmp" "$out"
