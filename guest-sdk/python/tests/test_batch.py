@@ -44,17 +44,19 @@ class Probe(weir.ProcessFunction):
         self.out.emit({"timer": timer.timestamp(), "n": self.n.get(0)})
 
 
-def export():
-    """The exported classes, initialized against stand-ins for the declarations: state
-    `n` is id 0, `seen` id 1, output `main` id 0."""
+def export(udf=None):
+    """The exported classes of `udf` (default `Probe`), initialized against stand-ins for
+    the declarations: states are numbered from 0 in the order `init` declares them (for
+    `Probe`, `n` is id 0 and `seen` id 1), and output `main` is id 0."""
+    udf = udf or Probe
     ids = iter(range(10))
     saved = (_bindings.state.declare, _bindings.state.declare_with_ttl, _bindings.output.declare)
     _bindings.state.declare = lambda name, kind: next(ids)
     _bindings.state.declare_with_ttl = lambda name, kind, ttl: next(ids)
     _bindings.output.declare = lambda name: 0
     try:
-        scope = {"__name__": "probe_app"}
-        exported = eval("weir.export(Probe)", {"weir": weir, "Probe": Probe}, scope)
+        scope = {"__name__": "udf_app"}
+        exported = eval("weir.export(U)", {"weir": weir, "U": udf}, scope)
         exported().init(SimpleNamespace(config=[], inputs=["main"]))
         return exported
     finally:
@@ -275,16 +277,7 @@ class HeldValueTest(unittest.TestCase):
 
     def setUp(self):
         Held.CODEC = CountingCodec()
-        exported = eval("weir.export(H)", {"weir": weir, "H": Held}, {"__name__": "h_app"})
-        ids = iter(range(10))
-        saved = (_bindings.state.declare, _bindings.output.declare)
-        _bindings.state.declare = lambda name, kind: next(ids)
-        _bindings.output.declare = lambda name: 0
-        try:
-            exported().init(SimpleNamespace(config=[], inputs=["main"]))
-        finally:
-            _bindings.state.declare, _bindings.output.declare = saved
-        self.batch = exported.Batch()
+        self.batch = export(Held).Batch()
 
     def run_batch(self, keys, commands):
         entries = [("e", key, ts, 0, 0, cmd) for key, ts, cmd in commands]

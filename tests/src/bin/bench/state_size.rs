@@ -160,13 +160,18 @@ pub fn matrix(data: &Path, only: Option<&str>) -> anyhow::Result<Vec<StateSizeRu
             let input = data.join(format!("clicks-100k-{ads}ads.jsonl"));
             ensure_head(&all, &input, PYTHON_CLICKS)?;
             let udfs = [
-                ("python", guest("python", "change-only-counter")),
+                (
+                    "python",
+                    "python-change-only-counter",
+                    guest("python", "change-only-counter"),
+                ),
                 (
                     "python-batch",
+                    "python-batch-change-only-counter",
                     guest_batched("python", "change-only-counter"),
                 ),
             ];
-            for (lang, udf) in udfs {
+            for (lang, name, udf) in udfs {
                 let pipeline = pipeline(
                     data,
                     &format!("state-clicks-{lang}-{per_key}"),
@@ -175,10 +180,6 @@ pub fn matrix(data: &Path, only: Option<&str>) -> anyhow::Result<Vec<StateSizeRu
                     &udf,
                     "",
                 )?;
-                let name = match lang {
-                    "python" => "python-change-only-counter",
-                    _ => "python-batch-change-only-counter",
-                };
                 runs.push(run_case(name, per_key, &pipeline, data)?);
             }
         }
