@@ -27,18 +27,17 @@ fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
         .map_err(|e| anyhow!("state `{name}`: cannot encode value: {e}"))
 }
 
-/// A value state's value as stored (untagged under schema 0, else behind the schema
-/// tag), appended to `out`.
+/// A state's value (a value state's value, a list's item, a map's value) as stored:
+/// behind the schema tag and the schema version, whatever the version (see
+/// [`SCHEMA_TAG`]), appended to `out`.
 fn encode_value_into<T: Serialize>(
     name: &str,
     schema: u8,
     value: &T,
     mut out: Vec<u8>,
 ) -> Result<Vec<u8>> {
-    if schema != 0 {
-        out.extend_from_slice(&SCHEMA_TAG);
-        out.push(schema);
-    }
+    out.extend_from_slice(&SCHEMA_TAG);
+    out.push(schema);
     postcard::to_extend(value, out).map_err(|e| anyhow!("state `{name}`: cannot encode value: {e}"))
 }
 
@@ -100,10 +99,21 @@ fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T> {
     })
 }
 
-/// The first bytes of a value stored under a schema version (then the version's byte).
+/// The first bytes of every stored value, then the schema version's byte, then the
+/// postcard body.
+///
+/// Every value carries it, schema 0 too, so that a body is never mistaken for a tag. The
+/// SDKs' first state format (before December 2026) wrote schema-0 values untagged, and
+/// a value state read any value that began with these bytes as tagged: ~1 in 8,192 `i64`
+/// timestamps, and some `Vec`s and structs, were read as "schema version N, no
+/// migration". A stored value that does not begin with the tag was written untagged in
+/// that format and is read as schema 0. One written untagged that began with the tag
+/// cannot be told from a tagged one: it is read as tagged, a state decode error (never a
+/// wrong value) naming the state, as value states of that format read it.
 const SCHEMA_TAG: [u8; 2] = [0xfe, 0xed];
 
-/// The schema version a stored value was written under (0: untagged), and its body.
+/// The schema version a stored value was written under, and its body. Bytes without the
+/// tag are a schema-0 value written untagged in the SDKs' first state format.
 fn split_schema(bytes: &[u8]) -> (u8, &[u8]) {
     match bytes {
         [0xfe, 0xed, version, body @ ..] => (*version, body),
@@ -119,23 +129,17 @@ type Migration<T> = Box<dyn Fn(&[u8]) -> Result<T>>;
 /// One implementation for the three kinds of state.
 struct Versions<T> {
     name: Arc<str>,
-    /// The schema version values are written under (0: untagged, as before versions).
+    /// The schema version values are written under (0 when none was declared).
     schema: u8,
     migrations: Vec<(u8, Migration<T>)>,
-    /// Whether bytes that start with the schema tag are read as tagged even when the
-    /// state has neither a schema nor migrations. Value states do (a version without a
-    /// schema then says clearly that it cannot read a newer version's values); lists and
-    /// maps, which had no schema versions before, read such states as they always did.
-    always_tagged: bool,
 }
 
 impl<T> Versions<T> {
-    fn new(name: &str, always_tagged: bool) -> Self {
+    fn new(name: &str) -> Self {
         Versions {
             name: name.into(),
             schema: 0,
             migrations: Vec::new(),
-            always_tagged,
         }
     }
 
@@ -156,9 +160,6 @@ impl<T: Serialize + DeserializeOwned> Versions<T> {
     /// Decodes stored bytes: the value, and whether it was migrated from an earlier
     /// schema version (and should be written back).
     fn read(&self, bytes: &[u8]) -> Result<(T, bool)> {
-        if !self.always_tagged && self.schema == 0 && self.migrations.is_empty() {
-            return decode(&self.name, bytes).map(|v| (v, false));
-        }
         let (version, body) = split_schema(bytes);
         if version == self.schema {
             return decode(&self.name, body).map(|v| (v, false));
@@ -189,14 +190,14 @@ impl<T> ValueState<T> {
     pub(crate) fn new(id: u32, name: &str) -> Self {
         ValueState {
             id,
-            versions: Versions::new(name, true),
+            versions: Versions::new(name),
             _type: PhantomData,
         }
     }
 
     /// Writes values under schema `version` (1 to 255): raise it when `T` changes, and
     /// say with [`migrate_from`](Self::migrate_from) how to read the earlier versions.
-    /// Without a schema, values are written untagged (version 0).
+    /// Without a schema, values are written under version 0.
     pub fn schema(mut self, version: u8) -> Self {
         self.versions.schema = version;
         self
@@ -331,7 +332,7 @@ impl<T> ListState<T> {
     pub(crate) fn new(id: u32, name: &str) -> Self {
         ListState {
             id,
-            versions: Versions::new(name, false),
+            versions: Versions::new(name),
             _type: PhantomData,
         }
     }
@@ -418,7 +419,7 @@ impl<K, V> MapState<K, V> {
     pub(crate) fn new(id: u32, name: &str) -> Self {
         MapState {
             id,
-            versions: Versions::new(name, false),
+            versions: Versions::new(name),
             _type: PhantomData,
         }
     }

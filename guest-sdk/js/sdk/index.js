@@ -308,19 +308,26 @@ function storedVersion(bytes) {
 /**
  * How the values of one state are stored and read back: a value state's value, each item
  * of a list state, each value of a map state (map keys are never tagged). Under schema
- * version 0 (the default) a value is stored as its codec encodes it; under version 1 to
- * 255, behind the tag `fe ed VERSION`, as in the Rust and Python SDKs. A stored value
- * whose version is another one is read with the migration from that version: decoded
- * with its codec, then converted. The state classes write a converted value back.
+ * version 1 to 255 a value is stored behind the tag `fe ed VERSION`, as in the Rust and
+ * Python SDKs. Under version 0 (the default) too, unless the codec says its bytes never
+ * begin with the tag (`mayBeginWithTag: false`, as JSON and text say): a codec that may
+ * (`codecs.bytes`, and one that does not say) has every value tagged, so that no value is
+ * mistaken for a tagged one. (The SDK's first format stored schema-0 values untagged
+ * whatever the codec, and read a `bytes` value that began with the tag as tagged.) A
+ * stored value whose version is another one is read with the migration from that
+ * version: decoded with its codec, then converted. The state classes write a converted
+ * value back.
  */
 class Schema {
   constructor(name, codec) {
     this.name = name;
     this.codec = codec;
-    /** The version values are written under (0: untagged). */
+    /** The version values are written under (0 when none was declared). */
     this.version = 0;
     /** version -> {convert, codec} */
     this.migrations = new Map();
+    /** Whether schema-0 values are tagged too: the codec's bytes may begin with the tag. */
+    this.tagAlways = codec.mayBeginWithTag !== false;
   }
 
   /** Writes values under `version` from now on (1 to 255). */
@@ -364,10 +371,13 @@ class Schema {
     return migration.convert(decodeWith(this.name, migration.codec, body));
   }
 
-  /** The bytes to store for `value`: encoded, behind the tag unless the version is 0. */
+  /**
+   * The bytes to store for `value`: encoded, behind the tag unless the version is 0 and
+   * the codec's bytes never begin with the tag.
+   */
   encode(value) {
     const bytes = encodeWith(this.name, this.codec, value);
-    if (this.version === 0) return bytes;
+    if (this.version === 0 && !this.tagAlways) return bytes;
     const tagged = new Uint8Array(bytes.length + 3);
     tagged[0] = SCHEMA_TAG_0;
     tagged[1] = SCHEMA_TAG_1;

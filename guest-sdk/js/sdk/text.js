@@ -360,6 +360,9 @@ export function toJson(value) {
  * @property {string} name shown in errors
  * @property {(value: *) => Uint8Array} encode
  * @property {(bytes: Uint8Array) => *} decode
+ * @property {boolean} [mayBeginWithTag] false if encoded bytes never begin with the
+ *   schema tag `fe ed` (JSON, text): schema-0 values are then stored untagged; a codec
+ *   that does not say has every value stored behind the tag and its version
  */
 
 /**
@@ -374,6 +377,8 @@ export const codecs = Object.freeze({
   /** @type {Codec} */
   json: Object.freeze({
     name: "json",
+    /** UTF-8 JSON never begins with 0xfe: schema-0 values are stored untagged. */
+    mayBeginWithTag: false,
     encode: (value) => encodeUtf8(toJson(value)),
     decode(bytes) {
       const text = tryDecodeUtf8(bytes);
@@ -383,6 +388,8 @@ export const codecs = Object.freeze({
   /** @type {Codec} */
   text: Object.freeze({
     name: "text",
+    /** UTF-8 never holds the byte 0xfe: schema-0 values are stored untagged. */
+    mayBeginWithTag: false,
     encode(value) {
       if (typeof value !== "string") throw new TypeError(`expected a string, got ${typeof value}`);
       return encodeUtf8(value);

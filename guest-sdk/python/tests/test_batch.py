@@ -223,6 +223,8 @@ class CountingCodec(weir.Codec):
     """JSON, counting its calls; `object()` cannot be encoded."""
 
     name = "counting JSON"
+    #: JSON's bytes never begin with the schema tag: values are stored untagged.
+    may_begin_with_tag = False
 
     def __init__(self):
         self.decodes = 0

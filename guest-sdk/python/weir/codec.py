@@ -110,6 +110,13 @@ class Codec:
 
     name = "codec"
 
+    #: Whether encoded bytes may begin with the schema tag (0xfe 0xed). If they may (the
+    #: default, for a codec that does not say), the state stores every value behind the
+    #: tag and its schema version, so that no value is mistaken for a tagged one; a codec
+    #: whose bytes never begin with 0xfe (JSON, text, marshal) sets it to False and has
+    #: its schema-0 values stored as they are.
+    may_begin_with_tag = True
+
     def encode(self, value):
         raise NotImplementedError
 
@@ -120,6 +127,9 @@ class Codec:
 class JsonCodec(Codec):
     """Compact JSON. With `type`, a dataclass (or any class taking the fields as keyword
     arguments), a decoded JSON object becomes `type(**obj)`."""
+
+    #: UTF-8 JSON never begins with 0xfe.
+    may_begin_with_tag = False
 
     def __init__(self, type=None):  # noqa: A002 - reads best at the call site
         self.type = type
@@ -154,11 +164,14 @@ class MarshalCodec(Codec):
     Not for outputs: sinks expect JSON or text, nor for a map state's keys: equal values
     can encode to different bytes (marshal marks interned strings and objects referenced
     more than once), and the host finds map entries by their key's bytes. Stored bytes
-    never start with the schema tag (0xfe 0xed), so schema versions work with it as with
-    JSON."""
+    never start with the schema tag (0xfe 0xed), so its schema-0 values are stored
+    untagged, as JSON's are."""
 
     #: Equal values may encode to different bytes: `map_state` refuses it as a key codec.
     deterministic = False
+
+    #: A marshal stream begins with a type code, never 0xfe.
+    may_begin_with_tag = False
 
     def __init__(self, type=None):  # noqa: A002 - reads best at the call site
         self.type = type
@@ -197,6 +210,8 @@ class MarshalCodec(Codec):
 
 class _Text(Codec):
     name = "text"
+    #: UTF-8 never holds the byte 0xfe.
+    may_begin_with_tag = False
 
     def encode(self, value):
         return value.encode()

@@ -33,7 +33,12 @@ __all__ = ["StateDecodeError", "StateTtl", "ValueState", "ListState", "MapState"
 _U64_MAX = 2**64 - 1
 
 # A value stored under a schema version starts with these bytes, then the version's
-# byte, as in the Rust SDK. JSON never starts with 0xfe.
+# byte, as in the Rust SDK. A codec whose bytes may begin with them (`RAW`, and any
+# codec that does not say otherwise with `may_begin_with_tag = False`) has every value
+# tagged, schema 0 too, so that no value is mistaken for a tagged one; the SDK's
+# first format left schema-0 values untagged, and read a raw value that began with the
+# tag as tagged. JSON, text and marshal never begin with 0xfe: their schema-0 values
+# are stored untagged, as they always were.
 _SCHEMA_TAG = b"\xfe\xed"
 
 
@@ -71,13 +76,15 @@ class _Schema:
     untagged) and the migrations from earlier versions. The one implementation of the
     tag for the three state classes."""
 
-    __slots__ = ("name", "codec", "version", "migrations")
+    __slots__ = ("name", "codec", "version", "migrations", "tag_always")
 
     def __init__(self, name, codec):
         self.name = name
         self.codec = codec
         self.version = 0
         self.migrations = {}  # version -> (codec, convert)
+        # Whether schema-0 values are tagged too: the codec's bytes may begin with the tag.
+        self.tag_always = getattr(codec, "may_begin_with_tag", True)
 
     def set_version(self, version):
         if not 1 <= version <= 255:
@@ -88,9 +95,10 @@ class _Schema:
         self.migrations[version] = (codec or self.codec, convert)
 
     def encode(self, value):
-        """`value` as stored under the current schema: behind the tag unless it is 0."""
+        """`value` as stored under the current schema: behind the tag, unless it is 0
+        and the codec's bytes never begin with the tag."""
         data = _encode(self.name, self.codec, value)
-        if self.version:
+        if self.version or self.tag_always:
             data = _SCHEMA_TAG + bytes([self.version]) + data
         return data
 
@@ -291,7 +299,7 @@ class ValueState(_State):
         """`value` as the bytes the host stores. Called by `set`, and by a batch for the
         value `set` kept."""
         schema = self._schema
-        if schema.version:
+        if schema.version or schema.tag_always:
             return schema.encode(value)
         try:
             return schema.codec.encode(value)

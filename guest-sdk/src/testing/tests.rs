@@ -570,8 +570,12 @@ fn modify_creates_changes_and_clears_a_value_and_writes_nothing_when_it_fails() 
     h.process("main", "k", "9", 4).unwrap();
     assert_eq!(
         h.state_bytes("k", "numbers").unwrap(),
-        postcard::to_allocvec(&vec![5i64, 7, 9]).unwrap(),
-        "stored as `set` would store it"
+        [
+            &[0xfe, 0xed, 0][..],
+            &postcard::to_allocvec(&vec![5i64, 7, 9]).unwrap()
+        ]
+        .concat(),
+        "stored as `set` would store it: the schema tag, version 0, the value"
     );
     h.process("main", "k", "0", 5).unwrap();
     assert!(!h.has_state("k"), "None clears the value");
