@@ -14,6 +14,7 @@ python_tests guest-sdk/python/tests test_testing
 python_tests guest-sdk/python/tests test_batch
 python_tests guest-sdk/python/tests test_codec
 python_tests guest-sdk/python/tests test_state_encoding
+python_tests guest-sdk/python/tests test_ttl_and_timers
 python_tests udfs/python/change-only-counter test_app
 python_tests host/weir/templates/python test_app
 

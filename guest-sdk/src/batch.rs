@@ -763,9 +763,23 @@ fn run_entries<T: ProcessFunction>(
     keys: &[&[u8]],
     entries: &[Entry<'_>],
 ) -> anyhow::Result<u32> {
+    // The watermark the entries so far said the batch is at.
+    let mut seen_watermark = i64::MIN;
     for (index, entry) in entries.iter().enumerate() {
         if with(|o| o.skipped[index]).unwrap_or(false) {
             continue;
+        }
+        let before = match *entry {
+            Entry::Element { watermark, .. } | Entry::Timer { watermark, .. } => watermark,
+        };
+        // The watermark moved on between entries (another shard's elements, which are
+        // not in the batch): a timer registered here that this made due fires before
+        // this entry. Stop, and let the host fire it and send the rest again.
+        if index > 0
+            && before > seen_watermark
+            && with(|o| o.earliest_registered <= before).unwrap_or(false)
+        {
+            return Ok(index as u32);
         }
         let due_after = match *entry {
             Entry::Element {
@@ -824,6 +838,7 @@ fn run_entries<T: ProcessFunction>(
         if with(|o| o.earliest_registered <= due_after).unwrap_or(false) {
             return Ok(index as u32 + 1);
         }
+        seen_watermark = due_after;
     }
     Ok(entries.len() as u32)
 }

@@ -73,3 +73,100 @@ fn sigterm_stops_reading_writes_out_and_exits_cleanly() {
     );
     drop(stdin);
 }
+
+/// A stop during a retry's backoff ends the retries at once: the record is not taken
+/// through the rest of them (nor dead-lettered, nor counted as done), no checkpoint is
+/// taken past it, and the run that resumes processes it.
+#[test]
+fn sigterm_during_a_retry_backoff_leaves_the_record_for_the_resume() {
+    let work = Workdir::new();
+    let input = work.write(
+        "in.jsonl",
+        concat!(
+            r#"{"id":"a","ts":1000}"#,
+            "\n",
+            // Fails its first two calls in an instance (a transient failure).
+            r#"{"id":"b","ts":2000,"fail":"flaky","count":2}"#,
+            "\n",
+            r#"{"id":"c","ts":3000}"#,
+            "\n"
+        ),
+    );
+    let output = work.path("out.jsonl");
+    let dead = work.path("dead.jsonl");
+    let pipeline = work.write(
+        "pipeline.toml",
+        &format!(
+            r#"name = "retry-stop"
+[[source]]
+name = "events"
+type = "file"
+path = "{input}"
+key = "id"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+[udf]
+path = "{udf}"
+max_batch = 0
+on_error = "retry"
+retries = 1000
+retry_backoff = "500ms"
+after_retries = "dead-letter"
+[[sink]]
+output = "main"
+type = "file"
+path = "{output}"
+[dead_letter]
+path = "{dead}"
+"#,
+            udf = weir_e2e::component("misbehaving-udf").display(),
+            output = output.display(),
+            dead = dead.display()
+        ),
+    );
+    let mut child = Command::new(weir_e2e::weir_bin())
+        .args(["run", &pipeline])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weir");
+    let log = weir_e2e::StderrLog::capture(&mut child);
+    weir_e2e::wait_for("the first retry warning", Duration::from_secs(20), || {
+        log.contains("retry 1 of 1000")
+    });
+    let stopped_at = Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = child.wait().unwrap();
+    let stderr = log.finish();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stopped_at.elapsed() < Duration::from_secs(5),
+        "the stop waited for the retries: {stderr}"
+    );
+    assert!(
+        stderr.contains("stopped while waiting to retry a failed call"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("retry 3 of"),
+        "no retry after the stop: {stderr}"
+    );
+    assert!(
+        parse_jsonl(&std::fs::read_to_string(&dead).unwrap_or_default()).is_empty(),
+        "nothing dead-lettered"
+    );
+
+    // The run that resumes (from scratch: no checkpoint was taken past the record)
+    // processes every record once, b after its two failed calls.
+    let resumed = weir_e2e::weir(&["run", &pipeline]);
+    resumed.assert_success();
+    let ids: Vec<String> = parse_jsonl(&std::fs::read_to_string(&output).unwrap())
+        .iter()
+        .map(|r| r["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+    assert!(parse_jsonl(&std::fs::read_to_string(&dead).unwrap_or_default()).is_empty());
+}

@@ -1,8 +1,9 @@
 //! State across UDF versions: a version whose state type changed either migrates the old
 //! values (declared schema version and migration, converted on first read) or, without a
 //! migration, sends the records of keys whose state it cannot read to the dead-letter
-//! output, with the reason, while the pipeline goes on. Driven through `weir dev
-//! --watch`, which swaps a `.wasm` in whenever it is replaced.
+//! output, with the reason, while the pipeline goes on (under `on_error =
+//! "dead-letter"`), or ends the run (by default). Driven through `weir dev --watch`,
+//! which swaps a `.wasm` in whenever it is replaced.
 
 use serde_json::{json, Value};
 use std::io::Write;
@@ -14,17 +15,24 @@ fn wait_for(what: &str, done: impl FnMut() -> bool) {
     weir_e2e::wait_for(what, Duration::from_secs(30), done);
 }
 
-#[test]
-fn new_versions_migrate_old_state_or_dead_letter_what_they_cannot_read() {
-    let work = Workdir::new();
-    let current = work.path("current.wasm");
-    std::fs::copy(component("versioned-udf-v1"), &current).unwrap();
-    let output = work.path("out.jsonl");
-    let dead = work.path("dead.jsonl");
-    let pipeline = work.write(
-        "pipeline.toml",
-        &format!(
-            r#"name = "state-versions"
+/// `weir dev --watch` on a pipeline of the versioned UDF (stdin → `out.jsonl`, dead
+/// letters to `dead.jsonl`), starting with version 1; `udf_lines` are added to `[udf]`.
+struct Dev {
+    work: Workdir,
+    child: std::process::Child,
+    log: StderrLog,
+    stdin: std::process::ChildStdin,
+}
+
+impl Dev {
+    fn start(udf_lines: &str) -> Dev {
+        let work = Workdir::new();
+        let current = work.path("current.wasm");
+        std::fs::copy(component("versioned-udf-v1"), &current).unwrap();
+        let pipeline = work.write(
+            "pipeline.toml",
+            &format!(
+                r#"name = "state-versions"
 [[source]]
 name = "events"
 type = "stdin"
@@ -33,6 +41,7 @@ timestamp = "ts"
 timestamp_format = "epoch_ms"
 [udf]
 path = "{current}"
+{udf_lines}
 [[sink]]
 output = "main"
 type = "file"
@@ -40,60 +49,82 @@ path = "{output}"
 [dead_letter]
 path = "{dead}"
 "#,
-            current = current.display(),
-            output = output.display(),
-            dead = dead.display()
-        ),
-    );
-    let mut child = Command::new(weir_bin())
-        .args(["dev", &pipeline, "--watch"])
-        .arg(&current)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start weir dev");
-    let log = StderrLog::capture(&mut child);
-    let reloads = || log.count("weir dev: reloaded");
-    let elements = || -> Vec<Value> {
-        parse_jsonl(&std::fs::read_to_string(&output).unwrap_or_default())
+                current = current.display(),
+                output = work.path("out.jsonl").display(),
+                dead = work.path("dead.jsonl").display()
+            ),
+        );
+        let mut child = Command::new(weir_bin())
+            .args(["dev", &pipeline, "--watch"])
+            .arg(&current)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start weir dev");
+        let log = StderrLog::capture(&mut child);
+        let stdin = child.stdin.take().unwrap();
+        wait_for("weir dev to start", || log.contains("watching"));
+        Dev {
+            work,
+            child,
+            log,
+            stdin,
+        }
+    }
+
+    fn reloads(&self) -> usize {
+        self.log.count("weir dev: reloaded")
+    }
+
+    /// The records the UDF emitted for elements (not timers), in order.
+    fn elements(&self) -> Vec<Value> {
+        parse_jsonl(&std::fs::read_to_string(self.work.path("out.jsonl")).unwrap_or_default())
             .into_iter()
             .filter(|r| r.get("seq").is_some())
             .collect()
-    };
-    let dead_letters = || parse_jsonl(&std::fs::read_to_string(&dead).unwrap_or_default());
-    let mut stdin = child.stdin.take().unwrap();
-    let mut send = |key: &str, seq: u64| {
+    }
+
+    fn dead_letters(&self) -> Vec<Value> {
+        parse_jsonl(&std::fs::read_to_string(self.work.path("dead.jsonl")).unwrap_or_default())
+    }
+
+    fn send(&mut self, key: &str, seq: u64) {
         writeln!(
-            stdin,
+            self.stdin,
             r#"{{"k": "{key}", "seq": {seq}, "ts": {}}}"#,
             seq * 10
         )
         .unwrap();
-        stdin.flush().unwrap();
-    };
-    // Replaces the component the way a build does: a new file renamed into place.
-    let swap_to = |crate_name: &str, reloads_before: usize| {
-        let tmp = work.path("next.wasm");
-        std::fs::copy(component(crate_name), &tmp).unwrap();
-        std::fs::rename(&tmp, &current).unwrap();
-        wait_for(&format!("the swap to {crate_name}"), || {
-            reloads() > reloads_before
-        });
-    };
+        self.stdin.flush().unwrap();
+    }
 
-    wait_for("weir dev to start", || log.contains("watching"));
-    send("a", 1);
-    send("b", 2);
-    wait_for("v1's counts", || elements().len() == 2);
+    /// Replaces the component the way a build does: a new file renamed into place.
+    fn swap_to(&self, crate_name: &str) {
+        let reloads_before = self.reloads();
+        let tmp = self.work.path("next.wasm");
+        std::fs::copy(component(crate_name), &tmp).unwrap();
+        std::fs::rename(&tmp, self.work.path("current.wasm")).unwrap();
+        wait_for(&format!("the swap to {crate_name}"), || {
+            self.reloads() > reloads_before
+        });
+    }
+}
+
+#[test]
+fn new_versions_migrate_old_state_or_dead_letter_what_they_cannot_read() {
+    let mut dev = Dev::start(r#"on_error = "dead-letter""#);
+    dev.send("a", 1);
+    dev.send("b", 2);
+    wait_for("v1's counts", || dev.elements().len() == 2);
 
     // Version 6 keeps `count` as a struct under schema 1, migrating v1's numbers.
-    swap_to("versioned-udf-migrated", 0);
-    send("a", 3);
-    send("c", 4);
-    wait_for("v6's counts", || elements().len() == 4);
+    dev.swap_to("versioned-udf-migrated");
+    dev.send("a", 3);
+    dev.send("c", 4);
+    wait_for("v6's counts", || dev.elements().len() == 4);
     assert_eq!(
-        elements()[2..],
+        dev.elements()[2..],
         [
             json!({"key": "a", "seq": 3, "n": 2, "migrated_from": 0, "v": 6}),
             json!({"key": "c", "seq": 4, "n": 1, "migrated_from": null, "v": 6}),
@@ -103,32 +134,33 @@ path = "{dead}"
 
     // Version 5 reads `count` as text and has no migration. Within its probation (weir
     // dev's 100 calls), a key whose state it cannot read would roll it back (see
-    // serve.rs); 100 records of new keys see it through. After that, keys with state it
-    // cannot read go to the dead letters; a new key works.
-    swap_to("versioned-udf-retyped", 1);
+    // serve.rs); 100 records of new keys see it through. After that, under `on_error =
+    // "dead-letter"`, keys with state it cannot read go to the dead letters; a new key
+    // works.
+    dev.swap_to("versioned-udf-retyped");
     for seq in 5..105 {
-        send(&format!("new-{seq}"), seq);
+        dev.send(&format!("new-{seq}"), seq);
     }
-    wait_for("v5's first 100 counts", || elements().len() == 104);
-    send("a", 105);
-    send("d", 106);
-    send("b", 107);
+    wait_for("v5's first 100 counts", || dev.elements().len() == 104);
+    dev.send("a", 105);
+    dev.send("d", 106);
+    dev.send("b", 107);
     let started = Instant::now();
-    while !(elements().len() == 105 && dead_letters().len() == 2) {
+    while !(dev.elements().len() == 105 && dev.dead_letters().len() == 2) {
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "timed out waiting for v5's output and dead letters: {:?} {:?} {}",
-            elements(),
-            dead_letters(),
-            log.text()
+            dev.elements(),
+            dev.dead_letters(),
+            dev.log.text()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
-        elements()[104],
+        dev.elements()[104],
         json!({"key": "d", "seq": 106, "tally": "+", "v": 5})
     );
-    let letters = dead_letters();
+    let letters = dev.dead_letters();
     let reasons: Vec<&str> = letters
         .iter()
         .map(|l| l["reason"].as_str().unwrap())
@@ -152,12 +184,12 @@ path = "{dead}"
     assert_eq!(raws[1]["seq"], 107);
 
     // The run goes on to its end: every key's timer fires (the timers read no state).
-    drop(stdin);
-    let status = child.wait().unwrap();
-    let log = log.finish();
+    drop(dev.stdin);
+    let status = dev.child.wait().unwrap();
+    let log = dev.log.finish();
     assert!(status.success(), "{log}");
     assert!(log.contains("dead letters: 2"), "{log}");
-    let timers = parse_jsonl(&std::fs::read_to_string(&output).unwrap())
+    let timers = parse_jsonl(&std::fs::read_to_string(dev.work.path("out.jsonl")).unwrap())
         .into_iter()
         .filter(|r| r.get("timer").is_some())
         .count();
@@ -165,4 +197,33 @@ path = "{dead}"
         timers, 105,
         "timers of the 105 processed records' distinct times: {log}"
     );
+}
+
+#[test]
+fn a_state_the_new_version_cannot_read_fails_the_run_by_default() {
+    // As Flink fails a job whose state cannot be read: no record is dropped with exit 0.
+    let mut dev = Dev::start("");
+    dev.send("a", 1);
+    dev.send("b", 2);
+    wait_for("v1's counts", || dev.elements().len() == 2);
+    // Version 5 reads `count` as text; 100 new keys see it through its probation.
+    dev.swap_to("versioned-udf-retyped");
+    for seq in 3..103 {
+        dev.send(&format!("new-{seq}"), seq);
+    }
+    wait_for("v5's first 100 counts", || dev.elements().len() == 102);
+    dev.send("a", 103);
+    dev.send("d", 104);
+    let status = dev.child.wait().unwrap();
+    let (elements, dead_letters) = (dev.elements(), dev.dead_letters());
+    let log = dev.log.finish();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("failed on record 103 of source \"events\"")
+            && log.contains("cannot read the state of key \"a\"")
+            && log.contains("state `count`"),
+        "the error names the record, the key and the state: {log}"
+    );
+    assert_eq!(elements.len(), 102, "nothing after the failure");
+    assert_eq!(dead_letters, Vec::<Value>::new(), "nothing dead-lettered");
 }

@@ -694,11 +694,18 @@ export function run(buf, hooks) {
 function runEntries(hooks) {
   const b = batch;
   let i = 0;
+  // The watermark the entries so far said the batch is at.
+  let seenWatermark = null;
   while (i < b.count || b.readEntry()) {
     if (skipped.size > 0 && skipped.has(i)) {
       i += 1;
       continue;
     }
+    // The watermark moved on between entries (another shard's elements, which are not in
+    // the batch): a timer registered here that this made due fires before this entry.
+    // Stop, and let the host fire it and send the rest again.
+    const before = b.watermark[i];
+    if (seenWatermark !== null && before > seenWatermark && earliestRegistered <= before) return i;
     const key = b.entryKey[i];
     if (key >= b.keys.length) b.key(key);
     current = key;
@@ -715,6 +722,7 @@ function runEntries(hooks) {
     // A timer registered here that is already due must fire before anything after this
     // entry: stop, and let the host fire it and send the rest again.
     if (earliestRegistered <= b.after[i]) return i + 1;
+    seenWatermark = b.after[i];
     i += 1;
   }
   return i;

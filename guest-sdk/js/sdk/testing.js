@@ -215,6 +215,12 @@ class World {
     this.key = "";
     this.timestamp = 0;
     this.watermark = MIN_TIMESTAMP;
+    /**
+     * While an event-time timer fires: its time, the clock event-time entries expire by
+     * (an entry is visible to every timer before its expiry, however far the watermark
+     * jumped). null: they expire by the watermark.
+     */
+    this.eventClock = null;
     this.processingTime = processingTime;
     /**
      * Declared states, by id: {name, kind, ttl}, `ttl` the contract's `state-ttl` record
@@ -470,9 +476,19 @@ class World {
     }
   }
 
-  /** The clock of a TTL of `domain`: the watermark, or the processing time. */
+  /**
+   * The clock of a TTL of `domain`: the watermark (the firing timer's time while an
+   * event-time timer fires), or the processing time.
+   */
   clock(domain) {
-    return domain === EVENT_TIME ? this.watermark : this.processingTime;
+    if (domain !== EVENT_TIME) return this.processingTime;
+    return this.eventClock ?? this.watermark;
+  }
+
+  /** Event-time entries expire by `at` (a firing timer's time), or by the watermark (null). */
+  setEventClock(at) {
+    this.eventClock = at;
+    this.expiryDue = true;
   }
 
   /**
@@ -907,7 +923,13 @@ export class TestHost {
       const timer = this.#world.popDueTimer(domain, upto);
       if (timer === undefined) return fired - 1;
       if (domain === PROCESSING_TIME) this.#world.setProcessingTime(timer.timestamp);
-      this.#fire(domain, timer.timestamp, timer.key);
+      // Event-time entries expire by the timer's time, not the watermark's.
+      else this.#world.setEventClock(timer.timestamp);
+      try {
+        this.#fire(domain, timer.timestamp, timer.key);
+      } finally {
+        if (domain !== PROCESSING_TIME) this.#world.setEventClock(null);
+      }
       if (fired === FIRING_LIMIT) {
         throw new Error(
           `TestHost: ${FIRING_LIMIT} ${domain} timers fired in one go; the UDF keeps registering due timers while firing (the host would never finish)`,
@@ -919,17 +941,19 @@ export class TestHost {
   /**
    * Advances the watermark to `watermark` if that is later than the current one, then
    * fires every event-time timer at or before it, including timers registered while
-   * firing, always the first pending one in (timestamp, key hash, key) order. Timers
-   * registered at or before an unchanged watermark wait for its next advance, as in the
-   * host.
+   * firing, always the first pending one in (timestamp, key hash, key) order; then
+   * removes the event-time state entries that expired. Expiry and timers interleave by
+   * time, as in the host: a timer at `t` sees every entry that expires after `t`, however
+   * far the watermark jumped. Timers registered at or before an unchanged watermark wait
+   * for its next advance, as in the host.
    * @param {number} watermark
    */
   advanceWatermark(watermark) {
     const wm = checkTimestamp(watermark, "TestHost.advanceWatermark");
     if (wm <= this.#world.watermark) return;
     this.#world.setWatermark(wm);
-    this.#world.expire();
     this.#fireDue(EVENT_TIME, wm);
+    this.#world.expire();
   }
 
   /**
@@ -953,8 +977,8 @@ export class TestHost {
    */
   finish() {
     this.#world.setWatermark(MAX_TIMESTAMP);
-    this.#world.expire();
     this.#fireDue(EVENT_TIME, MAX_TIMESTAMP);
+    this.#world.expire();
     while (this.#fireDue(PROCESSING_TIME, MAX_TIMESTAMP) + this.#fireDue(EVENT_TIME, MAX_TIMESTAMP) > 0);
   }
 

@@ -370,8 +370,8 @@ export function toJson(value) {
  * `text` (strings, stored as UTF-8) and `bytes` (`Uint8Array`, stored as is).
  *
  * Note that a Rust UDF's state is `postcard`, not JSON: a JavaScript version of a UDF
- * does not read the state a Rust version wrote (each such key's records go to the
- * dead-letter output as state-decode errors).
+ * does not read the state a Rust version wrote (a state-decode error, which fails the
+ * run, or sends the key's records to the dead letters under `on_error = "dead-letter"`).
  */
 export const codecs = Object.freeze({
   /** @type {Codec} */

@@ -702,11 +702,22 @@ def _run_entries(o, batch, udf, inputs, make_context, make_element, make_timer, 
     on_timer = getattr(udf, "on_timer", None)
     n_inputs = len(inputs)
     index = 0
+    seen_watermark = None  # the watermark the entries so far said the batch is at
     while index < len(entries) or batch.read_entry():
         entry = entries[index]
         if skipped and index in skipped:
             index += 1
             continue
+        # The watermark moved on between entries (another shard's elements, which are not
+        # in the batch): a timer registered here that this made due fires before this
+        # entry. Stop, and let the host fire it and send the rest again.
+        before = entry[4]
+        if (
+            seen_watermark is not None
+            and before > seen_watermark
+            and o.earliest_registered <= before
+        ):
+            return index
         key = entry[1]
         if key >= len(keys):
             batch.key(key)
@@ -742,6 +753,7 @@ def _run_entries(o, batch, udf, inputs, make_context, make_element, make_timer, 
         # this entry: stop, and let the host fire it and send the rest again.
         if o.earliest_registered <= due_after:
             return index
+        seen_watermark = due_after
     return index
 
 

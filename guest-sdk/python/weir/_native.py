@@ -293,6 +293,10 @@ class World:
         self.key = None  # the current key (bytes) in the keyed phase
         self.timestamp = None  # the current element's or timer's, in the keyed phase
         self.watermark = I64_MIN
+        # While an event-time timer fires: its time, the clock event-time entries expire
+        # by (an entry is visible to every timer before its expiry, however far the
+        # watermark jumped). None: they expire by the watermark.
+        self.event_clock = None
         self.processing_time = processing_time
         self.states = []  # (name, kind) by state id
         self.data = {}  # key -> {state id -> bytes | [bytes] | {bytes: bytes}}, non-empty only
@@ -454,7 +458,7 @@ class World:
         if not self.ttls:
             return
         clocks = {
-            TimeDomain.EVENT_TIME: self.watermark,
+            TimeDomain.EVENT_TIME: self.watermark if self.event_clock is None else self.event_clock,
             TimeDomain.PROCESSING_TIME: self.processing_time,
         }
         due = {domain for domain, clock in clocks.items() if clock >= self._earliest[domain]}

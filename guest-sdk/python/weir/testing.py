@@ -208,10 +208,16 @@ class TestHost:
             ts, key = due
             if domain is TimeDomain.PROCESSING_TIME:
                 world.processing_time = max(world.processing_time, ts)
-            self._run(
-                _native._KEYED, key, ts,
-                self.udf.on_timer, Context(key, ts), Timer(domain, ts, key),
-            )
+            else:
+                # Event-time entries expire by the timer's time, not the watermark's.
+                world.event_clock = ts
+            try:
+                self._run(
+                    _native._KEYED, key, ts,
+                    self.udf.on_timer, Context(key, ts), Timer(domain, ts, key),
+                )
+            finally:
+                world.event_clock = None
             fired += 1
             if fired == FIRING_LIMIT:
                 raise RuntimeError(
@@ -221,17 +227,18 @@ class TestHost:
 
     def advance_watermark(self, watermark):
         """Advances the watermark to `watermark` if that is later than the current one,
-        removes the event-time state entries that expired (time-to-live), then fires
-        every event-time timer at or before it, including timers registered
-        while firing, always the first pending one in (timestamp, key hash, key) order.
-        Timers registered at or before an unchanged watermark wait for its next advance,
-        as in the host."""
+        then fires every event-time timer at or before it, including timers registered
+        while firing, always the first pending one in (timestamp, key hash, key) order;
+        then removes the event-time state entries that expired (time-to-live). Expiry and
+        timers interleave by time, as in the host: a timer at `t` sees every entry that
+        expires after `t`, however far the watermark jumped. Timers registered at or
+        before an unchanged watermark wait for its next advance, as in the host."""
         _native._check_i64("TestHost.advance_watermark", "watermark", watermark)
         if watermark <= self._world.watermark:
             return
         self._world.watermark = watermark
-        self._world.expire()
         self._fire_due(TimeDomain.EVENT_TIME, watermark)
+        self._world.expire()
 
     def set_processing_time(self, now):
         """Moves the processing-time clock to `now` (it never goes back), removes the
@@ -252,8 +259,8 @@ class TestHost:
         none is left."""
         end = _native.I64_MAX
         self._world.watermark = end
-        self._world.expire()
         self._fire_due(TimeDomain.EVENT_TIME, end)
+        self._world.expire()
         while self._fire_due(TimeDomain.PROCESSING_TIME, end) + self._fire_due(
             TimeDomain.EVENT_TIME, end
         ):

@@ -287,10 +287,16 @@ impl<T: ProcessFunction> TestHost<T> {
 
     fn fire(&mut self, domain: TimeDomain, timestamp: i64, key: Vec<u8>) -> Result<()> {
         let timer = Timer::new(domain, timestamp, key);
-        self.scoped(timer.key(), timestamp, |udf, _| {
+        // Event-time entries expire by the timer's time, not the watermark's.
+        if domain == TimeDomain::EventTime {
+            self.world.borrow_mut().event_clock = Some(timestamp);
+        }
+        let result = self.scoped(timer.key(), timestamp, |udf, _| {
             let mut ctx = Context::new(timer.key(), timestamp);
             udf.on_timer(&mut ctx, &timer)
-        })
+        });
+        self.world.borrow_mut().event_clock = None;
+        result
     }
 
     /// Fires due timers of `domain` one at a time, so that timers registered while
@@ -319,8 +325,11 @@ impl<T: ProcessFunction> TestHost<T> {
 
     /// Advances the watermark to `watermark` if that is later than the current one, then
     /// fires every event-time timer at or before it in the engine's order (timestamp,
-    /// then the keys' tie order), including timers registered while firing. Timers registered at or before an unchanged
-    /// watermark wait for its next advance, as in the host.
+    /// then the keys' tie order), including timers registered while firing; then removes
+    /// the event-time state entries that expired. Expiry and timers interleave by time,
+    /// as in the host: a timer at `t` sees every entry that expires after `t`, however
+    /// far the watermark jumped. Timers registered at or before an unchanged watermark
+    /// wait for its next advance, as in the host.
     pub fn advance_watermark(&mut self, watermark: i64) -> Result<()> {
         {
             let mut world = self.world.borrow_mut();
@@ -328,9 +337,10 @@ impl<T: ProcessFunction> TestHost<T> {
                 return Ok(());
             }
             world.watermark = watermark;
-            world.expire();
         }
-        self.fire_due(TimeDomain::EventTime, watermark).map(drop)
+        self.fire_due(TimeDomain::EventTime, watermark)?;
+        self.world.borrow_mut().expire();
+        Ok(())
     }
 
     /// Moves the processing-time clock to `now` (it never goes back), then fires every

@@ -32,6 +32,10 @@ type Declared = (String, StateKind, Option<HostTtl>);
 pub(crate) struct World {
     pub(crate) phase: Phase,
     pub(crate) watermark: i64,
+    /// While an event-time timer fires: its time, the clock event-time entries expire by
+    /// (an entry is visible to every timer before its expiry, however far the watermark
+    /// jumped). `None`: they expire by the watermark.
+    pub(crate) event_clock: Option<i64>,
     pub(crate) processing_time: i64,
     states: Vec<Declared>,
     /// Only keys with at least one non-empty state are present.
@@ -79,6 +83,7 @@ impl World {
         World {
             phase: Phase::Idle,
             watermark: i64::MIN,
+            event_clock: None,
             processing_time,
             states: Vec::new(),
             data: HashMap::new(),
@@ -247,7 +252,10 @@ impl World {
         if ttls.is_empty() {
             return;
         }
-        let (watermark, now) = (self.watermark, self.processing_time);
+        let (watermark, now) = (
+            self.event_clock.unwrap_or(self.watermark),
+            self.processing_time,
+        );
         self.data.retain(|_, slots| {
             for &(id, ttl) in &ttls {
                 let clock = match ttl.domain {

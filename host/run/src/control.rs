@@ -165,6 +165,8 @@ pub struct LiveStatus {
     pub processed: u64,
     /// Records and timers sent to the dead-letter output.
     pub dead_letters: u64,
+    /// Why this run sent them, one count per cause.
+    pub dead_letter_causes: crate::DeadLetterCauses,
     /// Elements that arrived at or below the watermark.
     pub late: u64,
     /// The pipeline's watermark; `None` before it first advances and once every input

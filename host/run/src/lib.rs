@@ -42,7 +42,7 @@ pub use control::{
     CheckpointRecord, ExceptionRecord, LiveStatus, RateTracker, RunControl, RunState, ShardStatus,
     SwapDone, SwapRequest, TaskStatus, KEPT_IN_STATUS, SWAP_WAIT,
 };
-pub use report::RunReport;
+pub use report::{DeadLetterCauses, RunReport};
 
 use anyhow::Context as _;
 use runner::Runner;

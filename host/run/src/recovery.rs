@@ -5,12 +5,11 @@
 //! - A new UDF version that fails within its probation (any failure, a state it cannot
 //!   read included) is rolled back to the version it replaced, which takes the failed
 //!   call again.
-//! - After its probation, a record or timer whose key's state the UDF cannot read
-//!   (written by another version, as another type) goes to the dead-letter output; the
-//!   run goes on.
 //! - Any other failure on a record or timer follows `[udf] on_error`: the end of the run
 //!   (`fail`, the default), the dead-letter output (`dead-letter`), or the same call
-//!   again after a wait (`retry`), then one of the two.
+//!   again after a wait (`retry`), then one of the two. A key's state that the UDF
+//!   cannot read (written by another version, as another type) is such a failure, but
+//!   is never retried: it fails the run, or goes to the dead letters.
 //! - A failure of `init` ends the run.
 //!
 //! A run that ends names the UDF and the record (source, line or offset) or timer it
@@ -38,6 +37,8 @@ pub(crate) struct Origin {
     pub line: Option<u64>,
     /// Its byte offset in a file, or its Kafka offset.
     pub offset: u64,
+    /// Its key.
+    pub key: Vec<u8>,
 }
 
 impl Runner {
@@ -52,6 +53,7 @@ impl Runner {
             number: pending.number,
             line: pending.record.line,
             offset: pending.record.offset,
+            key: pending.key().to_vec(),
         };
         self.describe(&error, Some(origin))
     }
@@ -129,6 +131,9 @@ impl Runner {
                 return Ok(());
             }
             self.recover_timer(error)?;
+            if self.stopped_in_timers {
+                return Ok(());
+            }
             result = next(&mut self.operator);
         }
         Ok(())
@@ -136,8 +141,8 @@ impl Runner {
 
     /// A timer's failure that need not end the run: a new version failing within its
     /// probation is rolled back, and the timer registered again for the old one; else
-    /// [`Self::on_failure`] decides (a rejection or a state the UDF cannot read sends the
-    /// timer to the dead letters, a retry registers it again).
+    /// [`Self::on_failure`] decides (a rejection sends the timer to the dead letters, a
+    /// retry registers it again, a failure under `on_error = "fail"` ends the run).
     fn recover_timer(&mut self, error: OperatorError) -> anyhow::Result<()> {
         let OperatorError::Udf {
             activity:
@@ -165,6 +170,13 @@ impl Runner {
                 }
                 Handling::Retry => {
                     self.operator.register_timer_again(domain, timestamp, &key);
+                    Ok(())
+                }
+                // Stopped during the retries: the timer stays pending, in the checkpoint
+                // the stop takes, and fires when the run resumes.
+                Handling::StopBeforeRetry(_) => {
+                    self.operator.register_timer_again(domain, timestamp, &key);
+                    self.stopped_in_timers = true;
                     Ok(())
                 }
             };
@@ -225,6 +237,7 @@ impl Runner {
                 number: p.number,
                 line: p.record.line,
                 offset: p.record.offset,
+                key: p.key().to_vec(),
             });
             format!("{:#}", self.describe(error, origin))
         };
@@ -233,29 +246,59 @@ impl Runner {
                 self.failures.rejected += 1;
                 return Handling::DeadLetter(message.clone());
             }
-            CallError::StateDecode(reason) => Handling::DeadLetter(self.state_reason(&key, reason)),
+            // A state the UDF cannot read follows `on_error` as Flink fails a job whose
+            // state cannot be restored: the end of the run by default. Retrying cannot
+            // help (the state is what it is), so a retry policy goes straight to what it
+            // does after its retries.
+            CallError::StateDecode(reason) => match self.failures.policy {
+                OnUdfError::Fail
+                | OnUdfError::Retry {
+                    then: AfterRetries::Fail,
+                    ..
+                } => return Handling::Fail,
+                _ => {
+                    self.failures.unreadable_state += 1;
+                    Handling::DeadLetter(self.state_reason(&key, reason))
+                }
+            },
             _ => match self.failures.policy {
                 OnUdfError::Fail => return Handling::Fail,
-                OnUdfError::DeadLetter => Handling::DeadLetter(message.clone()),
+                OnUdfError::DeadLetter => {
+                    self.failures.dead_lettered += 1;
+                    Handling::DeadLetter(message.clone())
+                }
                 OnUdfError::Retry { retries, then, .. } => {
                     let attempts = self.failures.failed_on(site);
                     if attempts <= retries {
                         let wait = self.failures.policy.backoff(attempts);
-                        tracing::warn!(
-                            "{}; retry {attempts} of {retries} in {} ms",
-                            message.clone(),
-                            wait.as_millis()
-                        );
-                        self.failures.wait(wait);
+                        if let Some(quiet) = self.failures.warning_due() {
+                            let since = match quiet {
+                                0 => String::new(),
+                                n => format!(" ({n} retry warnings left out since the last)"),
+                            };
+                            tracing::warn!(
+                                "{}; retry {attempts} of {retries} in {} ms{since}",
+                                message.clone(),
+                                wait.as_millis()
+                            );
+                        }
+                        // A stop ends the retries: the record (or timer) is left for the
+                        // run that resumes, not taken through the rest of them at once.
+                        if !self.failures.wait(wait) {
+                            return Handling::StopBeforeRetry(message);
+                        }
                         self.failures.retries += 1;
                         Handling::Retry
                     } else {
                         match then {
                             AfterRetries::Fail => return Handling::Fail,
-                            AfterRetries::DeadLetter => Handling::DeadLetter(format!(
-                                "{} (and {retries} retries)",
-                                message.clone()
-                            )),
+                            AfterRetries::DeadLetter => {
+                                self.failures.dead_lettered += 1;
+                                Handling::DeadLetter(format!(
+                                    "{} (and {retries} retries)",
+                                    message.clone()
+                                ))
+                            }
                         }
                     }
                 }
@@ -350,6 +393,22 @@ impl Runner {
                 error: CallError::Rejected(reason),
                 ..
             } => ("rejected", reason.clone()),
+            OperatorError::Udf {
+                error: CallError::StateDecode(message),
+                activity,
+            } => {
+                let key = match activity {
+                    Activity::Timer { key, .. } => Some(key.as_slice()),
+                    _ => origin.as_ref().map(|o| o.key.as_slice()),
+                };
+                let of_key = key
+                    .map(|k| format!(" of key {:?}", String::from_utf8_lossy(k)))
+                    .unwrap_or_default();
+                (
+                    "failed on",
+                    format!("cannot read the state{of_key}: {message}"),
+                )
+            }
             _ => ("failed on", error.to_string()),
         };
         match error {

@@ -15,8 +15,11 @@ pub struct RunReport {
     pub outputs: Vec<(String, u64)>,
     /// Elements processed (a resumed run counts those before its checkpoint).
     pub processed: u64,
-    /// Records and timers written to the dead-letter output.
+    /// Records and timers written to the dead-letter output (a resumed run counts those
+    /// before its checkpoint).
     pub dead_letters: u64,
+    /// Why this run's records and timers went to the dead letters.
+    pub dead_letter_causes: DeadLetterCauses,
     /// Failed UDF calls the run survived: rolled back, dead-lettered or retried.
     pub udf_errors: u64,
     /// Calls made again after a failure (`on_error = "retry"`).
@@ -41,12 +44,54 @@ pub struct RunReport {
     /// Every input had ended: an interrupted run was stopped while the end of input's
     /// timers fired.
     pub input_ended: bool,
+    /// The run was stopped while a record's failed call waited to be retried (what
+    /// failed): no checkpoint was taken, so the run that resumes reads it again.
+    pub stopped_before_retry: Option<String>,
     /// The checkpoint the run resumed from, if any.
     pub resumed_from: Option<u64>,
     /// Checkpoints this run took.
     pub checkpoints: u64,
     /// The longest time one checkpoint held processing up.
     pub longest_checkpoint_pause: Duration,
+}
+
+/// Why a run's records and timers went to the dead-letter output, one count per cause
+/// (this run's: a resumed run's earlier ones are in [`RunReport::dead_letters`] only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeadLetterCauses {
+    /// Records whose key or event time could not be decoded.
+    pub undecodable: u64,
+    /// Records and timers the UDF rejected itself.
+    pub rejected: u64,
+    /// Records and timers the UDF failed on (`on_error = "dead-letter"`, or after retries).
+    pub failed: u64,
+    /// Records and timers whose key's state the UDF could not read.
+    pub unreadable_state: u64,
+}
+
+impl DeadLetterCauses {
+    /// Every cause's count, in all.
+    pub fn total(&self) -> u64 {
+        self.undecodable + self.rejected + self.failed + self.unreadable_state
+    }
+
+    /// The causes that sent any, with their counts: `3 undecodable, 1 rejected by the UDF`.
+    pub fn describe(&self) -> String {
+        [
+            (
+                self.undecodable,
+                "with a key or event time that cannot be decoded",
+            ),
+            (self.rejected, "rejected by the UDF"),
+            (self.failed, "the UDF failed on"),
+            (self.unreadable_state, "whose state the UDF cannot read"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, why)| format!("{n} {why}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
 }
 
 impl RunReport {
@@ -56,8 +101,31 @@ impl RunReport {
     }
 
     /// The summary printed on stderr at the end of a run.
+    /// Its first line names the pipeline and says how many records and timers went to
+    /// the dead letters and why, if any did: a run that dropped records says so first.
     pub fn summary(&self) -> String {
-        let mut s = format!("weir: pipeline {:?} (UDF {:?})\n", self.pipeline, self.udf);
+        let mut s = format!("weir: pipeline {:?} (UDF {:?})", self.pipeline, self.udf);
+        if self.dead_letters > 0 {
+            let causes = &self.dead_letter_causes;
+            let mut why = causes.describe();
+            let earlier = self.dead_letters.saturating_sub(causes.total());
+            if earlier > 0 {
+                if !why.is_empty() {
+                    why += ", ";
+                }
+                why += &format!("{earlier} before the checkpoint this run resumed from");
+            }
+            let records = if self.dead_letters == 1 {
+                "record"
+            } else {
+                "records"
+            };
+            s += &format!(
+                ": {} {records} went to the dead letters ({why}), see {}",
+                self.dead_letters, self.dead_letter_path
+            );
+        }
+        s += "\n";
         for (name, read) in &self.sources {
             s += &format!("  source {name}: {read} records read\n");
         }
@@ -92,7 +160,11 @@ impl RunReport {
                 self.longest_checkpoint_pause.as_secs_f64() * 1e3
             );
         }
-        if self.interrupted && self.input_ended {
+        if let Some(failed) = &self.stopped_before_retry {
+            s += &format!(
+                "  stopped while waiting to retry a failed call, so no checkpoint was taken: the run that resumes reads the record again ({failed})\n"
+            );
+        } else if self.interrupted && self.input_ended {
             s += "  stopped after the input ended, while its timers fired: those not fired yet fire when the run resumes\n";
         } else if self.interrupted {
             s += "  stopped before the input ended: pending timers were not fired\n";
@@ -179,5 +251,55 @@ mod progress_tests {
     fn a_live_input_shows_no_share() {
         let line = progress_message(100, Duration::from_secs(1), None, "none");
         assert_eq!(line, "100 records/s, watermark none");
+    }
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use super::*;
+
+    fn report(dead_letters: u64, causes: DeadLetterCauses) -> RunReport {
+        RunReport {
+            pipeline: "p".into(),
+            udf: "u".into(),
+            dead_letters,
+            dead_letter_causes: causes,
+            dead_letter_path: "p.dead-letter.jsonl".into(),
+            ..RunReport::default()
+        }
+    }
+
+    #[test]
+    fn the_first_line_names_the_pipeline_alone_when_nothing_was_dropped() {
+        let summary = report(0, DeadLetterCauses::default()).summary();
+        assert_eq!(
+            summary.lines().next(),
+            Some(r#"weir: pipeline "p" (UDF "u")"#)
+        );
+    }
+
+    #[test]
+    fn the_first_line_says_how_many_records_were_dropped_and_why() {
+        let causes = DeadLetterCauses {
+            undecodable: 1,
+            rejected: 2,
+            failed: 0,
+            unreadable_state: 4,
+        };
+        let summary = report(7, causes.clone()).summary();
+        assert_eq!(
+            summary.lines().next(),
+            Some(
+                r#"weir: pipeline "p" (UDF "u"): 7 records went to the dead letters (1 with a key or event time that cannot be decoded, 2 rejected by the UDF, 4 whose state the UDF cannot read), see p.dead-letter.jsonl"#
+            )
+        );
+        // A resumed run counts the dead letters before its checkpoint, without a cause.
+        let resumed = report(10, causes).summary();
+        assert!(
+            resumed.lines().next().unwrap().contains(
+                "10 records went to the dead letters (1 with a key or event time that cannot be decoded, 2 rejected by the UDF, 4 whose state the UDF cannot read, 3 before the checkpoint this run resumed from)"
+            ),
+            "{resumed}"
+        );
     }
 }

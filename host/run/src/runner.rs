@@ -4,7 +4,7 @@
 use crate::checkpointing::{Checkpoints, Cut, Restored};
 use crate::failures::{Handling, Site, UdfFailures};
 use crate::inputs::{Inputs, Pending, Read, SourceSettings};
-use crate::report::{progress_bar, progress_message, RunReport};
+use crate::report::{progress_bar, progress_message, DeadLetterCauses, RunReport};
 use crate::shards::{sum_counters, ShardResult, ShardSink, Shards, SharedOutput};
 use crate::steering::{apply_swap, StatusPublisher, UdfVersions};
 use crate::{RunControl, RunOptions, RunState};
@@ -31,6 +31,9 @@ pub(crate) struct Runner {
     /// A stop request ended the firing of the end of input's timers
     /// ([`OperatorError::Stopped`]); the run stops as soon as that reaches its loop.
     pub(crate) stopped_in_timers: bool,
+    /// Set when a stop came while a record's failed call waited to be retried: what
+    /// failed. The run then ends without a checkpoint (see [`Runner::stop_before_retry`]).
+    pub(crate) stopped_before_retry: Option<String>,
     pub(crate) inputs: Inputs,
     /// The keyed operator the run drives: the only one at parallelism 1; else the
     /// shard's whose turn it is (shard 0 except while one is driven on its own).
@@ -40,6 +43,9 @@ pub(crate) struct Runner {
     /// The UDF's outputs, in id order (each routed to the sink at the same index).
     pub(crate) outputs: Vec<String>,
     pub(crate) dead_letters: DeadLetters,
+    /// Records of this run whose key or event time could not be decoded (each went to
+    /// the dead letters).
+    pub(crate) undecodable: u64,
     pub(crate) checkpoints: Checkpoints,
     /// The UDF version running, and the one a swap replaced.
     pub(crate) udf: UdfVersions,
@@ -244,6 +250,7 @@ impl Runner {
             pipeline: spec.name.clone(),
             interrupted: false,
             stopped_in_timers: false,
+            stopped_before_retry: None,
             inputs,
             operator,
             shards: Shards::new(others, shared)?,
@@ -256,6 +263,7 @@ impl Runner {
             status: StatusPublisher::new(),
             failures: UdfFailures::new(spec.udf.on_error, options.stop.clone()),
             rollbacks: 0,
+            undecodable: 0,
         })
     }
 
@@ -307,6 +315,9 @@ impl Runner {
             }
             // A stop or a checkpoint waits for the queues to drain: no reading ahead then.
             self.process_chunk(&chunk, !draining)?;
+            if self.stopped_before_retry.is_some() {
+                return self.stop_before_retry(progress);
+            }
             for (_, pending) in chunk.drain(..) {
                 self.inputs.recycle(pending.record);
             }
@@ -376,6 +387,30 @@ impl Runner {
         })
     }
 
+    /// Ends the run on a stop request that came while a record's failed call waited to
+    /// be retried. Its source has moved past it, so a checkpoint now would lose it: none
+    /// is taken, and the run ends as a crash would, with nothing committed after the
+    /// last checkpoint. The run that resumes from that checkpoint reads the record again
+    /// (the sinks are cut back to it), so it is retried, not dropped.
+    fn stop_before_retry(
+        &mut self,
+        progress: Option<indicatif::ProgressBar>,
+    ) -> anyhow::Result<()> {
+        self.interrupted = true;
+        // The last checkpoint taken is what the run resumes from: made durable, with the
+        // positions it holds committed where sources keep them.
+        self.checkpoints.commit_durable(&mut self.inputs)?;
+        if let Some(message) = &self.stopped_before_retry {
+            tracing::warn!(
+                "stopped while waiting to retry: {message}; no checkpoint was taken, so the run that resumes reads this record again"
+            );
+        }
+        if let Some(bar) = progress {
+            bar.finish_and_clear();
+        }
+        Ok(())
+    }
+
     /// Ends the run on a stop request, between two runs of records or between two of
     /// the end of input's timers: like Flink's stop-with-savepoint, pending timers are
     /// not fired; a checkpoint keeps them (they fire when the run resumes), and what
@@ -440,6 +475,9 @@ impl Runner {
                 let outcome = self.process_from(chunk, &elements, Some((failure, made_at)));
                 self.shards.activate(&mut self.operator, 0);
                 outcome?;
+                if self.stopped_before_retry.is_some() {
+                    break;
+                }
             }
         }
         Ok(())
@@ -482,6 +520,10 @@ impl Runner {
                         }
                         // The failed call left nothing behind: the same record again.
                         Handling::Retry => start = at,
+                        Handling::StopBeforeRetry(message) => {
+                            self.stopped_before_retry = Some(message);
+                            return Ok(());
+                        }
                     }
                 }
                 Activity::Timer { .. } => {
@@ -530,6 +572,7 @@ impl Runner {
                 resumed,
             } => {
                 self.resumed(input, resumed)?;
+                self.undecodable += 1;
                 self.dead_letter(input, &record, &reason)?;
                 self.inputs.recycle(record);
             }
@@ -682,6 +725,12 @@ impl Runner {
                 .collect(),
             processed: counters.elements,
             dead_letters: self.dead_letters.count(),
+            dead_letter_causes: DeadLetterCauses {
+                undecodable: self.undecodable,
+                rejected: self.failures.rejected,
+                failed: self.failures.dead_lettered,
+                unreadable_state: self.failures.unreadable_state,
+            },
             udf_errors: self.failures.errors,
             udf_retries: self.failures.retries,
             rejected: self.failures.rejected,
@@ -692,6 +741,7 @@ impl Runner {
             elapsed: Duration::ZERO,
             peak_rss_bytes: None,
             interrupted: self.interrupted,
+            stopped_before_retry: self.stopped_before_retry.clone(),
             input_ended: self.inputs.all_ended(),
             resumed_from: self.checkpoints.resumed_from,
             checkpoints: self.checkpoints.taken,

@@ -157,6 +157,7 @@ impl StatusPublisher {
             s.outputs = report.outputs;
             s.processed = report.processed;
             s.dead_letters = report.dead_letters;
+            s.dead_letter_causes = report.dead_letter_causes;
             s.late = report.late;
             s.watermark = set.then_some(watermark);
             s.watermark_lag_ms = set.then(|| now - watermark);

@@ -129,6 +129,14 @@ async function act(name, action) {
   refresh();
 }
 
+/** Why the present run sent records to the dead letters: "3 rejected by the UDF, 1 ...". */
+function deadLetterCauses(s) {
+  const c = s.dead_letter_causes || {};
+  return [[c.undecodable, "undecodable"], [c.rejected, "rejected by the UDF"], [c.failed, "the UDF failed on"],
+    [c.unreadable_state, "whose state the UDF cannot read"]]
+    .filter(([n]) => n > 0).map(([n, why]) => `${n} ${why}`).join(", ");
+}
+
 function figure(label, value, cls, attrs) {
   return el("div", { class: "figure" }, el("div", { class: "label" }, label), el("div", Object.assign({ class: "value " + cls }, attrs || {}), value));
 }
@@ -144,7 +152,7 @@ function overview(body) {
       el("td", {}, chart(rates(s.history), "rec/s", 220, 60)),
       el("td", { class: "num processed" }, s.processed),
       el("td", { class: "num lag" }, duration(s.watermark_lag_ms)),
-      el("td", { class: "num dead-letters" }, s.dead_letters),
+      el("td", { class: "num dead-letters", title: deadLetterCauses(s) }, s.dead_letters),
       el("td", { class: "num count" }, s.exceptions.length));
   });
   return el("section", {}, el("h2", {}, "Pipelines"),
@@ -255,7 +263,9 @@ function pipelinePage(p) {
       figure("watermark lag", duration(s.watermark_lag_ms), "lag", { "data-ms": s.watermark_lag_ms ?? "" }),
       figure("keys", s.keys, "keys"), figure("state", bytes(s.state_bytes), "state-bytes"),
       figure("timers", s.event_timers + s.processing_timers, "timers"),
-      figure("dead letters", s.dead_letters, "dead-letters"), figure("late", s.late, "late")));
+      figure("dead letters", s.dead_letters, "dead-letters", { title: deadLetterCauses(s) }),
+      deadLetterCauses(s) && figure("why dead letters", deadLetterCauses(s), "dead-letter-causes"),
+      figure("late", s.late, "late")));
   const throughput = el("section", { id: "throughput" }, el("h2", {}, "Records/s, last minutes"), chart(rates(s.history), "rec/s"));
   const definition = el("section", { id: "definition" }, el("h2", {}, "Pipeline file"), el("pre", { class: "definition" }, p.definition || ""));
   return [head, graph(p), el("div", { class: "grid" }, throughput, checkpoints(s)), tasks(s),

@@ -52,6 +52,23 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
         per(&|s| s.dead_letters as f64),
     );
     family(
+        "weir_dead_letters_by_cause_total",
+        "counter",
+        "Records and timers sent to the dead-letter output by the pipeline's present run, by cause.",
+        all.iter()
+            .flat_map(|(n, s, _)| {
+                let c = &s.dead_letter_causes;
+                [
+                    ("undecodable", c.undecodable),
+                    ("rejected", c.rejected),
+                    ("failed", c.failed),
+                    ("unreadable_state", c.unreadable_state),
+                ]
+                .map(|(cause, count)| (format!("pipeline=\"{n}\",cause=\"{cause}\""), count as f64))
+            })
+            .collect(),
+    );
+    family(
         "weir_late_records_total",
         "counter",
         "Records at or behind the watermark when they arrived.",

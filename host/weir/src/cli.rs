@@ -95,6 +95,11 @@ enum Command {
         /// Prints no summary at the end.
         #[arg(long, short)]
         quiet: bool,
+        /// Exits with 3 instead of 0 when the run completed but sent any record or timer
+        /// to the dead letters (rejected, undecodable, or failed under `on_error =
+        /// "dead-letter"`), for scripts that must not take a lossy run for a success.
+        #[arg(long)]
+        fail_on_dead_letters: bool,
         /// Joins Kafka consumer group GROUP and runs the tasks (partitions) the group
         /// gives this process; start more processes with the same group to scale out
         /// (see docs/scaling.md). Every source must be a Kafka source.
@@ -577,6 +582,7 @@ pub fn main() -> ExitCode {
             parallelism,
             fresh,
             quiet,
+            fail_on_dead_letters,
             group,
             compile,
         } => {
@@ -605,6 +611,10 @@ pub fn main() -> ExitCode {
             }
             let stop = stop_flag();
             if let Some(group) = group {
+                if fail_on_dead_letters {
+                    eprintln!("error: --fail-on-dead-letters is for runs that end; a --group member runs until it is stopped (watch weir_dead_letters_total instead)");
+                    return ExitCode::from(2);
+                }
                 return finished(weir_cluster::run_in_group(&spec, &group, stop));
             }
             let options = RunOptions {
@@ -617,6 +627,13 @@ pub fn main() -> ExitCode {
                 Ok(report) => {
                     if !quiet {
                         eprintln!("{}", report.summary());
+                    }
+                    if fail_on_dead_letters && report.dead_letters > 0 {
+                        eprintln!(
+                            "error: {} records went to the dead letters ({}) and --fail-on-dead-letters was given",
+                            report.dead_letters, report.dead_letter_path
+                        );
+                        return ExitCode::from(3);
                     }
                     ExitCode::SUCCESS
                 }

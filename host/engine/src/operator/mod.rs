@@ -523,7 +523,15 @@ impl KeyedOperator {
     ) -> Result<usize, (usize, OperatorError)> {
         let limit = self.batch_limit;
         // Expired state goes before the batch's keys are interned (it may release some).
-        self.expire_state(wall_clock_ms());
+        // A batch that starts with the timers of an unfinished advance removes what
+        // expired by the first one's time, not by the watermark's.
+        let event_clock = self
+            .unfinished_advance
+            .and_then(|advance| self.host.timers.event_due_between(None, advance).next())
+            .map_or(self.host.watermark, |(at, _, _)| {
+                at.min(self.host.watermark)
+            });
+        self.expire_state_at(event_clock, wall_clock_ms());
         // No entry of the batch may see an entry that expires on the way. The batch ends
         // before an element whose key has an entry expiring by the element's watermark,
         // and before the timers of an advance if one of their keys has (the next batch
@@ -548,13 +556,14 @@ impl KeyedOperator {
         let mut last_timer = None;
         // An advance that an earlier batch stopped inside finishes first.
         let unfinished = self.unfinished_advance.take();
+        let mut full = false;
         if let Some(advance) = unfinished {
-            self.push_due_timers(&mut entries, &mut last_timer, advance);
+            full = !self.push_due_timers(&mut entries, &mut last_timer, advance);
             entry_ends.resize(entries.len(), None);
         }
         let mut taken = 0;
         for &(source, element) in &elements[start..] {
-            if entries.len() >= limit {
+            if full || entries.len() >= limit {
                 break;
             }
             if !self.owns(element.key) {
@@ -575,10 +584,11 @@ impl KeyedOperator {
                         *watermark_after = after;
                         *entry_ends.last_mut().expect("one per entry") = Some(index);
                     }
-                    if !self.push_advance(&mut entries, &mut last_timer, after, ttl_limit) {
+                    let pushed = self.push_advance(&mut entries, &mut last_timer, after, ttl_limit);
+                    entry_ends.resize(entries.len(), Some(index));
+                    if !pushed {
                         break;
                     }
-                    entry_ends.resize(entries.len(), Some(index));
                 }
                 continue;
             }
@@ -600,10 +610,11 @@ impl KeyedOperator {
             entry_ends.push(Some(taken));
             taken += 1;
             if after > before {
-                if !self.push_advance(&mut entries, &mut last_timer, after, ttl_limit) {
+                let pushed = self.push_advance(&mut entries, &mut last_timer, after, ttl_limit);
+                entry_ends.resize(entries.len(), Some(taken - 1));
+                if !pushed {
                     break;
                 }
-                entry_ends.resize(entries.len(), Some(taken - 1));
             }
         }
         if entries.is_empty() {
@@ -721,36 +732,38 @@ impl KeyedOperator {
         after: Timestamp,
         ttl_limit: Timestamp,
     ) -> bool {
-        let expiring = self
-            .host
-            .states
-            .shortest_ttl(TimeDomain::EventTime)
-            .is_some()
-            && self
-                .host
-                .timers
-                .event_due_between(*last_timer, after)
-                .any(|(_, _, key)| {
-                    self.host
-                        .keys
-                        .expiry_of(key, TimeDomain::EventTime)
-                        .is_some_and(|due| due <= after)
-                });
-        if after >= ttl_limit || expiring {
+        if after >= ttl_limit {
             return false;
         }
-        self.push_due_timers(entries, last_timer, after);
-        true
+        self.push_due_timers(entries, last_timer, after)
     }
 
-    /// Appends the event-time timers due at `watermark` that are not in the batch yet.
+    /// Appends the event-time timers due at `watermark` that are not in the batch yet, in
+    /// firing order; returns whether all are in. It stops before a timer (unless it
+    /// would be the batch's first entry) whose key holds an entry that expires by the
+    /// timer's time: the next batch removes it first, so that the timer does not see it
+    /// while the ones before it did.
     fn push_due_timers(
         &mut self,
         entries: &mut Vec<BatchEntry<'_>>,
         last: &mut Option<EventTimer>,
         watermark: Timestamp,
-    ) {
+    ) -> bool {
+        let ttl = self
+            .host
+            .states
+            .shortest_ttl(TimeDomain::EventTime)
+            .is_some();
         for timer @ (at, _, key) in self.host.timers.event_due_between(*last, watermark) {
+            let expires = ttl
+                && self
+                    .host
+                    .keys
+                    .expiry_of(key, TimeDomain::EventTime)
+                    .is_some_and(|due| due <= at);
+            if expires && !entries.is_empty() {
+                return false;
+            }
             entries.push(BatchEntry::Timer {
                 domain: TimeDomain::EventTime,
                 timestamp: at,
@@ -759,6 +772,7 @@ impl KeyedOperator {
             });
             *last = Some(timer);
         }
+        true
     }
 
     /// Marks a source as ended; the watermark may advance (to the end of time once all
@@ -950,9 +964,14 @@ impl KeyedOperator {
     }
 
     fn fire(&mut self, domain: TimeDomain, at: Timestamp, key: KeyId) -> Result<(), OperatorError> {
-        // While the timer is still listed on its key, which keeps the key.
+        // While the timer is still listed on its key, which keeps the key. An event-time
+        // timer sees what expires after its own time, whatever the watermark is now.
         if self.host.states.any_ttl() {
-            self.expire_state(wall_clock_ms());
+            let event_time = match domain {
+                TimeDomain::EventTime => at,
+                TimeDomain::ProcessingTime => self.host.watermark,
+            };
+            self.expire_state_at(event_time, wall_clock_ms());
         }
         self.host.keys.timer_removed(key, domain, at);
         match domain {
@@ -989,9 +1008,16 @@ impl KeyedOperator {
     /// [`HostServices::expire_state`](crate::runtime::services::Services::expire_state)).
     /// Called before every call and batch, so that none sees an expired entry.
     pub fn expire_state(&mut self, now: Timestamp) {
+        self.expire_state_at(self.host.watermark, now);
+    }
+
+    /// [`expire_state`](Self::expire_state) with event-time entries expiring by
+    /// `event_time` (an event-time timer's time, at or before the watermark) instead of
+    /// the watermark. Called before an event-time timer fires, alone or first in a batch.
+    fn expire_state_at(&mut self, event_time: Timestamp, now: Timestamp) {
         self.host.processing_time = now;
         if self.host.states.any_ttl() {
-            self.host.expire_state(now);
+            self.host.expire_state_at(event_time, now);
         }
     }
 

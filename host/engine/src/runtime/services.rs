@@ -518,9 +518,17 @@ impl Services {
     /// every call or batch (so that no call sees an expired entry), when processing time
     /// is checked, and before a checkpoint is taken (so that none keeps one).
     pub fn expire_state(&mut self, processing_time: Timestamp) -> usize {
+        self.expire_state_at(self.watermark, processing_time)
+    }
+
+    /// [`expire_state`](Self::expire_state) with event-time entries expiring by
+    /// `event_time` instead of the watermark: the time of an event-time timer about to
+    /// fire, which sees every entry that expires after it, however far the watermark
+    /// jumped (expiry and timers interleave by time).
+    pub fn expire_state_at(&mut self, event_time: Timestamp, processing_time: Timestamp) -> usize {
         let mut changed = 0;
         for (domain, now) in [
-            (TimeDomain::EventTime, self.watermark),
+            (TimeDomain::EventTime, event_time),
             (TimeDomain::ProcessingTime, processing_time),
         ] {
             while let Some(key) = self.keys.pop_expiring(domain, now) {

@@ -7,7 +7,9 @@
 //!   refreshed on write only);
 //! - `{"op": "list"}`: emits `{"op": "list", "got": [<items>]}`;
 //! - `{"op": "count"}`: emits `{"op": "count", "got": <n>}`, the key's map entries and
-//!   list items: a map iteration, which refreshes every entry.
+//!   list items: a map iteration, which refreshes every entry;
+//! - `{"op": "later", "at": t}`: registers an event-time timer at `t`, which emits
+//!   `{"op": "timer", "at": t, "got": [<items of log>]}` when it fires.
 //!
 //! Emitted records are keyed by the record's key.
 
@@ -32,6 +34,8 @@ struct Command {
     f: Option<String>,
     #[serde(default)]
     v: String,
+    #[serde(default)]
+    at: i64,
 }
 
 /// See the crate docs.
@@ -58,6 +62,10 @@ impl ProcessFunction for TtlProbe {
         let got = match cmd.op.as_str() {
             "put" => return self.fields.put(&field()?, &cmd.v),
             "append" => return self.log.append(&cmd.v),
+            "later" => {
+                ctx.register_event_timer(cmd.at);
+                return Ok(());
+            }
             "get" => json!(self.fields.get(&field()?)?),
             "list" => json!(self.log.get()?),
             "count" => json!(self.fields.entries()?.len() + self.log.get()?.len()),
@@ -71,8 +79,10 @@ impl ProcessFunction for TtlProbe {
             .emit_record(Record::new(record).with_key(ctx.current_key()))
     }
 
-    fn on_timer(&mut self, _ctx: &mut Context, _timer: &Timer) -> Result<()> {
-        Ok(())
+    fn on_timer(&mut self, ctx: &mut Context, timer: &Timer) -> Result<()> {
+        let record = json!({"op": "timer", "at": timer.timestamp(), "got": self.log.get()?});
+        self.out
+            .emit_record(Record::new(record).with_key(ctx.current_key()))
     }
 }
 
