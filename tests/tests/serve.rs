@@ -88,7 +88,26 @@ impl Server {
     /// Starts `weir serve` with `data`'s folder `data` as its data dir (one that another
     /// server may have used: a restart).
     fn start_in(data: Workdir, pipelines: &[&Path], token: Option<&str>, args: &[&str]) -> Self {
-        let mut command = Command::new(weir_bin());
+        Self::start_wrapped(data, pipelines, token, args, &[])
+    }
+
+    /// [`start_in`](Self::start_in), with `weir serve` run by the command `wrapper` (a
+    /// program and its arguments, `weir` and its own arguments after them) if not empty.
+    fn start_wrapped(
+        data: Workdir,
+        pipelines: &[&Path],
+        token: Option<&str>,
+        args: &[&str],
+        wrapper: &[&str],
+    ) -> Self {
+        let mut command = match wrapper.split_first() {
+            Some((program, wrapper_args)) => {
+                let mut command = Command::new(program);
+                command.args(wrapper_args).arg(weir_bin());
+                command
+            }
+            None => Command::new(weir_bin()),
+        };
         command
             .arg("serve")
             .args(pipelines)
@@ -2053,24 +2072,32 @@ fn pipeline_names_bases_and_bodies_the_api_refuses_and_the_bearer_scheme_it_acce
         assert!(error.contains(expected), "{query}: {error}");
     }
 
-    // A body over the limit: 413, with the JSON error every refusal has.
-    let reply = server.request(
-        "PUT",
-        "/api/pipelines/ok/udf",
-        Some(TOKEN),
-        &vec![0u8; 65 << 20],
-    );
-    assert_eq!(reply.status, 413, "{}", reply.text);
+    // A body over the limit: 413 from its Content-Length, before the body is sent (the
+    // server does not read it: a client that insists on sending it first finds the
+    // connection closed), with the JSON error every refusal has.
+    let answer = {
+        use std::io::{Read as _, Write as _};
+        let mut stream =
+            std::net::TcpStream::connect(server.url.trim_start_matches("http://")).unwrap();
+        let head = format!(
+            "PUT /api/pipelines/ok/udf HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            65 << 20
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(
-        reply.content_type.starts_with("application/json"),
-        "{reply:?}"
+        answer
+            .to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{answer}"
     );
     assert!(
-        reply.json["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("over the API's limit of 64 MiB")),
-        "{}",
-        reply.text
+        answer.contains("over the API's limit of 64 MiB"),
+        "{answer}"
     );
 
     // The scheme of `Authorization` is case-insensitive; the token is not.
@@ -2572,4 +2599,267 @@ delay = "300ms"
     assert_eq!(seqs.len(), 200, "{seqs:?}");
     let unique: HashSet<u64> = seqs.iter().copied().collect();
     assert_eq!(unique, (0..200).collect::<HashSet<u64>>());
+}
+
+/// Issue 37, item 5: a second server on a data dir in use exits 2 with a message, and
+/// the first's registry, components and pipeline are untouched.
+#[test]
+fn a_second_server_on_the_same_data_dir_is_refused_and_the_first_goes_on() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let first = Server::start(&[&file]);
+    first.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let files = |dir: &Path| -> Vec<(PathBuf, Vec<u8>)> {
+        let mut all = Vec::new();
+        let mut folders = vec![dir.join("registry")];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).unwrap().map(Result::unwrap) {
+                let path = entry.path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else {
+                    all.push((path.clone(), std::fs::read(&path).unwrap()));
+                }
+            }
+        }
+        all.sort();
+        all
+    };
+    let before = files(&first.data_dir());
+    assert!(!before.is_empty(), "the registry holds the pipeline");
+    let second = Command::new(weir_bin())
+        .arg("serve")
+        .arg(&file)
+        .args(["--listen", "127.0.0.1:0", "--token", TOKEN, "--data-dir"])
+        .arg(first.data_dir())
+        .output()
+        .expect("run a second weir serve");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("another weir serve is using the data directory")
+            && stderr.contains(&format!("process {}", first.child.id())),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("admin API"), "it never listened: {stderr}");
+    assert_eq!(
+        files(&first.data_dir()),
+        before,
+        "the registry is untouched"
+    );
+    assert_eq!(state(&first.pipeline("counter")), "running");
+}
+
+/// Issue 37, items 1 and 2: clients that open connections and send nothing, half a
+/// request line, or a huge body without the token, under a low limit on open files
+/// (256, so 64 API connections), neither starve the pipeline (it goes on processing and
+/// checkpointing) nor make the server hold their bodies; their connections are closed
+/// after the header timeout, and the API answers again.
+#[test]
+fn hostile_clients_neither_starve_the_pipelines_nor_hold_the_server() {
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpStream;
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        format!("{text}\n[checkpoint]\ninterval = \"200ms\"\n"),
+    )
+    .unwrap();
+    let mut server = Server::start_wrapped(
+        Workdir::new(),
+        &[&file],
+        Some(TOKEN),
+        &["--header-timeout", "1s"],
+        &["prlimit", "--nofile=256:256"],
+    );
+    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let address = server.url.trim_start_matches("http://").to_string();
+    let rss = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    };
+    let rss_before = rss(server.child.id());
+
+    // 300 idle or half-sent requests, and 40 uploads of 64 MiB - 1 without the token.
+    let mut hostile = Vec::new();
+    for i in 0..300 {
+        let mut stream = TcpStream::connect(&address).unwrap();
+        if i % 2 == 1 {
+            stream
+                .write_all(b"GET /api/pipelines HTTP/1.1\r\nHost: 127.0.0.1")
+                .unwrap();
+        }
+        hostile.push(stream);
+    }
+    let mut uploads = Vec::new();
+    for _ in 0..40 {
+        let mut stream = TcpStream::connect(&address).unwrap();
+        stream
+            .write_all(
+                format!(
+                    "PUT /api/pipelines/counter/udf HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
+                    (64 << 20) - 1
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+        // Some of the body, as far as the socket takes it without the server reading.
+        stream
+            .set_write_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let _ = stream.write_all(&vec![0u8; 1 << 20]);
+        uploads.push(stream);
+    }
+
+    // The pipeline goes on meanwhile: records in, processed and checkpointed.
+    let checkpoints_before = server.pipeline("counter")["status"]["checkpoints"]
+        .as_u64()
+        .unwrap_or(0);
+    {
+        let stdin = server.stdin.as_mut().unwrap();
+        for seq in 1..=200 {
+            stdin.write_all(record(seq).as_bytes()).unwrap();
+        }
+        stdin.flush().unwrap();
+    }
+    let p = server.wait_for("counter", "200 records", Duration::from_secs(60), |p| {
+        processed(p) == 200
+    });
+    server.wait_for("counter", "a checkpoint", Duration::from_secs(30), |p| {
+        p["status"]["checkpoints"].as_u64().unwrap_or(0) > checkpoints_before
+    });
+    assert_eq!(state(&p), "running");
+
+    // Every upload without the token was refused from its headers (401), its body not
+    // held: the server's memory grew by far less than 40 bodies.
+    for mut stream in uploads {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut answer = [0u8; 12];
+        stream.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 401");
+    }
+    let grown = rss(server.child.id()).saturating_sub(rss_before);
+    assert!(grown < 200 << 20, "RSS grew by {} MB", grown >> 20);
+
+    // The idle and half-sent connections are closed by the server.
+    for mut stream in hostile {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("a hostile connection was not closed: {other:?}"),
+        }
+    }
+    let started = Instant::now();
+    assert_eq!(server.pipeline("counter")["state"], "running");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let log = server.log();
+    assert!(!log.contains("Too many open files"), "{log}");
+
+    // A body over the limit is refused from its Content-Length, with the token too.
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream
+        .write_all(
+            format!(
+                "PUT /api/pipelines/counter/udf HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\n",
+                1u64 << 30
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = [0u8; 12];
+    stream.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 413");
+
+    // Item 7: a name rebound to loopback is not answered; no page may be framed.
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream
+        .write_all(
+            b"GET /api/pipelines HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    assert!(!answer.contains("counter"), "no definition leaks: {answer}");
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("x-frame-options: deny"),
+        "{answer}"
+    );
+}
+
+/// Issue 37, item 3: creating a pipeline compiles its component (an 18 MB Python one,
+/// without the compile cache: seconds) without holding up reads: the list of pipelines,
+/// `/metrics` and the console page answer while it compiles.
+#[test]
+fn reads_answer_while_a_pipeline_is_created() {
+    let work = Workdir::new();
+    let server = Arc::new(Server::start_with_args(
+        &[],
+        Some(TOKEN),
+        &["--no-compile-cache"],
+    ));
+    let toml = stdin_pipeline(&work, "python-counter", "versioned-udf-v1", "");
+    let text = std::fs::read_to_string(&toml).unwrap().replace(
+        &component("versioned-udf-v1").display().to_string(),
+        &weir_e2e::guest("python", "change-only-counter")
+            .display()
+            .to_string(),
+    );
+    let creating = {
+        let server = Arc::clone(&server);
+        let base = work.path("");
+        std::thread::spawn(move || server.create(&text, &base))
+    };
+    // Every read that completes while the create is under way shows that it did not
+    // wait for the compile.
+    let mut answered_meanwhile = 0;
+    while !creating.is_finished() {
+        for path in ["/api/pipelines", "/metrics", "/"] {
+            let reply = server.get(path);
+            assert_eq!(reply.status, 200, "{path}: {}", reply.text);
+            if !creating.is_finished() {
+                answered_meanwhile += 1;
+            }
+        }
+    }
+    let created = creating.join().unwrap();
+    assert_eq!(created.status, 201, "{}", created.text);
+    assert!(
+        answered_meanwhile >= 10,
+        "only {answered_meanwhile} reads answered while the component compiled"
+    );
 }

@@ -74,14 +74,22 @@ pub(crate) fn apply_swap(
         })?);
     }
     functions.insert(0, request.function);
+    // Prepared in every shard, then committed in all, or in none: a shard that refuses
+    // it leaves every shard with the running version, whatever the probation.
+    let mut prepared = Vec::with_capacity(operators.len());
     for (shard, function) in functions.into_iter().enumerate() {
-        if let Err(e) = operators[shard].swap_function(function, init_info, request.probation_calls)
-        {
-            for done in &mut operators[..shard] {
-                done.rollback();
+        match operators[shard].prepare_swap(function, init_info) {
+            Ok(ready) => prepared.push(ready),
+            Err(e) => {
+                for (operator, ready) in operators.iter_mut().zip(prepared) {
+                    operator.abort_swap(ready);
+                }
+                return Err(format!("the new version was not swapped in: {e}"));
             }
-            return Err(format!("the new version was not swapped in: {e}"));
         }
+    }
+    for (operator, ready) in operators.iter_mut().zip(prepared) {
+        operator.commit_swap(ready, request.probation_calls);
     }
     let pause = started.elapsed();
     tracing::info!(
@@ -160,7 +168,8 @@ impl StatusPublisher {
             s.dead_letter_causes = report.dead_letter_causes;
             s.late = report.late;
             s.watermark = set.then_some(watermark);
-            s.watermark_lag_ms = set.then(|| now - watermark);
+            // Saturated: a watermark near the start of time must not wrap around.
+            s.watermark_lag_ms = set.then(|| now.saturating_sub(watermark));
             s.keys = keys;
             s.state_bytes = state_bytes;
             s.event_timers = event_timers;
@@ -174,5 +183,141 @@ impl StatusPublisher {
             s.checkpoint_history.clone_from(&checkpoints.history);
             rate.observe(s, now);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc};
+    use weir_engine::runtime::{CallError, ElementRef, FiredTimer, HostServices, ProcessFunction};
+
+    /// A version named `name` whose instance number `refused` (0 is the first) refuses
+    /// to initialise, as a shard whose `init` fails would.
+    struct Version {
+        name: &'static str,
+        instance: usize,
+        made: Arc<AtomicUsize>,
+        refused: Option<usize>,
+    }
+
+    impl Version {
+        fn new(name: &'static str, refused: Option<usize>) -> Box<Self> {
+            Box::new(Version {
+                name,
+                instance: 0,
+                made: Arc::new(AtomicUsize::new(1)),
+                refused,
+            })
+        }
+    }
+
+    impl ProcessFunction for Version {
+        fn name(&self) -> &str {
+            self.name
+        }
+
+        fn init(&mut self, host: &mut HostServices, _info: &InitInfo) -> Result<(), CallError> {
+            if self.refused == Some(self.instance) {
+                return Err(CallError::Returned(format!(
+                    "instance {} refuses",
+                    self.instance
+                )));
+            }
+            host.declare_output("main").map_err(CallError::Returned)?;
+            Ok(())
+        }
+
+        fn process_element(
+            &mut self,
+            _host: &mut HostServices,
+            _element: ElementRef<'_>,
+        ) -> Result<(), CallError> {
+            Ok(())
+        }
+
+        fn on_timer(
+            &mut self,
+            _host: &mut HostServices,
+            _timer: FiredTimer<'_>,
+        ) -> Result<(), CallError> {
+            Ok(())
+        }
+
+        fn another_instance(&self) -> Option<Box<dyn ProcessFunction>> {
+            Some(Box::new(Version {
+                name: self.name,
+                instance: self.made.fetch_add(1, Ordering::SeqCst),
+                made: Arc::clone(&self.made),
+                refused: self.refused,
+            }))
+        }
+    }
+
+    fn identity(name: &str) -> UdfIdentity {
+        UdfIdentity {
+            name: name.into(),
+            sha256: format!("{name:0>64}"),
+        }
+    }
+
+    /// Four shards on v1, and a swap to v2 that `refused` refuses.
+    fn swap(
+        probation_calls: u64,
+        refused: Option<usize>,
+    ) -> (Vec<KeyedOperator>, UdfVersions, Result<SwapDone, String>) {
+        let mut shards: Vec<KeyedOperator> = (0..4)
+            .map(|_| {
+                let mut operator = KeyedOperator::new(Version::new("v1", None), &[0], 0);
+                operator.init(&InitInfo::default()).expect("v1 starts");
+                operator
+            })
+            .collect();
+        let mut udf = UdfVersions::new(identity("v1"));
+        let (done, _) = mpsc::channel();
+        let request = SwapRequest {
+            function: Version::new("v2", refused),
+            identity: identity("v2"),
+            probation_calls,
+            done,
+        };
+        let result = apply_swap(
+            shards.iter_mut().collect(),
+            &InitInfo::default(),
+            &mut udf,
+            request,
+        );
+        (shards, udf, result)
+    }
+
+    #[test]
+    fn a_swap_refused_by_one_shard_of_four_changes_no_shard() {
+        for probation_calls in [0, 100] {
+            let (shards, udf, result) = swap(probation_calls, Some(2));
+            let error = result.expect_err("shard 2 refuses");
+            assert!(error.contains("instance 2 refuses"), "{error}");
+            let names: Vec<&str> = shards.iter().map(KeyedOperator::function_name).collect();
+            assert_eq!(names, ["v1"; 4], "probation {probation_calls}");
+            assert_eq!(
+                udf.current.name, "v1",
+                "the status names the version every shard runs"
+            );
+            assert!(shards.iter().all(|s| !s.in_probation()));
+        }
+    }
+
+    #[test]
+    fn a_swap_every_shard_takes_changes_them_all() {
+        for probation_calls in [0, 100] {
+            let (shards, udf, result) = swap(probation_calls, None);
+            result.expect("every shard takes it");
+            let names: Vec<&str> = shards.iter().map(KeyedOperator::function_name).collect();
+            assert_eq!(names, ["v2"; 4]);
+            assert_eq!(udf.current.name, "v2");
+            assert!(shards
+                .iter()
+                .all(|s| s.in_probation() == (probation_calls > 0)));
+        }
     }
 }

@@ -18,8 +18,10 @@ use std::time::Duration;
 type Shared = State<Arc<Server>>;
 
 /// Every route of the admin API and the status page, on `server`'s shared state. Request
-/// bodies may be up to [`MAX_BODY_BYTES`] (a UDF component).
-pub fn router(server: Arc<Server>) -> Router {
+/// bodies may be up to [`MAX_BODY_BYTES`] (a UDF component), and must arrive within
+/// `body_timeout`; a mutating call is authorised from its headers before its body is
+/// read ([`guard`]).
+pub fn router(server: Arc<Server>, body_timeout: Duration, hosts: Arc<[String]>) -> Router {
     Router::new()
         .route("/", get(|| async { Html(crate::page::PAGE.as_str()) }))
         .route("/metrics", get(metrics))
@@ -29,8 +31,131 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/api/pipelines/{name}/rollback", post(rollback))
         .route("/api/pipelines/{name}/stop", post(stop))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            (Arc::clone(&server), body_timeout, hosts),
+            guard,
+        ))
         .layer(axum::middleware::map_response(json_refusals))
         .with_state(server)
+}
+
+/// Runs before every route, on the request's headers alone: a `Host` that names neither
+/// an IP address, `localhost` nor one of `hosts` (`--allow-host`) is refused (421), so
+/// that a web page cannot reach the API through a DNS name rebound to loopback; a
+/// mutating call (`POST`, `PUT`, `DELETE`) without the token is refused (401) before a
+/// byte of its body is read, a `Content-Length` over [`MAX_BODY_BYTES`] is refused
+/// (413) before reading it, and a body that does not arrive within `body_timeout` is
+/// refused (408). So a client without the token cannot make the server hold a body in
+/// memory, nor a slow client hold a connection with one. Every answer forbids framing
+/// (clickjacking of the console).
+async fn guard(
+    State((server, body_timeout, hosts)): State<(Arc<Server>, Duration, Arc<[String]>)>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut response = guarded(&server, body_timeout, &hosts, request, next).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        "x-frame-options",
+        axum::http::HeaderValue::from_static("DENY"),
+    );
+    headers.insert(
+        "content-security-policy",
+        axum::http::HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    headers.insert(
+        "x-content-type-options",
+        axum::http::HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+/// Whether the `Host` header `host` (a name or address, with or without a port) is one
+/// the API answers: an IP address, `localhost`, or one of `allowed`.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let name = match host.strip_prefix('[') {
+        // [v6]:port
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+}
+
+/// [`guard`]'s checks, and the route if they pass.
+async fn guarded(
+    server: &Server,
+    body_timeout: Duration,
+    hosts: &[String],
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use axum::http::Method;
+    let host = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !host_allowed(host, hosts) {
+        return Refused::new(
+            421,
+            format!("this server does not answer for host {host:?} (start it with --allow-host NAME to allow a name)"),
+        )
+        .into_response();
+    }
+    let mutating = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    if mutating {
+        if let Err(refused) = authorize(server, request.headers()) {
+            return refused.into_response();
+        }
+    }
+    let length = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if length.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return too_large().into_response();
+    }
+    if !mutating {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(body_timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(bytes)) => {
+            let request = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+            next.run(request).await
+        }
+        Ok(Err(_)) => too_large().into_response(),
+        Err(_) => Refused::new(
+            408,
+            format!(
+                "the request body did not arrive within {} ms",
+                body_timeout.as_millis()
+            ),
+        )
+        .into_response(),
+    }
+}
+
+fn too_large() -> Refused {
+    Refused::new(
+        413,
+        format!(
+            "the request body is over the API's limit of {} MiB",
+            MAX_BODY_BYTES >> 20
+        ),
+    )
 }
 
 /// The largest request body the API takes (a UDF component): 64 MiB.
@@ -467,4 +592,33 @@ async fn metrics(State(server): Shared) -> Response {
         text,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn addresses_localhost_and_allowed_names_are_answered_other_names_not() {
+        let allowed = ["weir.internal".to_string()];
+        for host in [
+            "127.0.0.1:7878",
+            "127.0.0.1",
+            "[::1]:7878",
+            "localhost:7878",
+            "LOCALHOST",
+            "10.1.2.3:80",
+            "weir.internal:7878",
+        ] {
+            assert!(host_allowed(host, &allowed), "{host}");
+        }
+        for host in [
+            "attacker.example",
+            "attacker.example:7878",
+            "",
+            "127.0.0.1.nip.io:7878",
+        ] {
+            assert!(!host_allowed(host, &allowed), "{host}");
+        }
+    }
 }

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use weir_cluster::steering::Steering;
 use weir_control::{prepare, Prepared, VersionInfo, Versions};
-use weir_pipeline::PipelineSpec;
+use weir_pipeline::{PipelineSpec, SourceLocation};
 use weir_run::{run_with, RunControl, RunOptions, RunState};
 
 /// A pipeline `weir serve` runs: started from its file, steered through the API.
@@ -59,10 +59,26 @@ fn run_restarting(
             spec.restart.delay.as_millis(),
             spec.restart.attempts
         );
+        // What a source that cannot be read again delivered after the last checkpoint
+        // is not read again by the restart: say so, rather than lose it in silence.
+        let unreplayable = unreplayable_sources(spec);
+        let loss = (!unreplayable.is_empty()).then(|| {
+            format!(
+                "pipeline {:?} restarts from its last checkpoint, but source(s) {} cannot be read again: the records they delivered after that checkpoint are lost",
+                spec.name,
+                unreplayable.join(", ")
+            )
+        });
+        if let Some(loss) = &loss {
+            tracing::warn!("{loss}");
+        }
         // The run recorded its error already.
         control.update(|s| {
             s.state = RunState::Restarting;
             s.restarts = restarts as u64;
+            if let Some(loss) = loss {
+                s.record_error(loss);
+            }
         });
         let until = Instant::now() + spec.restart.delay;
         while Instant::now() < until && !stopping() {
@@ -88,6 +104,23 @@ fn run_restarting(
             }
         }
     }
+}
+
+/// The names of `spec`'s sources that cannot be read again from a checkpoint's position:
+/// stdin, and a file that is a named pipe.
+fn unreplayable_sources(spec: &PipelineSpec) -> Vec<String> {
+    use std::os::unix::fs::FileTypeExt as _;
+    spec.sources
+        .iter()
+        .filter(|source| match &source.location {
+            SourceLocation::Stdin => true,
+            SourceLocation::File(path) => {
+                std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
+            }
+            _ => false,
+        })
+        .map(|source| format!("{:?}", source.name))
+        .collect()
 }
 
 impl Deployment {

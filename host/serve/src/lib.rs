@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 mod api;
+pub mod connections;
 pub mod deployment;
 mod metrics;
 mod page;
@@ -46,7 +47,15 @@ pub struct ServeConfig {
     pub group: Option<String>,
     /// How many versions of each pipeline the registry keeps.
     pub keep_versions: usize,
+    /// How long a client may take to send a request's headers (its body gets
+    /// [`BODY_TIMEOUT_FACTOR`] times as long).
+    pub header_timeout: std::time::Duration,
+    /// Host names the API answers for, besides IP addresses and `localhost`.
+    pub allowed_hosts: Vec<String>,
 }
+
+/// A request's body may take this many times the header timeout to arrive.
+pub const BODY_TIMEOUT_FACTOR: u32 = 12;
 
 /// The token in force: given, or kept in `<data dir>/token` (created on first start).
 pub fn token(data_dir: &Path, given: Option<String>) -> anyhow::Result<(String, bool)> {
@@ -74,8 +83,77 @@ pub fn token(data_dir: &Path, given: Option<String>) -> anyhow::Result<(String, 
     Ok((token, true))
 }
 
-/// Runs the server until SIGINT/SIGTERM, then stops every pipeline gracefully.
+/// Another `weir serve` holds the data directory: a second server there would resume the
+/// first's pipelines and prune the components its records do not name. `weir serve`
+/// exits with 2 on it.
+#[derive(Debug)]
+pub struct DataDirInUse {
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// What the lock file says of the server holding it (its process id and address).
+    pub holder: String,
+}
+
+impl std::fmt::Display for DataDirInUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "another weir serve is using the data directory {} ({}); stop it, or give this one another --data-dir",
+            self.data_dir.display(),
+            self.holder
+        )
+    }
+}
+
+impl std::error::Error for DataDirInUse {}
+
+/// The exclusive lock on a data directory that a running server holds (on
+/// `<data dir>/serve.lock`, released when the process ends, however it ends).
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+/// Takes the exclusive lock on `data_dir` (creating it), or says which server holds it.
+pub fn lock_data_dir(data_dir: &Path) -> anyhow::Result<DataDirLock> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create {}", data_dir.display()))?;
+    let path = data_dir.join("serve.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = match holder.trim() {
+                "" => "its process is not known".to_string(),
+                known => known.to_string(),
+            };
+            return Err(DataDirInUse {
+                data_dir: data_dir.to_path_buf(),
+                holder,
+            }
+            .into());
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
+    file.set_len(0)?;
+    write!(file, "process {}", std::process::id())?;
+    Ok(DataDirLock { _file: file })
+}
+
+/// Runs the server until SIGINT/SIGTERM, then stops every pipeline gracefully. Refuses
+/// ([`DataDirInUse`]) to start on a data directory another server is using.
 pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    let _lock = lock_data_dir(&config.data_dir)?;
+    let open_files = connections::raise_open_file_limit();
     let (token, generated) = token(&config.data_dir, config.token.clone())?;
     let (registry, damaged) =
         registry::Registry::open(&config.data_dir.join("registry"), config.keep_versions)?;
@@ -91,6 +169,7 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
         data_dir: config.data_dir.clone(),
         probation_calls: config.probation_calls,
         pipelines: Mutex::new(BTreeMap::new()),
+        creating: Mutex::new(std::collections::BTreeSet::new()),
         group: config.group.clone(),
         registry,
     });
@@ -124,11 +203,20 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 file.display()
             );
         }
-        let app = api::router(Arc::clone(&server));
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("the admin API failed")
+        let limits = connections::Limits::new(open_files, config.header_timeout);
+        tracing::info!(
+            "weir serve: at most {} API connections ({} open files allowed), {} ms for a request's headers",
+            limits.connections,
+            open_files,
+            limits.header_timeout.as_millis()
+        );
+        let app = api::router(
+            Arc::clone(&server),
+            limits.body_timeout,
+            config.allowed_hosts.clone().into(),
+        );
+        connections::serve_connections(listener, app, limits, shutdown_signal()).await;
+        anyhow::Ok(())
     })?;
     let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
     for (name, deployment) in pipelines.iter_mut() {

@@ -4,7 +4,7 @@
 use crate::deployment::Deployment;
 use crate::refused::Refused;
 use crate::registry::{Desired, PipelineRecord, Registry};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use weir_control::Versions;
@@ -18,8 +18,12 @@ pub struct Server {
     pub data_dir: PathBuf,
     /// Calls a new UDF version is on probation for.
     pub probation_calls: u64,
-    /// The pipelines, by name.
+    /// The pipelines, by name. Held only to look up or insert, never through a compile:
+    /// reads must not wait for one.
     pub pipelines: Mutex<BTreeMap<String, Deployment>>,
+    /// The names of pipelines being created (compiled and started), reserved so that a
+    /// second create of the same name is refused while the first is under way.
+    pub creating: Mutex<BTreeSet<String>>,
     /// With `--group`: the consumer group every pipeline joins.
     pub group: Option<String>,
     /// What the server runs, kept in the data dir (see [`crate::registry`]).
@@ -44,13 +48,9 @@ impl Server {
     pub fn create(&self, text: &str, base: &Path) -> Result<String, Refused> {
         let spec = self.spec(text, base)?;
         let name = spec.name.clone();
-        let mut pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-        if pipelines.get(&name).is_some_and(Deployment::is_running) {
-            return Err(Refused::new(
-                409,
-                format!("pipeline {name:?} is already running (stop or delete it first)"),
-            ));
-        }
+        // The name is reserved while the component is compiled and started, without
+        // holding `pipelines`: reads and calls on other pipelines go on meanwhile.
+        let _reserved = self.reserve(&name)?;
         let bytes = std::fs::read(&spec.udf.path).map_err(|e| {
             Refused::new(
                 400,
@@ -113,8 +113,32 @@ impl Server {
                 format!("pipeline {name:?} was not started: {e:#}"),
             ));
         }
+        let mut pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
         pipelines.insert(name.clone(), deployment);
         Ok(name)
+    }
+
+    /// Reserves `name` for a pipeline being created: refused (409) if a pipeline of that
+    /// name runs or is being created. The name is free again when the reservation drops.
+    fn reserve(&self, name: &str) -> Result<Reservation<'_>, Refused> {
+        let pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        if pipelines.get(name).is_some_and(Deployment::is_running) {
+            return Err(Refused::new(
+                409,
+                format!("pipeline {name:?} is already running (stop or delete it first)"),
+            ));
+        }
+        let mut creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        if !creating.insert(name.to_string()) {
+            return Err(Refused::new(
+                409,
+                format!("pipeline {name:?} is being created by another call"),
+            ));
+        }
+        Ok(Reservation {
+            server: self,
+            name: name.to_string(),
+        })
     }
 
     /// Starts a pipeline the registry holds again, with its active version: it resumes
@@ -201,5 +225,22 @@ impl Server {
                 tracing::error!("pipeline {name:?}: cannot record its rollback: {e:#}");
             }
         }
+    }
+}
+
+/// A pipeline name reserved by [`Server::reserve`] while the pipeline is created.
+struct Reservation<'a> {
+    server: &'a Server,
+    name: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut creating = self
+            .server
+            .creating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        creating.remove(&self.name);
     }
 }

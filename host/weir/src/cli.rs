@@ -189,6 +189,14 @@ enum Command {
         /// to); older components are removed.
         #[arg(long, default_value_t = weir_serve::registry::DEFAULT_KEEP_VERSIONS)]
         keep_versions: usize,
+        /// How long a client may take to send a request's headers; a connection that has
+        /// not sent them by then is closed (a request's body has 12 times as long).
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+        header_timeout: std::time::Duration,
+        /// A host name the API answers for (repeatable), besides IP addresses and
+        /// `localhost`: requests naming any other `Host` are refused (DNS rebinding).
+        #[arg(long = "allow-host", value_name = "NAME")]
+        allowed_hosts: Vec<String>,
         #[command(flatten)]
         compile: CompileArgs,
     },
@@ -284,6 +292,15 @@ struct ServerArgs {
 impl ServerArgs {
     fn client(&self) -> crate::client::Client {
         crate::client::Client::new(&self.server, self.token.clone(), &self.data_dir)
+    }
+}
+
+/// A duration of more than 0 (`10s`, `500ms`), for a flag.
+fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
+    match weir_core::time::parse_duration_ms(text) {
+        Ok(ms) if ms > 0 => Ok(std::time::Duration::from_millis(ms as u64)),
+        Ok(_) => Err(format!("{text:?} is not more than 0")),
+        Err(e) => Err(format!("{e:#}")),
     }
 }
 
@@ -493,10 +510,14 @@ pub fn main() -> ExitCode {
             probation_calls,
             group,
             keep_versions,
+            header_timeout,
+            allowed_hosts,
             compile,
         } => {
             compile.apply();
             let config = weir_serve::ServeConfig {
+                header_timeout,
+                allowed_hosts,
                 listen,
                 data_dir,
                 token,
@@ -505,7 +526,13 @@ pub fn main() -> ExitCode {
                 group,
                 keep_versions,
             };
-            finished(weir_serve::serve(config))
+            match weir_serve::serve(config) {
+                Err(e) if e.is::<weir_serve::DataDirInUse>() => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(2)
+                }
+                result => finished(result),
+            }
         }
         Command::Deploy {
             file,

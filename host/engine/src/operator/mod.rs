@@ -110,6 +110,14 @@ pub struct OperatorCounters {
 }
 
 /// A new function version on trial: the one it replaced, kept until enough calls passed.
+/// A new version [prepared](KeyedOperator::prepare_swap) in an operator (initialised
+/// against its host) and not yet put to work: half of a swap across the shards.
+pub struct PreparedSwap {
+    function: Box<dyn ProcessFunction>,
+    /// The time-to-live of each state before the new version's `init` declared them.
+    previous_ttls: Vec<Option<weir_core::state::StateTtl>>,
+}
+
 struct Probation {
     previous: Box<dyn ProcessFunction>,
     calls_left: u64,
@@ -250,23 +258,57 @@ impl KeyedOperator {
     /// no batch is open.
     pub fn swap_function(
         &mut self,
-        mut function: Box<dyn ProcessFunction>,
+        function: Box<dyn ProcessFunction>,
         info: &InitInfo,
         probation_calls: u64,
     ) -> Result<(), OperatorError> {
+        let prepared = self.prepare_swap(function, info)?;
+        self.commit_swap(prepared, probation_calls);
+        Ok(())
+    }
+
+    /// The first half of a swap: initialises `function` against the live host (its
+    /// `init` declares its states and outputs) without putting it to work. The run
+    /// prepares a new version in every shard, then [commits](Self::commit_swap) it in all
+    /// of them, or [aborts](Self::abort_swap) it in all if any refused, so that a swap
+    /// is all-or-nothing across the shards. A refusal (a failing `init`, an output
+    /// without a sink) leaves the operator as it was.
+    pub fn prepare_swap(
+        &mut self,
+        mut function: Box<dyn ProcessFunction>,
+        info: &InitInfo,
+    ) -> Result<PreparedSwap, OperatorError> {
         let outputs = self.host.outputs.len();
         let previous_ttls = self.host.states.ttls();
         self.host.declaring = true;
         let result = function.init(&mut self.host, info);
         self.host.declaring = false;
         let added: Vec<String> = self.host.outputs.drain(outputs..).collect();
-        result.map_err(|error| OperatorError::Udf {
-            activity: Activity::Init,
-            error,
-        })?;
-        if !added.is_empty() {
-            return Err(OperatorError::Unrouted(added));
+        let refused = match result {
+            Err(error) => Some(OperatorError::Udf {
+                activity: Activity::Init,
+                error,
+            }),
+            Ok(()) if !added.is_empty() => Some(OperatorError::Unrouted(added)),
+            Ok(()) => None,
+        };
+        if let Some(error) = refused {
+            self.restore_ttls(previous_ttls);
+            return Err(error);
         }
+        Ok(PreparedSwap {
+            function,
+            previous_ttls,
+        })
+    }
+
+    /// The second half of a swap: puts a [prepared](Self::prepare_swap) version to work,
+    /// on probation for `probation_calls` (0: none, the old version is dropped).
+    pub fn commit_swap(&mut self, prepared: PreparedSwap, probation_calls: u64) {
+        let PreparedSwap {
+            function,
+            previous_ttls,
+        } = prepared;
         let previous = std::mem::replace(&mut self.function, function);
         self.probation = (probation_calls > 0).then_some(Probation {
             previous,
@@ -275,7 +317,27 @@ impl KeyedOperator {
         });
         // The old version may have been slow; the new one starts from the configured size.
         self.batch_limit = self.batch_limit.max(1);
-        Ok(())
+    }
+
+    /// Drops a [prepared](Self::prepare_swap) version that another shard refused: the
+    /// states get back the time-to-live the running version declared.
+    pub fn abort_swap(&mut self, prepared: PreparedSwap) {
+        self.restore_ttls(prepared.previous_ttls);
+    }
+
+    /// Declares every state again with the time-to-live in `ttls` (by state id) where a
+    /// newer declaration changed it.
+    fn restore_ttls(&mut self, ttls: Vec<Option<weir_core::state::StateTtl>>) {
+        for (id, ttl) in ttls.into_iter().enumerate() {
+            let id = id as u32;
+            if self.host.states.ttl(id) != ttl {
+                if let Some((name, kind)) = self.host.states.get(id) {
+                    let name = name.to_string();
+                    let redeclared = self.host.declare_state(&name, kind, ttl);
+                    debug_assert!(redeclared.is_ok(), "the same name and kind again");
+                }
+            }
+        }
     }
 
     /// Whether a swapped-in version is still on probation. The run asks when a UDF call
@@ -302,16 +364,7 @@ impl KeyedOperator {
         let probation = self.probation.take()?;
         // The old version's instance is not initialised again: its states' time-to-live
         // goes back to what it declared.
-        for (id, ttl) in probation.previous_ttls.into_iter().enumerate() {
-            let id = id as u32;
-            if self.host.states.ttl(id) != ttl {
-                if let Some((name, kind)) = self.host.states.get(id) {
-                    let name = name.to_string();
-                    let redeclared = self.host.declare_state(&name, kind, ttl);
-                    debug_assert!(redeclared.is_ok(), "the same name and kind again");
-                }
-            }
-        }
+        self.restore_ttls(probation.previous_ttls);
         Some(std::mem::replace(&mut self.function, probation.previous))
     }
 
