@@ -114,9 +114,13 @@ async fn guarded(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
     );
+    // A refusal from the headers drops what the body sends for a short while (never
+    // keeping it), so that the client reads the refusal rather than a reset connection.
+    let drain_for = body_timeout / crate::BODY_TIMEOUT_FACTOR;
     if mutating {
         if let Err(refused) = authorize(server, request.headers()) {
-            return refused.into_response();
+            drain(request.into_body(), MAX_BODY_BYTES as u64, drain_for).await;
+            return closing(refused.into_response());
         }
     }
     let length = request
@@ -125,7 +129,8 @@ async fn guarded(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if length.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return too_large().into_response();
+        drain(request.into_body(), 1 << 20, drain_for).await;
+        return closing(too_large().into_response());
     }
     if !mutating {
         return next.run(request).await;
@@ -146,6 +151,33 @@ async fn guarded(
         )
         .into_response(),
     }
+}
+
+/// Reads and drops what `body` sends, up to `limit` bytes and for at most `wait`: none of
+/// it is kept.
+async fn drain(mut body: axum::body::Body, limit: u64, wait: Duration) {
+    use http_body::Body as _;
+    let mut seen = 0u64;
+    let _ = tokio::time::timeout(wait, async {
+        while seen <= limit {
+            let frame =
+                std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await;
+            match frame {
+                Some(Ok(frame)) => seen += frame.data_ref().map_or(0, |d| d.len() as u64),
+                _ => return,
+            }
+        }
+    })
+    .await;
+}
+
+/// `response`, with the connection closed after it (its request's body was not read).
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 fn too_large() -> Refused {
