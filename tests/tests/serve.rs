@@ -2863,3 +2863,43 @@ fn reads_answer_while_a_pipeline_is_created() {
         "only {answered_meanwhile} reads answered while the component compiled"
     );
 }
+
+/// Issue 37, item 4: the server keeps in memory the versions its registry keeps on disk
+/// (`--keep-versions`), not every version ever deployed.
+#[test]
+fn deploys_keep_in_memory_only_the_versions_the_registry_keeps() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let server = Server::start_with_args(&[&file], Some(TOKEN), &["--keep-versions", "3"]);
+    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let base = wasm("versioned-udf-v2");
+    for n in 0..25u32 {
+        // Version n: v2 with a custom section of its own, so that each is new.
+        let name = b"weir-test-version";
+        let payload = n.to_le_bytes();
+        let mut bytes = base.clone();
+        bytes.push(0);
+        bytes.push((1 + name.len() + payload.len()) as u8);
+        bytes.push(name.len() as u8);
+        bytes.extend_from_slice(name);
+        bytes.extend_from_slice(&payload);
+        let reply = server.put_udf("counter", &bytes);
+        assert_eq!(reply.status, 200, "deploy {n}: {}", reply.text);
+    }
+    let p = server.wait_for("counter", "version 26", Duration::from_secs(30), |p| {
+        version(p) == Some(26)
+    });
+    let kept: Vec<u64> = p["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(kept, [24, 25, 26], "{p:#}");
+    let on_disk = std::fs::read_dir(server.data_dir().join("registry").join("components"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert!(on_disk <= 4, "{on_disk} components on disk");
+}

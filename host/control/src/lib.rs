@@ -110,6 +110,12 @@ impl Versions {
         true
     }
 
+    /// Forgets the versions whose number `kept` refuses (their components with them):
+    /// the server keeps in memory the versions its registry keeps on disk.
+    pub fn retain(&self, kept: impl Fn(u32) -> bool) {
+        self.lock().retain(|v| kept(v.number));
+    }
+
     /// The version recorded last.
     pub fn last(&self) -> Option<UdfVersion> {
         self.lock().last().cloned()

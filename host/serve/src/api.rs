@@ -436,6 +436,7 @@ fn swap_recorded(
                 format!("version {number} runs, but the registry could not record it: {e:#}"),
             ));
         }
+        server.forget_unkept_versions(&name);
         Ok(deployed)
     }
 }

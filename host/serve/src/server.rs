@@ -115,7 +115,22 @@ impl Server {
         }
         let mut pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
         pipelines.insert(name.clone(), deployment);
+        drop(pipelines);
+        self.forget_unkept_versions(&name);
         Ok(name)
+    }
+
+    /// Forgets in memory the versions of pipeline `name` that its registry record no
+    /// longer keeps (`--keep-versions`): memory does not grow with every deploy. Called
+    /// after every change of the record's versions.
+    pub fn forget_unkept_versions(&self, name: &str) {
+        let Some(record) = self.registry.get(name) else {
+            return;
+        };
+        let pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = pipelines.get(name) {
+            d.versions.retain(|number| record.version(number).is_some());
+        }
     }
 
     /// Reserves `name` for a pipeline being created: refused (409) if a pipeline of that
