@@ -2489,14 +2489,18 @@ fn a_rollback_after_a_restart_goes_to_the_version_before_and_the_history_says_so
 fn a_damaged_registry_file_is_reported_and_the_server_starts_with_the_rest() {
     let work = Workdir::new();
     let server = Server::start(&[]);
-    for name in ["kept-a", "kept-b"] {
-        let toml =
-            std::fs::read_to_string(stdin_pipeline(&work, name, "versioned-udf-v1", "")).unwrap();
+    for (name, udf) in [
+        ("kept-a", "versioned-udf-v1"),
+        ("kept-b", "versioned-udf-v2"),
+    ] {
+        let toml = std::fs::read_to_string(stdin_pipeline(&work, name, udf, "")).unwrap();
         let reply = server.create(&toml, &work.path(""));
         assert_eq!(reply.status, 201, "{}", reply.text);
     }
+    let copy = work.path("kept-b.json");
     let server = server.kill_and_restart_after(|data| {
         let damaged = data.join("registry/pipelines/kept-b.json");
+        std::fs::copy(&damaged, &copy).unwrap();
         let mut bytes = std::fs::read(&damaged).unwrap();
         let at = bytes.len() - 10;
         bytes[at] ^= 0x20;
@@ -2511,6 +2515,17 @@ fn a_damaged_registry_file_is_reported_and_the_server_starts_with_the_rest() {
         log.contains("kept-b.json cannot be used") && log.contains("damaged"),
         "{log}"
     );
+    // A change to another pipeline prunes no component while the damaged file is
+    // there: restoring it from the copy brings kept-b back with its version.
+    let reply = server.put_udf("kept-a", &wasm("versioned-udf-migrated"));
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let server = server.kill_and_restart_after(|data| {
+        std::fs::copy(&copy, data.join("registry/pipelines/kept-b.json")).unwrap();
+    });
+    let p = server.wait_for("kept-b", "running", Duration::from_secs(60), |p| {
+        state(p) == "running"
+    });
+    assert_eq!(version(&p), Some(1), "{p:#}");
 }
 
 // ---------------------------------------------------------------------------------------

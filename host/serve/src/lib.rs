@@ -159,7 +159,7 @@ pub fn serve(config: ServeConfig) -> anyhow::Result<()> {
         registry::Registry::open(&config.data_dir.join("registry"), config.keep_versions)?;
     for d in &damaged {
         eprintln!(
-            "weir serve: the registry file {} cannot be used ({}); its pipeline is not started",
+            "weir serve: the registry file {} cannot be used ({}); its pipeline is not started, and no component is removed from the registry while the file is there (repair it and restart, or delete it)",
             d.path.display(),
             d.reason
         );

@@ -144,6 +144,10 @@ pub struct Registry {
     /// Components stored for a deploy that has not been recorded (or refused) yet: not
     /// pruned meanwhile.
     pending: Mutex<BTreeSet<String>>,
+    /// Record files that could not be read at open: while any is still there, no
+    /// component is pruned, as it may name any of them (repairing the file and
+    /// restarting brings its pipeline back, with its versions).
+    damaged: Mutex<Vec<PathBuf>>,
 }
 
 /// What opening the registry found that cannot be used: the file and why.
@@ -197,12 +201,11 @@ impl Registry {
             keep_versions,
             records: Mutex::new(records),
             pending: Mutex::default(),
+            damaged: Mutex::new(damaged.iter().map(|d| d.path.clone()).collect()),
         };
-        if damaged.is_empty() {
-            // Components of deploys a crash cut short; kept while a damaged record might
-            // still name them.
-            registry.prune(&registry.lock());
-        }
+        // Components of deploys a crash cut short (kept while a damaged record might
+        // still name them).
+        registry.prune(&registry.lock());
         Ok((registry, damaged))
     }
 
@@ -349,6 +352,13 @@ impl Registry {
     /// Removes the components no kept version of any record names (and no deploy under
     /// way has stored).
     fn prune(&self, records: &BTreeMap<String, PipelineRecord>) {
+        {
+            let mut damaged = self.damaged.lock().unwrap_or_else(|e| e.into_inner());
+            damaged.retain(|path| path.exists());
+            if !damaged.is_empty() {
+                return;
+            }
+        }
         let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let named: BTreeSet<&str> = records
             .values()
