@@ -9,7 +9,7 @@ UDF_CRATES := change-only-counter order-timeout session-report tumbling-window s
 	versioned-udf-retyped versioned-udf-migrated not-a-udf
 WEIR := target/release/weir
 
-.PHONY: all setup build host udfs guests demo test bench fmt clippy lint clean
+.PHONY: all setup build host udfs guests demo test bench bench-full fmt clippy lint clean
 
 all: build
 
@@ -67,16 +67,22 @@ demo: build
 test: build guests
 	scripts/test.sh
 
-## bench: throughput (wasm vs native, file and Kafka), checkpoint cost and memory figures;
-## the last lines are the results. Starts the broker (scripts/services.sh) if it is not
-## running, and stops it afterwards only if it was not already running.
+## bench: the headline figures in about ten minutes (the counter wasm vs native, Weir's
+## side of the Flink comparison, hot keys, Python and JavaScript per element, checkpoint
+## cost); the last lines are the results. `make bench PART=name` runs one part (flink,
+## native, wasm, checkpoints, kafka, postgres, languages, parallel, scale, state-size);
+## `make bench-full` runs every part. Starts the broker (scripts/services.sh) if it is
+## not running, and stops it afterwards only if it was not already running.
 bench: build guests
 	$(CARGO) build --release -p weir-e2e --bin weir-bench
 	@if scripts/services.sh status 2>/dev/null; then started=0; else started=1; fi; \
 	scripts/services.sh start >/dev/null || exit 1; \
-	$(CARGO) run --release -p weir-e2e --bin weir-bench; status=$$?; \
+	$(CARGO) run --release -p weir-e2e --bin weir-bench -- $(PART); status=$$?; \
 	if [ $$started = 1 ]; then scripts/services.sh stop 2>/dev/null || true; fi; \
 	exit $$status
+
+bench-full:
+	$(MAKE) bench PART=full
 
 fmt:
 	$(CARGO) fmt --all

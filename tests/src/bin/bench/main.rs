@@ -1,4 +1,6 @@
-//! `make bench`: Weir's throughput and memory figures.
+//! `make bench`: Weir's headline figures in about ten minutes (see [`headline`]);
+//! `make bench-full` (`weir-bench full`): every part below, the last lines as follows.
+//! `make bench PART=name` (`weir-bench name`) runs one part.
 //!
 //! 1. Throughput: 2,000,000 clicks over 10,000 ads through the change-only counter, from
 //!    a JSON-lines file to a discarding sink, (a) as the wasm component and (b) as a
@@ -49,9 +51,14 @@
 //! change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R
 //! ```
 //!
-//! `weir-bench native|wasm|checkpoints|kafka|postgres|languages|edit-loop|scale|state-size [UDF]` runs one part
-//! only.
+//! `weir-bench full|flink|native|wasm|checkpoints|kafka|postgres|languages|edit-loop|scale|state-size [UDF]`
+//! runs one part only. `flink` is Weir's side of the Flink comparison (see `flink.rs`):
+//!
+//! ```text
+//! flink-compare udf=change-only-counter clicks=10000000 ads=1000 parallelism=P records_per_s=N cpu_s=C wall_s=W
+//! ```
 
+mod flink;
 mod kafka;
 mod languages;
 mod parallel;
@@ -95,9 +102,19 @@ fn main() -> anyhow::Result<()> {
     let clicks = data.join("clicks-2m-10ms.jsonl");
     ensure_clicks(&clicks, ADS)?;
     let spec = counter_pipeline(&data, &clicks)?;
-    // `weir-bench native|wasm|checkpoints|kafka`: one part only.
-    if let Some(only) = std::env::args().nth(1) {
+    // `weir-bench PART`: one part only (`full`: all of them).
+    let Some(only) = std::env::args().nth(1) else {
+        return headline(&data, &clicks, &spec);
+    };
+    {
         let report = match only.as_str() {
+            "full" => return full(&data, &clicks, &spec),
+            "flink" => {
+                for r in flink::compare(&data)? {
+                    println!("{}", r.line());
+                }
+                return Ok(());
+            }
             "checkpoints" => {
                 let cost = checkpoint_cost(&data, &spec)?;
                 println!("{}", cost.line());
@@ -168,18 +185,23 @@ fn main() -> anyhow::Result<()> {
             "wasm" => run(&spec, &RunOptions::default()),
             other => {
                 anyhow::bail!(
-                    "unknown part {other:?}: weir-bench [native|wasm|checkpoints|kafka|postgres|languages|parallel|scale|state-size [UDF]]"
+                    "unknown part {other:?}: weir-bench [full|flink|native|wasm|checkpoints|kafka|postgres|languages|parallel|scale|state-size [UDF]]"
                 )
             }
         }
         .map_err(|f| anyhow::anyhow!("{f}"))?;
         println!("{only}: {:.0} records/s", report.records_per_second());
-        return Ok(());
+        Ok(())
     }
-    let wasm = best_of(|| run(&spec, &RunOptions::default()).map_err(|f| anyhow::anyhow!("{f}")))?;
+}
+
+/// The counter as the wasm component and as its native twin, best of [`RUNS`] each,
+/// printed for people; checks that both emit the same.
+fn wasm_and_native(spec: &PipelineSpec) -> anyhow::Result<(RunReport, RunReport)> {
+    let wasm = best_of(|| run(spec, &RunOptions::default()).map_err(|f| anyhow::anyhow!("{f}")))?;
     let native = best_of(|| {
         run_with(
-            &spec,
+            spec,
             Box::new(NativeChangeOnlyCounter::default()),
             native_identity(),
             &RunOptions::default(),
@@ -202,6 +224,53 @@ fn main() -> anyhow::Result<()> {
         wasm.outputs, native.outputs,
         "the wasm and native counters must agree"
     );
+    Ok((wasm, native))
+}
+
+/// The line that has always come last.
+fn counter_line(wasm: &RunReport, native: &RunReport) -> String {
+    let (w, n) = (wasm.records_per_second(), native.records_per_second());
+    format!(
+        "change-only-counter wasm_records_per_s={w:.0} native_records_per_s={n:.0} ratio={:.3}",
+        w / n
+    )
+}
+
+/// `make bench`: the headline figures in about ten minutes on two cores: the counter
+/// against its native twin, Weir's side of the Flink comparison, the seed 000 counter
+/// with small and big state per ad, the Python and JavaScript UDFs per element, and the
+/// cost of checkpoints. Their lines are the same as in [`full`], which adds the rest
+/// (Kafka, PostgreSQL, scale-out, every state size and language, start-up, memory).
+fn headline(data: &Path, clicks: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let (wasm, native) = wasm_and_native(spec)?;
+    let flink = flink::compare(data)?;
+    let state_sizes = state_size::matrix(data, Some("change-only-counter"))?;
+    let language_runs = languages::per_element(data, clicks)?;
+    let cost = checkpoint_cost(data, spec)?;
+    println!();
+    for r in &flink {
+        println!("{}", r.line());
+    }
+    for r in &state_sizes {
+        println!("{}", r.line());
+    }
+    for r in &language_runs {
+        println!("{}", r.line());
+    }
+    println!("{}", cost.line());
+    println!(
+        "bench-headline total_s={:.0}",
+        started.elapsed().as_secs_f64()
+    );
+    println!("{}", counter_line(&wasm, &native));
+    Ok(())
+}
+
+/// `make bench-full`: every part.
+fn full(data: &Path, clicks: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
+    let (data, clicks, spec) = (data.to_path_buf(), clicks.to_path_buf(), spec.clone());
+    let (wasm, native) = wasm_and_native(&spec)?;
 
     let (peak, baseline) = order_memory(&data)?;
     println!("order-timeout, {OPEN_ORDERS} orders open at once (timeout 1d):");
@@ -264,11 +333,11 @@ fn main() -> anyhow::Result<()> {
     for r in &kafka {
         println!("{}", kafka_line(r));
     }
-    let (w, n) = (wasm.records_per_second(), native.records_per_second());
-    println!(
-        "change-only-counter wasm_records_per_s={w:.0} native_records_per_s={n:.0} ratio={:.3}",
-        w / n
-    );
+    let flink = flink::compare(&data)?;
+    for r in &flink {
+        println!("{}", r.line());
+    }
+    println!("{}", counter_line(&wasm, &native));
     Ok(())
 }
 
