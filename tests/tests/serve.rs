@@ -2918,3 +2918,63 @@ fn deploys_keep_in_memory_only_the_versions_the_registry_keeps() {
         .unwrap_or(0);
     assert!(on_disk <= 4, "{on_disk} components on disk");
 }
+
+/// Issue 36, item 7: a `[restart]` of a pipeline fed by a named pipe cannot read again
+/// what the pipe delivered after the last checkpoint: the server says how many records
+/// that was, in the pipeline's last error and its log, instead of losing them in silence.
+#[test]
+fn a_restart_says_how_many_records_a_named_pipe_delivered_after_the_checkpoint() {
+    let work = Workdir::new();
+    let fifo = work.path("poisoned.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let toml = format!(
+        "name = \"piped\"\n\n[[source]]\nname = \"events\"\ntype = \"file\"\npath = \"poisoned.fifo\"\n\
+         key = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n[udf]\npath = \"{}\"\nmax_batch = 0\n\n\
+         [[sink]]\noutput = \"main\"\ntype = \"file\"\npath = \"piped.out.jsonl\"\n\n\
+         [checkpoint]\ninterval = \"100ms\"\n\n[restart]\nattempts = 1\ndelay = \"100ms\"\n",
+        component("misbehaving-udf").display()
+    );
+    let file = work.write("piped.toml", &toml);
+    let (sent, written) = mpsc::channel::<()>();
+    let (go, wait) = mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        let mut pipe = std::fs::OpenOptions::new().write(true).open(fifo)?;
+        let line = |seq: u64| format!("{{\"key\":\"k{}\",\"ts\":{seq}}}\n", seq % 5);
+        for seq in 0..200 {
+            pipe.write_all(line(seq).as_bytes())?;
+        }
+        let _ = sent.send(());
+        let _ = wait.recv();
+        // 50 good records and the poison one, after the checkpoint of the first 200.
+        let mut rest: String = (200..250).map(line).collect();
+        rest.push_str("{\"key\":\"p\",\"ts\":250,\"fail\":\"error\"}\n");
+        pipe.write_all(rest.as_bytes())?;
+        let _ = wait.recv();
+        Ok::<_, std::io::Error>(())
+    });
+    let server = Server::start(&[Path::new(&file)]);
+    written.recv_timeout(Duration::from_secs(20)).unwrap();
+    server.wait_for(
+        "piped",
+        "200 records checkpointed",
+        Duration::from_secs(20),
+        |p| processed(p) == 200 && p["status"]["checkpoints"].as_u64().unwrap_or(0) >= 2,
+    );
+    go.send(()).unwrap();
+    let p = server.wait_for("piped", "the restart", Duration::from_secs(20), |p| {
+        p["status"]["restarts"].as_u64().unwrap_or(0) >= 1
+    });
+    let error = p["status"]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("cannot read again") && error.contains("lost: 51 from \"events\""),
+        "{p:#}"
+    );
+    assert!(
+        server.log().contains("lost: 51 from \"events\""),
+        "{}",
+        server.log()
+    );
+    drop(go);
+    let _ = writer.join();
+}

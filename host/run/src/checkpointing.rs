@@ -362,6 +362,14 @@ impl Checkpoints {
             .collect();
         let mut positions = Vec::with_capacity(inputs.sources().len());
         let mut input_metas = Vec::with_capacity(inputs.inputs().len());
+        let read: Vec<(String, u64)> = inputs
+            .sources()
+            .iter()
+            .map(|s| {
+                let read = s.inputs.clone().map(|i| inputs.input(i).read).sum();
+                (s.name.clone(), read)
+            })
+            .collect();
         for slot in inputs.sources() {
             let source_positions = slot.source.positions();
             for (i, position) in slot.inputs.clone().zip(&source_positions) {
@@ -422,6 +430,7 @@ impl Checkpoints {
             } else {
                 "full"
             },
+            read,
         });
         while self.history.len() > KEPT_IN_STATUS {
             self.history.pop_front();

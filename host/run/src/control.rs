@@ -252,6 +252,9 @@ pub struct CheckpointRecord {
     pub bytes: u64,
     /// `full` (every key's state) or `incremental` (the changes since its parent).
     pub kind: &'static str,
+    /// Per source: its name and the records it had delivered when the checkpoint was
+    /// cut (what a restore from it has read), as [`LiveStatus::sources`] counts them.
+    pub read: Vec<(String, u64)>,
 }
 
 /// An error a run met, as its status shows it.

@@ -60,15 +60,9 @@ fn run_restarting(
             spec.restart.attempts
         );
         // What a source that cannot be read again delivered after the last checkpoint
-        // is not read again by the restart: say so, rather than lose it in silence.
-        let unreplayable = unreplayable_sources(spec);
-        let loss = (!unreplayable.is_empty()).then(|| {
-            format!(
-                "pipeline {:?} restarts from its last checkpoint, but source(s) {} cannot be read again: the records they delivered after that checkpoint are lost",
-                spec.name,
-                unreplayable.join(", ")
-            )
-        });
+        // is not read again by the restart: say so, and how much, rather than lose it in
+        // silence.
+        let loss = lost_by_restart(spec, &control.status());
         if let Some(loss) = &loss {
             tracing::warn!("{loss}");
         }
@@ -119,8 +113,42 @@ fn unreplayable_sources(spec: &PipelineSpec) -> Vec<String> {
             }
             _ => false,
         })
-        .map(|source| format!("{:?}", source.name))
+        .map(|source| source.name.clone())
         .collect()
+}
+
+/// What a restart from the last checkpoint loses of a failed run whose last status is
+/// `status`: the records each source that cannot be read again delivered after that
+/// checkpoint (all it delivered, without one), said for the log and the status; `None`
+/// when every source can be read again.
+fn lost_by_restart(spec: &PipelineSpec, status: &weir_run::LiveStatus) -> Option<String> {
+    let unreplayable = unreplayable_sources(spec);
+    if unreplayable.is_empty() {
+        return None;
+    }
+    let checkpoint = status.checkpoint_history.back();
+    let count = |counts: &[(String, u64)], name: &str| {
+        counts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, read)| *read)
+    };
+    let lost: Vec<String> = unreplayable
+        .iter()
+        .map(|name| {
+            let since = checkpoint.map_or(0, |c| count(&c.read, name));
+            let n = count(&status.sources, name).saturating_sub(since);
+            format!("{n} from {name:?}")
+        })
+        .collect();
+    let after = checkpoint.map_or("the start".to_string(), |c| {
+        format!("checkpoint {}", c.epoch)
+    });
+    Some(format!(
+        "pipeline {:?} restarts from {after}, but source(s) that cannot be read again (stdin, a named pipe) delivered records after it that the restart cannot read again: lost: {}",
+        spec.name,
+        lost.join(", ")
+    ))
 }
 
 impl Deployment {
