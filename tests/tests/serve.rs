@@ -2978,3 +2978,35 @@ fn a_restart_says_how_many_records_a_named_pipe_delivered_after_the_checkpoint()
     drop(go);
     let _ = writer.join();
 }
+
+/// Issue 37, item 6: a pipeline of the registry that cannot be started (here its
+/// component is gone) is shown as `failed` with the reason by the API and `/metrics`,
+/// not left out of them with one line on stderr.
+#[test]
+fn a_pipeline_that_cannot_be_resumed_is_shown_as_failed_with_the_reason() {
+    let work = Workdir::new();
+    let server = Server::start(&[]);
+    let toml =
+        std::fs::read_to_string(stdin_pipeline(&work, "gone", "versioned-udf-v2", "")).unwrap();
+    let reply = server.create(&toml, &work.path(""));
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    // The server's only pipeline: its only component goes.
+    let server = server.kill_and_restart_after(|data| {
+        for entry in std::fs::read_dir(data.join("registry/components")).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+    });
+    let p = server.wait_for("gone", "failed", Duration::from_secs(30), |p| {
+        state(p) == "failed"
+    });
+    let error = p["status"]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("cannot be started from the registry") && error.contains("cannot read"),
+        "{p:#}"
+    );
+    let metrics = server.get("/metrics").text;
+    assert!(metrics.contains("pipeline=\"gone\""), "{metrics}");
+    // Deleting it is allowed, as for any pipeline that is not running.
+    let reply = server.request("DELETE", "/api/pipelines/gone", Some(TOKEN), b"");
+    assert!(reply.status < 300, "{}", reply.text);
+}

@@ -211,6 +211,26 @@ impl Deployment {
         })
     }
 
+    /// A pipeline of the registry that cannot be started (its component is missing or
+    /// damaged, or refused): shown as `failed`, with `reason`, by the API, the console
+    /// and `/metrics`, until it is deployed again or deleted.
+    pub fn failed(spec: PipelineSpec, versions: Versions, reason: String) -> Self {
+        let control = RunControl::new();
+        control.update(|s| {
+            s.state = RunState::Failed;
+            s.udf = spec.udf.name.clone();
+            s.record_error(reason);
+        });
+        Self {
+            spec,
+            control,
+            versions,
+            steering: None,
+            swapping: Arc::default(),
+            thread: None,
+        }
+    }
+
     /// Whether the pipeline's thread is still running.
     pub fn is_running(&self) -> bool {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())

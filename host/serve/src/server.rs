@@ -160,23 +160,39 @@ impl Server {
     /// from its checkpoint. `weir serve` calls this at start for every pipeline that
     /// should run; `again` names why, when the registry had it stopped (it is then
     /// recorded as running).
+    /// A pipeline whose definition can be read but that cannot be started is shown as
+    /// `failed` with the reason (see [`Deployment::failed`]), and the error returned.
     pub fn resume(&self, record: &PipelineRecord, again: Option<&str>) -> anyhow::Result<()> {
         let spec = self
             .spec(&record.definition, &record.base)
             .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-        let active = record
-            .version(record.active)
-            .ok_or_else(|| anyhow::anyhow!("no version {} is kept", record.active))?;
-        let bytes = Arc::new(self.registry.component(&active.sha256)?);
         let versions = self.registry.versions_of(record);
-        let deployment = Deployment::start(
-            spec,
-            bytes,
-            versions,
-            self.group.as_deref(),
-            self.probation_calls,
-        )
-        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+        let started = record
+            .version(record.active)
+            .ok_or_else(|| anyhow::anyhow!("no version {} is kept", record.active))
+            .and_then(|active| self.registry.component(&active.sha256))
+            .and_then(|bytes| {
+                Deployment::start(
+                    spec.clone(),
+                    Arc::new(bytes),
+                    versions.clone(),
+                    self.group.as_deref(),
+                    self.probation_calls,
+                )
+                .map_err(|e| anyhow::anyhow!("{}", e.message))
+            });
+        let deployment = match started {
+            Ok(deployment) => deployment,
+            Err(e) => {
+                let reason = format!("cannot be started from the registry: {e:#}");
+                let mut pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+                pipelines.insert(
+                    record.name.clone(),
+                    Deployment::failed(spec, versions, reason),
+                );
+                return Err(e);
+            }
+        };
         if let Some(why) = again {
             self.registry.update(
                 &record.name,
