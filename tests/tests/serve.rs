@@ -3010,3 +3010,43 @@ fn a_pipeline_that_cannot_be_resumed_is_shown_as_failed_with_the_reason() {
     let reply = server.request("DELETE", "/api/pipelines/gone", Some(TOKEN), b"");
     assert!(reply.status < 300, "{}", reply.text);
 }
+
+/// Issue 37, item 7: reads need no token, so a definition's secrets are not shown to a
+/// reader without it (the reader with it sees the whole file).
+#[test]
+fn a_reader_without_the_token_sees_no_secret_of_a_definition() {
+    let work = Workdir::new();
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", "");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "# sink: postgres://weir:hunter2@db.internal/weir\n# password = \"hunter2\"\n{text}"
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&[&file]);
+    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    for path in ["/api/pipelines", "/api/pipelines/counter"] {
+        let anonymous = server.get(path);
+        assert_eq!(anonymous.status, 200);
+        assert!(
+            !anonymous.text.contains("hunter2"),
+            "{path}: {}",
+            anonymous.text
+        );
+        assert!(
+            anonymous.text.contains("<redacted>"),
+            "{path}: {}",
+            anonymous.text
+        );
+        let with_token = server.request("GET", path, Some(TOKEN), b"");
+        assert!(
+            with_token.text.contains("hunter2"),
+            "{path}: {}",
+            with_token.text
+        );
+    }
+}

@@ -280,21 +280,105 @@ fn graph(spec: &weir_pipeline::PipelineSpec) -> serde_json::Value {
     json!({ "sources": sources, "udf": spec.udf.name, "sinks": sinks })
 }
 
-async fn list(State(server): Shared) -> Json<serde_json::Value> {
+async fn list(State(server): Shared, headers: HeaderMap) -> Json<serde_json::Value> {
     let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
     let all: Vec<_> = pipelines
         .iter()
-        .map(|(n, d)| describe(&server, n, d))
+        .map(|(n, d)| for_reader(&server, &headers, describe(&server, n, d)))
         .collect();
     Json(json!({ "pipelines": all }))
 }
 
-async fn inspect(State(server): Shared, UrlPath(name): UrlPath<String>) -> Response {
+async fn inspect(
+    State(server): Shared,
+    headers: HeaderMap,
+    UrlPath(name): UrlPath<String>,
+) -> Response {
     let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
     match pipelines.get(&name) {
-        Some(d) => Json(describe(&server, &name, d)).into_response(),
+        Some(d) => Json(for_reader(&server, &headers, describe(&server, &name, d))).into_response(),
         None => not_found(&name).into_response(),
     }
+}
+
+/// A pipeline as a reader sees it: with the token, whole; without it (reads need none),
+/// its definition without secrets ([`redact_secrets`]): a definition may hold a
+/// database password or Kafka SASL settings.
+fn for_reader(
+    server: &Server,
+    headers: &HeaderMap,
+    mut pipeline: serde_json::Value,
+) -> serde_json::Value {
+    if authorize(server, headers).is_err() {
+        if let Some(text) = pipeline["definition"].as_str() {
+            pipeline["definition"] = json!(redact_secrets(text));
+        }
+    }
+    pipeline
+}
+
+/// Words that mark a setting as a secret, in its name (`password`, `sasl.password`,
+/// `secret`, `token`, `credentials`, ...).
+const SECRET_WORDS: [&str; 5] = ["password", "secret", "token", "credential", "passwd"];
+
+/// A pipeline file's text as shown to a reader without the token: the value of every
+/// setting whose name holds one of [`SECRET_WORDS`], the user and password of every URL
+/// (`postgres://user:pass@host` becomes `postgres://<redacted>@host`) and every
+/// `password=...` of a connection string are replaced by `<redacted>`. Comments too.
+fn redact_secrets(definition: &str) -> String {
+    definition
+        .split_inclusive('\n')
+        .map(|line| {
+            let (body, end) = line.strip_suffix('\n').map_or((line, ""), |b| (b, "\n"));
+            redact_url_users(&redact_setting(body)) + end
+        })
+        .collect()
+}
+
+/// `line` with its value replaced if it sets a secret (`name = value`).
+fn redact_setting(line: &str) -> String {
+    let Some((name, _)) = line.split_once('=') else {
+        return line.to_string();
+    };
+    let name = name.to_ascii_lowercase();
+    if SECRET_WORDS.iter().any(|w| name.contains(w)) {
+        format!(
+            "{name}= \"<redacted>\"",
+            name = &line[..line.find('=').unwrap_or(0)]
+        )
+    } else {
+        // `password=...` inside a value (a libpq connection string).
+        match line.to_ascii_lowercase().find("password=") {
+            Some(at) => {
+                let start = at + "password=".len();
+                let end = line[start..]
+                    .find(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+                    .map_or(line.len(), |n| start + n);
+                format!("{}<redacted>{}", &line[..start], &line[end..])
+            }
+            None => line.to_string(),
+        }
+    }
+}
+
+/// `line` with the user (and password) of every URL in it replaced.
+fn redact_url_users(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("://") {
+        let start = at + 3;
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        let authority_end = rest
+            .find(|c: char| c == '/' || c == '"' || c == '\'' || c.is_whitespace())
+            .unwrap_or(rest.len());
+        if let Some(user_end) = rest[..authority_end].rfind('@') {
+            out.push_str("<redacted>");
+            rest = &rest[user_end..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[derive(Deserialize)]
@@ -629,7 +713,37 @@ async fn metrics(State(server): Shared) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::host_allowed;
+    use super::{host_allowed, redact_secrets};
+
+    #[test]
+    fn secrets_in_a_definition_are_redacted_and_the_rest_kept() {
+        let definition = r#"name = "p"
+key = "ad_id"
+url = "postgres://weir:hunter2@db.internal:5432/weir"
+connection = "host=db user=weir password=hunter2 dbname=weir"
+"sasl.password" = "hunter2"
+# api_token = "hunter2"
+brokers = "kafka://broker:9092""#;
+        let shown = redact_secrets(definition);
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains(r#"key = "ad_id""#), "{shown}");
+        assert!(
+            shown.contains("postgres://<redacted>@db.internal:5432/weir"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("user=weir password=<redacted> dbname=weir"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(r#""sasl.password" = "<redacted>""#),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(r#"brokers = "kafka://broker:9092""#),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn addresses_localhost_and_allowed_names_are_answered_other_names_not() {
