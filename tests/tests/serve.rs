@@ -3050,3 +3050,34 @@ fn a_reader_without_the_token_sees_no_secret_of_a_definition() {
         );
     }
 }
+
+/// Issue 37, item 8: a watermark near the start of time does not wrap the watermark lag
+/// around in the API and `/metrics`.
+#[test]
+fn a_watermark_near_the_start_of_time_gives_a_lag_that_does_not_wrap() {
+    let work = Workdir::new();
+    let mut server = running_counter(&work);
+    {
+        let stdin = server.stdin.as_mut().unwrap();
+        let ts = i64::MIN + 10_000;
+        stdin
+            .write_all(format!("{{\"key\":\"a\",\"seq\":1,\"ts\":{ts}}}\n").as_bytes())
+            .unwrap();
+        stdin.flush().unwrap();
+    }
+    let p = server.wait_for("counter", "the record", Duration::from_secs(20), |p| {
+        processed(p) == 1
+    });
+    let lag = &p["status"]["watermark_lag_ms"];
+    assert!(
+        lag.is_null() || lag.as_i64().is_some_and(|l| l > 0),
+        "{p:#}"
+    );
+    let metrics = server.get("/metrics").text;
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("weir_watermark_lag_milliseconds") && l.contains(" -")),
+        "{metrics}"
+    );
+}
