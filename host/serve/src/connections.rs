@@ -66,7 +66,10 @@ pub fn raise_open_file_limit() -> u64 {
             }
         }
     }
-    limit.rlim_cur as u64
+    // `rlim_t` is `u64` on Linux, not on every Unix.
+    #[allow(clippy::unnecessary_cast)]
+    let current = limit.rlim_cur as u64;
+    current
 }
 
 /// Serves `app` on `listener` within `limits` until `shutdown` completes.
