@@ -11,9 +11,8 @@
 
 use crate::parallel::cpu_seconds;
 use crate::DiscardPipeline;
-use std::io::{BufWriter, Write};
 use std::path::Path;
-use weir_e2e::{component, datetime_millis, gen};
+use weir_e2e::component;
 use weir_run::{run, RunOptions, RunReport};
 
 /// The clicks of the comparison.
@@ -47,23 +46,8 @@ impl FlinkCompareRun {
 /// parallelism; checks that both emit as much.
 pub fn compare(data: &Path) -> anyhow::Result<Vec<FlinkCompareRun>> {
     let clicks = data.join("clicks-10m-1000ads.jsonl");
-    if !clicks.exists() {
-        eprintln!("generating {}", clicks.display());
-        // ~1 ms apart on average: ~300 clicks per ad in a 5-minute window.
-        let generated = gen::clicks(CLICKS, ADS, 38, 2, 4_000, 0.001, 0.0);
-        let partial = clicks.with_extension("partial");
-        let mut out = BufWriter::new(std::fs::File::create(&partial)?);
-        for c in &generated {
-            writeln!(
-                out,
-                r#"{{"ad_id":"{}","clicked_at":"{}"}}"#,
-                c.ad,
-                datetime_millis(c.ts)
-            )?;
-        }
-        out.flush()?;
-        std::fs::rename(&partial, &clicks)?;
-    }
+    // ~1 ms apart on average: ~300 clicks per ad in a 5-minute window.
+    crate::ensure_generated_clicks(&clicks, CLICKS, ADS, 38, 2)?;
     let spec = DiscardPipeline {
         name: "flink-compare",
         source: "clicks",

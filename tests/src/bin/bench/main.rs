@@ -537,12 +537,26 @@ fn best_of(mut f: impl FnMut() -> anyhow::Result<RunReport>) -> anyhow::Result<R
 /// 10 ms of event time per click (100 clicks/s, 5.5 hours): a 5-minute window holds
 /// ~30,000 clicks, ~3 per ad over 10,000 ads.
 fn ensure_clicks(path: &Path, ads: u64) -> anyhow::Result<()> {
+    ensure_generated_clicks(path, CLICKS, ads, 42, 20)
+}
+
+/// Writes `n` generated clicks over `ads` ads (up to `step_ms` apart, `seed`) to `path`
+/// as JSON lines, unless it exists (written beside it first, so that an interrupted
+/// generation is not taken for a whole file).
+fn ensure_generated_clicks(
+    path: &Path,
+    n: usize,
+    ads: u64,
+    seed: u64,
+    step_ms: u64,
+) -> anyhow::Result<()> {
     if path.exists() {
         return Ok(());
     }
     eprintln!("generating {}", path.display());
-    let clicks = gen::clicks(CLICKS, ads, 42, 20, 4_000, 0.001, 0.0);
-    let mut out = BufWriter::new(std::fs::File::create(path)?);
+    let clicks = gen::clicks(n, ads, seed, step_ms, 4_000, 0.001, 0.0);
+    let partial = path.with_extension("partial");
+    let mut out = BufWriter::new(std::fs::File::create(&partial)?);
     for c in &clicks {
         writeln!(
             out,
@@ -552,6 +566,8 @@ fn ensure_clicks(path: &Path, ads: u64) -> anyhow::Result<()> {
         )?;
     }
     out.flush()?;
+    drop(out);
+    std::fs::rename(&partial, path)?;
     Ok(())
 }
 
