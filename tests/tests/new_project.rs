@@ -230,7 +230,9 @@ fn a_python_project_builds_with_the_batch_export_when_asked() {
 #[test]
 fn weir_dev_once_exits_after_the_input_as_a_script_expects() {
     let parent = tempfile::tempdir().unwrap();
-    let dir = new_project(parent.path(), "rust");
+    // A name of its own: the projects share the build's target folder, where another
+    // test's edited `rust-sessions` build may land while this one runs.
+    let dir = weir_e2e::new_project(parent.path(), "rust-sessions-once", "rust");
     let dev = check(
         &mut fresh_weir(&dir, &["dev", "pipeline.toml", "--once"]),
         "weir dev --once",
