@@ -10,6 +10,9 @@
 //! - [`runtime`]: the [`ProcessFunction`](runtime::ProcessFunction) contract, the
 //!   [`HostServices`](runtime::HostServices) a call sees (keyed state, timers, outputs),
 //!   and the wasm implementation (sandbox, imports, the batch wire, the compile cache).
+//! - [`stage`]: the [`KeyedStage`](stage::KeyedStage), one UDF at parallelism N: its
+//!   shards (one operator each), their threads, the sinks they share, and swaps that
+//!   change every shard or none.
 //! - [`snapshot`]: the keyed-state section of a checkpoint: every key with its slots and
 //!   pending timers, whole or as the changes since the last one.
 //!
@@ -20,3 +23,4 @@
 pub mod operator;
 pub mod runtime;
 pub mod snapshot;
+pub mod stage;

@@ -16,6 +16,7 @@ use weir_core::time::timers::TimeDomain;
 use weir_core::time::wall_clock_ms;
 use weir_engine::operator::{KeyedOperator, OperatorCounters};
 use weir_engine::snapshot::{self, RestoreTo};
+use weir_engine::stage::KeyedStage;
 use weir_io::sink::{DeadLetters, SinkState};
 use weir_io::source::Source;
 use weir_pipeline::{PipelineSpec, SourceSpec};
@@ -253,9 +254,9 @@ impl Checkpoints {
 
 /// The records each key group emitted to `output`, over the shards: a group's count
 /// grows only in the shard that owns it, so the largest is the group's.
-fn by_group(operators: &[&mut KeyedOperator], output: usize) -> Vec<u64> {
+fn by_group(stage: &KeyedStage, output: usize) -> Vec<u64> {
     let mut counts: Vec<u64> = Vec::new();
-    for operator in operators {
+    for operator in stage.shards() {
         if let Some(theirs) = operator.emitted_by_group().get(output) {
             counts.resize(theirs.len(), 0);
             for (count, &their) in counts.iter_mut().zip(theirs) {
@@ -274,11 +275,9 @@ pub(crate) struct Cut<'a> {
     pub udf: &'a UdfIdentity,
     /// The UDF's outputs, in id order.
     pub outputs: &'a [String],
-    /// The shards' operators, shard 0 first: their sinks, keyed state, timers,
-    /// watermarks and counters.
-    pub operators: Vec<&'a mut KeyedOperator>,
-    /// The sinks the shards share (none at parallelism 1, where the operator owns them).
-    pub shared: &'a [std::sync::Arc<crate::shards::SharedOutput>],
+    /// The keyed stage: its sinks, and its shards' keyed state, timers, watermarks and
+    /// counters.
+    pub stage: &'a mut KeyedStage,
     /// The inputs: their sources' positions.
     pub inputs: &'a mut Inputs,
     /// The dead-letter output.
@@ -295,8 +294,7 @@ impl Checkpoints {
             pipeline,
             udf,
             outputs,
-            mut operators,
-            shared,
+            stage,
             inputs,
             dead_letters,
         } = cut;
@@ -305,22 +303,7 @@ impl Checkpoints {
         }
         let started = Instant::now();
         self.commit_durable(inputs)?;
-        let sinks = if shared.is_empty() {
-            operators[0]
-                .checkpoint_sinks()
-                .map_err(|e| anyhow::anyhow!("{e}"))?
-        } else {
-            // Every shard hands on what it gathered, then the shared sinks are cut.
-            for operator in &mut operators {
-                operator
-                    .checkpoint_sinks()
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-            }
-            shared
-                .iter()
-                .map(|output| output.checkpoint())
-                .collect::<anyhow::Result<_>>()?
-        };
+        let sinks = stage.checkpoint_sinks()?;
         let dead_letters = DeadLetterMeta {
             count: dead_letters.count(),
             length: dead_letters.checkpoint()?,
@@ -329,7 +312,7 @@ impl Checkpoints {
         let mut plan = checkpointer.plan();
         // No checkpoint keeps an expired state entry.
         let now = wall_clock_ms();
-        for operator in &mut operators {
+        for operator in stage.shards_mut() {
             operator.expire_state(now);
             if !operator.host().keys().is_tracking() {
                 // Changes stopped being remembered when the last input ended (a stop
@@ -339,7 +322,7 @@ impl Checkpoints {
         }
         // The shards' keys are disjoint: their sections, one after another, are one.
         let mut keyed = Vec::new();
-        for operator in &mut operators {
+        for operator in stage.shards_mut() {
             let host = operator.host_mut();
             keyed.extend(match plan.parent {
                 None => {
@@ -350,7 +333,7 @@ impl Checkpoints {
                 Some(_) => snapshot::encode_changes(host.keys_mut()),
             });
         }
-        let operator = &operators[0];
+        let operator = stage.shard(0);
         let host = operator.host();
         let states = (0..host.states().len() as u32)
             .filter_map(|id| host.states().get(id).map(|(name, kind)| (id, name, kind)))
@@ -384,7 +367,7 @@ impl Checkpoints {
             }
             positions.push(source_positions);
         }
-        let counters = crate::shards::sum_counters(operators.iter().map(|o| &**o));
+        let counters = stage.counters();
         let meta = Meta {
             epoch: plan.epoch,
             parent: plan.parent,
@@ -401,7 +384,7 @@ impl Checkpoints {
                 .map(|(output, (name, &emitted))| OutputMeta {
                     name: name.clone(),
                     emitted,
-                    by_group: by_group(&operators, output),
+                    by_group: by_group(stage, output),
                 })
                 .collect(),
             dead_letters,

@@ -4,7 +4,7 @@
 //! with its UDF, and sinks, until every source ends or the run is asked to stop.
 //!
 //! One run is one thread that reads, merges and steers, and `parallelism` keyed shards
-//! (`shards.rs`) on threads of their own that process the runs of records it hands
+//! (a `KeyedStage` of `weir-engine`) on threads of their own that process the runs of records it hands
 //! them, all at once, while it reads ahead. Its loop, in `runner.rs`:
 //!
 //! 1. **Steer** (`steering.rs`): apply a UDF version someone asked to swap in, publish
@@ -35,7 +35,6 @@ mod inputs;
 mod recovery;
 mod report;
 mod runner;
-mod shards;
 mod steering;
 
 pub use control::{

@@ -67,13 +67,13 @@ impl Runner {
     pub(crate) fn process_with_rollback(
         &mut self,
         elements: &[(usize, ElementRef<'_>)],
-        mut first: Option<(crate::shards::ShardResult, u64)>,
+        mut first: Option<(weir_engine::stage::ShardResult, u64)>,
     ) -> Result<(), (usize, OperatorError)> {
         let mut start = 0;
         loop {
             let (result, stale) = match first.take() {
                 Some((result, made_at)) => (result, made_at < self.rollbacks),
-                None => (self.operator.process_elements(&elements[start..]), false),
+                None => (self.driven().process_elements(&elements[start..]), false),
             };
             match result {
                 Ok(()) => return Ok(()),
@@ -85,7 +85,7 @@ impl Runner {
                     // A rejection is not a failure: it never rolls a version back.
                     let activity = match &error {
                         OperatorError::Udf { activity, error }
-                            if (stale || self.operator.in_probation())
+                            if (stale || self.driven().in_probation())
                                 && !matches!(error, CallError::Rejected(_)) =>
                         {
                             activity.clone()
@@ -101,7 +101,7 @@ impl Runner {
                             timestamp,
                             key,
                         } => {
-                            self.operator
+                            self.driven()
                                 .retry_timer(domain, timestamp, &key)
                                 .map_err(|e| (index, e))?;
                             index + 1
@@ -134,7 +134,7 @@ impl Runner {
             if self.stopped_in_timers {
                 return Ok(());
             }
-            result = next(&mut self.operator);
+            result = next(self.stage.shard_mut(self.active));
         }
         Ok(())
     }
@@ -157,7 +157,7 @@ impl Runner {
             return Err(self.describe(&error, None));
         };
         let (domain, timestamp, key) = (*domain, *timestamp, key.clone());
-        if !self.operator.in_probation() || matches!(call, CallError::Rejected(_)) {
+        if !self.driven().in_probation() || matches!(call, CallError::Rejected(_)) {
             let site = Site::Timer {
                 domain,
                 timestamp,
@@ -169,20 +169,20 @@ impl Runner {
                     self.timer_dead_letter(domain, timestamp, &key, &reason)
                 }
                 Handling::Retry => {
-                    self.operator.register_timer_again(domain, timestamp, &key);
+                    self.driven().register_timer_again(domain, timestamp, &key);
                     Ok(())
                 }
                 // Stopped during the retries: the timer stays pending, in the checkpoint
                 // the stop takes, and fires when the run resumes.
                 Handling::StopBeforeRetry(_) => {
-                    self.operator.register_timer_again(domain, timestamp, &key);
+                    self.driven().register_timer_again(domain, timestamp, &key);
                     self.stopped_in_timers = true;
                     Ok(())
                 }
             };
         }
         self.roll_back(&error);
-        self.operator.register_timer_again(domain, timestamp, &key);
+        self.driven().register_timer_again(domain, timestamp, &key);
         Ok(())
     }
 
@@ -191,10 +191,7 @@ impl Runner {
         let failed = self.udf.current.clone();
         self.rollbacks += 1;
         // One rollback for the whole pipeline: every shard goes back.
-        self.operator.rollback();
-        for shard in self.shards.parked_mut() {
-            shard.rollback();
-        }
+        self.stage.rollback();
         if let Some(previous) = self.udf.previous.take() {
             self.udf.current = previous;
         }
@@ -377,7 +374,7 @@ impl Runner {
 
     /// Turns an operator error into a message naming the UDF and where the run was.
     pub(crate) fn describe(&self, error: &OperatorError, origin: Option<Origin>) -> anyhow::Error {
-        let udf = self.operator.function_name();
+        let udf = self.stage.function_name();
         let at = |o: &Origin| {
             let input = self.inputs.input(o.input);
             let source = self.inputs.source_of(o.input);

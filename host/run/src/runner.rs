@@ -5,7 +5,6 @@ use crate::checkpointing::{Checkpoints, Cut, Restored};
 use crate::failures::{Handling, Site, UdfFailures};
 use crate::inputs::{Inputs, Pending, Read, SourceSettings};
 use crate::report::{progress_bar, progress_message, DeadLetterCauses, RunReport};
-use crate::shards::{sum_counters, ShardResult, ShardSink, Shards, SharedOutput};
 use crate::steering::{apply_swap, StatusPublisher, UdfVersions};
 use crate::{RunControl, RunOptions, RunState};
 use anyhow::Context as _;
@@ -18,6 +17,7 @@ use weir_core::identity::UdfIdentity;
 use weir_core::time::{display, wall_clock_ms};
 use weir_engine::operator::{Activity, KeyedOperator, OperatorCounters, OperatorError};
 use weir_engine::runtime::{ElementRef, InitInfo, ProcessFunction};
+use weir_engine::stage::{InitFailure, KeyedStage, ShardResult};
 use weir_io::sink::{DeadLetters, Sink};
 use weir_io::source::decode::RecordDecoder;
 use weir_pipeline::PipelineSpec;
@@ -35,11 +35,11 @@ pub(crate) struct Runner {
     /// failed. The run then ends without a checkpoint (see [`Runner::stop_before_retry`]).
     pub(crate) stopped_before_retry: Option<String>,
     pub(crate) inputs: Inputs,
-    /// The keyed operator the run drives: the only one at parallelism 1; else the
-    /// shard's whose turn it is (shard 0 except while one is driven on its own).
-    pub(crate) operator: KeyedOperator,
-    /// The other shards of a pipeline whose parallelism is above 1.
-    pub(crate) shards: Shards,
+    /// The pipeline's keyed stage: its shards, their threads and shared sinks.
+    pub(crate) stage: KeyedStage,
+    /// The shard the run drives on its own between two runs of records (see
+    /// [`Runner::each_shard`]): 0 except while it goes through them.
+    pub(crate) active: usize,
     /// The UDF's outputs, in id order (each routed to the sink at the same index).
     pub(crate) outputs: Vec<String>,
     pub(crate) dead_letters: DeadLetters,
@@ -104,23 +104,17 @@ impl Runner {
             delays.extend(added.map(|_| s.out_of_orderness_ms));
         }
         let parallelism = spec.parallelism;
-        let mut functions = Vec::with_capacity(parallelism);
-        for _ in 1..parallelism {
-            functions.push(function.another_instance().ok_or_else(|| {
-                anyhow::anyhow!(
-                    "UDF {:?} cannot run at parallelism {parallelism}: it cannot be instantiated once per shard",
-                    function.name()
-                )
-            })?);
-        }
-        functions.insert(0, function);
+        let name = function.name().to_string();
+        let functions = KeyedStage::instances(function, parallelism).ok_or_else(|| {
+            anyhow::anyhow!(
+                "UDF {name:?} cannot run at parallelism {parallelism}: it cannot be instantiated once per shard"
+            )
+        })?;
         let now = wall_clock_ms();
-        let mut operators: Vec<KeyedOperator> = functions
+        let operators: Vec<KeyedOperator> = functions
             .into_iter()
-            .enumerate()
-            .map(|(shard, function)| {
+            .map(|function| {
                 let mut operator = KeyedOperator::new(function, &delays, now);
-                operator.set_shard(shard, parallelism);
                 operator.set_max_batch(spec.udf.max_batch);
                 operator.set_max_emit_bytes(spec.udf.max_emit_bytes);
                 if let Some(stop) = &options.stop {
@@ -129,43 +123,31 @@ impl Runner {
                 operator
             })
             .collect();
-        let mut others = operators.split_off(1);
-        let mut operator = operators.pop().expect("shard 0");
+        let mut stage = KeyedStage::new(operators)?;
         let info = InitInfo {
             config: spec.udf.config.clone(),
             inputs: input_names,
         };
-        let outputs = operator.init(&info).map_err(|e| {
-            let failed = format!(
-                "UDF {:?} failed to initialise: {e}",
-                operator.function_name()
-            );
-            match spec.udf.config_from_command_line.as_slice() {
-                [] => anyhow::anyhow!(failed),
-                // The UDF checks its config in `init`: with keys from the command line,
-                // the mistake may be the command line's (exit 2, as for a bad flag).
-                keys => crate::CommandLineMistake(format!(
-                    "{failed} (with --config {} from the command line)",
-                    keys.join(", ")
-                ))
-                .into(),
+        let outputs = stage.init(&info).map_err(|failure| match failure {
+            InitFailure::Failed { shard: 0, error } => {
+                let failed = format!("UDF {name:?} failed to initialise: {error}");
+                match spec.udf.config_from_command_line.as_slice() {
+                    [] => anyhow::anyhow!(failed),
+                    // The UDF checks its config in `init`: with keys from the command
+                    // line, the mistake may be the command line's (exit 2, as for a bad
+                    // flag).
+                    keys => crate::CommandLineMistake(format!(
+                        "{failed} (with --config {} from the command line)",
+                        keys.join(", ")
+                    ))
+                    .into(),
+                }
             }
+            InitFailure::Failed { shard, error } => {
+                anyhow::anyhow!("UDF {name:?} failed to initialise in shard {shard}: {error}")
+            }
+            disagree => anyhow::anyhow!("UDF {name:?} {disagree}"),
         })?;
-        for (shard, other) in others.iter_mut().enumerate() {
-            let declared = other.init(&info).map_err(|e| {
-                anyhow::anyhow!(
-                    "UDF {:?} failed to initialise in shard {}: {e}",
-                    other.function_name(),
-                    shard + 1
-                )
-            })?;
-            anyhow::ensure!(
-                declared == outputs,
-                "UDF {:?} declared outputs {declared:?} in shard {}, but {outputs:?} in shard 0",
-                other.function_name(),
-                shard + 1
-            );
-        }
 
         let unrouted: Vec<String> = outputs
             .iter()
@@ -211,24 +193,9 @@ impl Runner {
                 restored.sink(output),
             )?);
         }
-        let mut shared: Vec<Arc<SharedOutput>> = Vec::new();
-        if parallelism == 1 {
-            operator.bind_sinks(sinks);
-        } else {
-            shared = sinks.into_iter().map(SharedOutput::new).collect();
-            for shard in std::iter::once(&mut operator).chain(&mut others) {
-                let handles = shared
-                    .iter()
-                    .map(|output| Box::new(ShardSink::new(Arc::clone(output))) as Box<dyn Sink>)
-                    .collect();
-                shard.bind_sinks(handles);
-            }
-        }
+        stage.bind_sinks(sinks);
         let input_names: Vec<&str> = inputs.inputs().iter().map(|i| i.name.as_str()).collect();
-        for (shard, operator) in std::iter::once(&mut operator)
-            .chain(&mut others)
-            .enumerate()
-        {
+        for (shard, operator) in stage.shards_mut().enumerate() {
             restored
                 .restore_operator(operator, &input_names, &outputs, (shard, parallelism))
                 .context("cannot restore the checkpoint")?;
@@ -252,8 +219,8 @@ impl Runner {
             stopped_in_timers: false,
             stopped_before_retry: None,
             inputs,
-            operator,
-            shards: Shards::new(others, shared)?,
+            stage,
+            active: 0,
             outputs,
             dead_letters,
             checkpoints: Checkpoints::new(checkpointer, restored.epoch()),
@@ -321,7 +288,11 @@ impl Runner {
             for (_, pending) in chunk.drain(..) {
                 self.inputs.recycle(pending.record);
             }
-            if self.operators().any(KeyedOperator::has_processing_timers) {
+            if self
+                .stage
+                .shards()
+                .any(KeyedOperator::has_processing_timers)
+            {
                 self.fire_processing_timers()?;
             }
             if let Some(bar) = &progress {
@@ -343,13 +314,13 @@ impl Runner {
                         processed,
                         bar.elapsed(),
                         read,
-                        &display(self.operator.watermark()),
+                        &display(self.stage.watermark()),
                     ));
                 }
             }
         }
         self.each_shard(|run| {
-            let finished = run.operator.finish();
+            let finished = run.driven().finish();
             run.fire_through(finished, KeyedOperator::finish)
         })?;
         if self.stopped_in_timers {
@@ -374,14 +345,11 @@ impl Runner {
     /// Takes a checkpoint (if checkpoints are on) of everything processed so far. Called
     /// between two runs of records, with every read-ahead queue empty.
     fn take_checkpoint(&mut self) -> anyhow::Result<()> {
-        let shared = self.shards.outputs.clone();
-        let operators = self.shards.with_first(&mut self.operator);
         self.checkpoints.take(Cut {
             pipeline: &self.pipeline,
             udf: &self.udf.current,
             outputs: &self.outputs,
-            operators,
-            shared: &shared,
+            stage: &mut self.stage,
             inputs: &mut self.inputs,
             dead_letters: &mut self.dead_letters,
         })
@@ -420,7 +388,7 @@ impl Runner {
         self.interrupted = true;
         self.checkpoints.commit_durable(&mut self.inputs)?;
         self.each_shard(|run| {
-            run.operator
+            run.driven()
                 .close_sinks()
                 .map_err(|e| run.describe(&e, None))
         })?;
@@ -456,24 +424,22 @@ impl Runner {
         // operators (records that cannot be decoded, inputs that deliver again) waits.
         let inputs = &mut self.inputs;
         let made_at = self.rollbacks;
-        let (results, read) =
-            self.shards
-                .process_in_parallel(&mut self.operator, &elements, move || {
-                    let mut read = Vec::new();
-                    if read_ahead {
-                        inputs.read_ahead(&mut read)?;
-                    }
-                    anyhow::Ok(read)
-                });
+        let (results, read) = self.stage.process(&elements, move || {
+            let mut read = Vec::new();
+            if read_ahead {
+                inputs.read_ahead(&mut read)?;
+            }
+            anyhow::Ok(read)
+        });
         for read in read? {
             self.took(read)?;
         }
         // A shard that failed goes on from its failure on its own, as at parallelism 1.
         for (shard, result) in results.into_iter().enumerate() {
             if let Err(failure) = result {
-                self.shards.activate(&mut self.operator, shard);
+                self.active = shard;
                 let outcome = self.process_from(chunk, &elements, Some((failure, made_at)));
-                self.shards.activate(&mut self.operator, 0);
+                self.active = 0;
                 outcome?;
                 if self.stopped_before_retry.is_some() {
                     break;
@@ -586,7 +552,7 @@ impl Runner {
     fn resumed(&mut self, input: usize, resumed: bool) -> anyhow::Result<()> {
         if resumed {
             self.each_shard(|run| {
-                let fired = run.operator.set_idle(input, false);
+                let fired = run.driven().set_idle(input, false);
                 run.fire_through(fired, KeyedOperator::resume_event_timers)
             })?;
         }
@@ -598,7 +564,7 @@ impl Runner {
     fn apply_progress(&mut self) -> anyhow::Result<()> {
         for (input, timestamp) in self.inputs.take_progress() {
             self.each_shard(|run| {
-                let fired = run.operator.observe_progress(input, timestamp);
+                let fired = run.driven().observe_progress(input, timestamp);
                 run.fire_through(fired, KeyedOperator::resume_event_timers)
             })?;
         }
@@ -610,7 +576,7 @@ impl Runner {
     fn update_idleness(&mut self) -> anyhow::Result<()> {
         for input in self.inputs.newly_idle() {
             self.each_shard(|run| {
-                let fired = run.operator.set_idle(input, true);
+                let fired = run.driven().set_idle(input, true);
                 run.fire_through(fired, KeyedOperator::resume_event_timers)
             })?;
         }
@@ -625,12 +591,12 @@ impl Runner {
                 // The last input ended: the final watermark fires every event-time
                 // timer now, and no checkpoint follows (a completed run removes
                 // them), so the keys those timers release need not be remembered.
-                for shard in self.shards.with_first(&mut self.operator) {
+                for shard in self.stage.shards_mut() {
                     shard.host_mut().keys_mut().stop_tracking();
                 }
             }
             self.each_shard(|run| {
-                let fired = run.operator.end_source(input);
+                let fired = run.driven().end_source(input);
                 run.fire_through(fired, KeyedOperator::resume_event_timers)
             })?;
         }
@@ -641,10 +607,10 @@ impl Runner {
     pub(crate) fn fire_processing_timers(&mut self) -> anyhow::Result<()> {
         let now = wall_clock_ms();
         self.each_shard(|run| {
-            if !run.operator.has_processing_timers() {
+            if !run.driven().has_processing_timers() {
                 return Ok(());
             }
-            let fired = run.operator.fire_processing_timers(now);
+            let fired = run.driven().fire_processing_timers(now);
             run.fire_through(fired, |operator| operator.fire_processing_timers(now))
         })
     }
@@ -655,7 +621,8 @@ impl Runner {
         // A steered run looks for swaps between waits: keep them short.
         let cap = if self.control.is_some() { 10 } else { 100 };
         match self
-            .operators()
+            .stage
+            .shards()
             .filter_map(KeyedOperator::next_processing_due)
             .min()
         {
@@ -672,8 +639,7 @@ impl Runner {
         };
         if let Some(request) = control.take_swap() {
             let done = request.done.clone();
-            let operators = self.shards.with_first(&mut self.operator);
-            let reply = apply_swap(operators, &self.init_info, &mut self.udf, request);
+            let reply = apply_swap(&mut self.stage, &self.init_info, &mut self.udf, request);
             if reply.is_ok() {
                 // The status shows the new version, and the records processed before
                 // it, before the swap is reported done.
@@ -689,14 +655,11 @@ impl Runner {
     /// Writes the live figures into `control`, the run being in `state`.
     pub(crate) fn publish_status(&mut self, control: &RunControl, state: RunState) {
         let report = self.report();
-        let operators: Vec<&KeyedOperator> = std::iter::once(&self.operator)
-            .chain(self.shards.parked())
-            .collect();
         self.status.publish(
             control,
             state,
             report,
-            &operators,
+            &self.stage,
             &self.udf,
             &self.checkpoints,
         );
@@ -707,7 +670,7 @@ impl Runner {
         let counters = self.counters();
         RunReport {
             pipeline: self.pipeline.clone(),
-            udf: self.operator.function_name().to_string(),
+            udf: self.stage.function_name().to_string(),
             sources: self
                 .inputs
                 .sources()
@@ -749,34 +712,34 @@ impl Runner {
         }
     }
 
-    /// Every shard's operator, shard 0 (or the one the run drives) first.
-    pub(crate) fn operators(&self) -> impl Iterator<Item = &KeyedOperator> {
-        std::iter::once(&self.operator).chain(self.shards.parked())
+    /// The operator of the shard the run drives on its own now ([`Runner::active`]).
+    pub(crate) fn driven(&mut self) -> &mut KeyedOperator {
+        self.stage.shard_mut(self.active)
     }
 
     /// The counters of the run: its shards', summed.
     pub(crate) fn counters(&self) -> OperatorCounters {
-        sum_counters(self.operators())
+        self.stage.counters()
     }
 
-    /// Runs `f` with each shard's operator in turn as the one the run drives
-    /// (`self.operator`), in shard order, stopping at the first error; shard 0 is the one
-    /// driven afterwards. At parallelism 1, runs `f` once. The run drives the shards this
-    /// way for everything but the runs of records: watermark markers, idleness, ends of
+    /// Runs `f` with each shard in turn as the one the run drives ([`Runner::driven`]),
+    /// in shard order, stopping at the first error; shard 0 is the one driven
+    /// afterwards. At parallelism 1, runs `f` once. The run drives the shards this way
+    /// for everything but the runs of records: watermark markers, idleness, ends of
     /// input, processing-time timers, the end of input's timers and closing the sinks.
     pub(crate) fn each_shard(
         &mut self,
         mut f: impl FnMut(&mut Self) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         let mut result = Ok(());
-        for shard in 0..self.shards.count() {
-            self.shards.activate(&mut self.operator, shard);
+        for shard in 0..self.stage.parallelism() {
+            self.active = shard;
             result = f(self);
             if result.is_err() {
                 break;
             }
         }
-        self.shards.activate(&mut self.operator, 0);
+        self.active = 0;
         result
     }
 
@@ -789,22 +752,12 @@ impl Runner {
     /// Writes out what the sinks hold (every shard's, then the shared ones once), so live
     /// outputs appear while the input is idle.
     fn flush_sinks(&mut self) -> anyhow::Result<()> {
-        self.each_shard(|run| run.operator.flush().map_err(|e| run.describe(&e, None)))?;
-        for (output, shared) in self.outputs.iter().zip(&self.shards.outputs) {
-            shared
-                .flush()
-                .with_context(|| format!("output {output:?}"))?;
-        }
-        Ok(())
+        self.each_shard(|run| run.driven().flush().map_err(|e| run.describe(&e, None)))?;
+        self.stage.flush_shared(&self.outputs)
     }
 
     /// Completes the sinks the shards share, once every shard has closed its own.
     fn finish_shared_sinks(&mut self) -> anyhow::Result<()> {
-        for (output, shared) in self.outputs.iter().zip(&self.shards.outputs) {
-            shared
-                .finish()
-                .with_context(|| format!("output {output:?}"))?;
-        }
-        Ok(())
+        self.stage.finish_sinks(&self.outputs)
     }
 }

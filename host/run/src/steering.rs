@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use weir_core::identity::UdfIdentity;
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::{wall_clock_ms, END_OF_TIME, MIN_WATERMARK};
-use weir_engine::operator::KeyedOperator;
 use weir_engine::runtime::InitInfo;
+use weir_engine::stage::KeyedStage;
 
 /// How often a steered run publishes its status.
 const STATUS_EVERY: Duration = Duration::from_millis(200);
@@ -53,44 +53,17 @@ impl StatusPublisher {
     }
 }
 
-/// Applies a queued swap to every shard's operator (`operators`, shard 0 first): the new
-/// version's `init` against each live host, then the swap; `udf` follows. Called by the
-/// run between two runs of records, where no key is in a call and no batch is open.
-/// Returns what the requester is told. If a shard refuses the new version, the shards
-/// that took it go back to the old one (when its probation keeps it), and the swap
-/// fails.
+/// Applies a queued swap to every shard of `stage` ([`KeyedStage::swap`]: every shard
+/// or none); `udf` follows. Called by the run between two runs of records, where no key
+/// is in a call and no batch is open. Returns what the requester is told.
 pub(crate) fn apply_swap(
-    mut operators: Vec<&mut KeyedOperator>,
+    stage: &mut KeyedStage,
     init_info: &InitInfo,
     udf: &mut UdfVersions,
     request: SwapRequest,
 ) -> Result<SwapDone, String> {
     let started = Instant::now();
-    let mut functions = Vec::with_capacity(operators.len());
-    for _ in 1..operators.len() {
-        functions.push(request.function.another_instance().ok_or_else(|| {
-            "the new version was not swapped in: it cannot be instantiated once per shard"
-                .to_string()
-        })?);
-    }
-    functions.insert(0, request.function);
-    // Prepared in every shard, then committed in all, or in none: a shard that refuses
-    // it leaves every shard with the running version, whatever the probation.
-    let mut prepared = Vec::with_capacity(operators.len());
-    for (shard, function) in functions.into_iter().enumerate() {
-        match operators[shard].prepare_swap(function, init_info) {
-            Ok(ready) => prepared.push(ready),
-            Err(e) => {
-                for (operator, ready) in operators.iter_mut().zip(prepared) {
-                    operator.abort_swap(ready);
-                }
-                return Err(format!("the new version was not swapped in: {e}"));
-            }
-        }
-    }
-    for (operator, ready) in operators.iter_mut().zip(prepared) {
-        operator.commit_swap(ready, request.probation_calls);
-    }
+    stage.swap(request.function, init_info, request.probation_calls)?;
     let pause = started.elapsed();
     tracing::info!(
         "UDF {:?} version {} swapped in ({:.2} ms)",
@@ -110,7 +83,7 @@ impl StatusPublisher {
     }
 
     /// Writes the live figures into `control`, the run being in `state`: `report` so far,
-    /// and what the shards' `operators` (shard 0 first), `udf` and `checkpoints` say:
+    /// and what the shards of `stage`, `udf` and `checkpoints` say:
     /// keys, state and timers summed over the shards. Called by the run when a status is
     /// [due](Self::due), after a swap, and once when the run ends.
     pub fn publish(
@@ -118,14 +91,14 @@ impl StatusPublisher {
         control: &RunControl,
         state: RunState,
         report: RunReport,
-        operators: &[&KeyedOperator],
+        stage: &KeyedStage,
         udf: &UdfVersions,
         checkpoints: &Checkpoints,
     ) {
         self.last = Instant::now();
-        let hosts = || operators.iter().map(|o| o.host());
+        let hosts = || stage.shards().map(|o| o.host());
         // Every shard reads every record's timestamp: their watermarks are the same.
-        let watermark = operators[0].watermark();
+        let watermark = stage.watermark();
         let set = watermark > MIN_WATERMARK && watermark < END_OF_TIME;
         let keys = hosts().map(|h| h.keys().len() as u64).sum();
         let state_bytes = if self.state_bytes.0.elapsed() >= Duration::from_secs(1) {
@@ -142,12 +115,12 @@ impl StatusPublisher {
         };
         let event_timers = pending(TimeDomain::EventTime);
         let processing_timers = pending(TimeDomain::ProcessingTime);
-        let probation_calls_left = operators
-            .iter()
+        let probation_calls_left = stage
+            .shards()
             .filter_map(|o| o.probation_calls_left())
             .max();
-        let shards: Vec<ShardStatus> = operators
-            .iter()
+        let shards: Vec<ShardStatus> = stage
+            .shards()
             .map(|o| ShardStatus {
                 processed: o.counters().elements,
                 keys: o.host().keys().len() as u64,
@@ -183,141 +156,5 @@ impl StatusPublisher {
             s.checkpoint_history.clone_from(&checkpoints.history);
             rate.observe(s, now);
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{mpsc, Arc};
-    use weir_engine::runtime::{CallError, ElementRef, FiredTimer, HostServices, ProcessFunction};
-
-    /// A version named `name` whose instance number `refused` (0 is the first) refuses
-    /// to initialise, as a shard whose `init` fails would.
-    struct Version {
-        name: &'static str,
-        instance: usize,
-        made: Arc<AtomicUsize>,
-        refused: Option<usize>,
-    }
-
-    impl Version {
-        fn new(name: &'static str, refused: Option<usize>) -> Box<Self> {
-            Box::new(Version {
-                name,
-                instance: 0,
-                made: Arc::new(AtomicUsize::new(1)),
-                refused,
-            })
-        }
-    }
-
-    impl ProcessFunction for Version {
-        fn name(&self) -> &str {
-            self.name
-        }
-
-        fn init(&mut self, host: &mut HostServices, _info: &InitInfo) -> Result<(), CallError> {
-            if self.refused == Some(self.instance) {
-                return Err(CallError::Returned(format!(
-                    "instance {} refuses",
-                    self.instance
-                )));
-            }
-            host.declare_output("main").map_err(CallError::Returned)?;
-            Ok(())
-        }
-
-        fn process_element(
-            &mut self,
-            _host: &mut HostServices,
-            _element: ElementRef<'_>,
-        ) -> Result<(), CallError> {
-            Ok(())
-        }
-
-        fn on_timer(
-            &mut self,
-            _host: &mut HostServices,
-            _timer: FiredTimer<'_>,
-        ) -> Result<(), CallError> {
-            Ok(())
-        }
-
-        fn another_instance(&self) -> Option<Box<dyn ProcessFunction>> {
-            Some(Box::new(Version {
-                name: self.name,
-                instance: self.made.fetch_add(1, Ordering::SeqCst),
-                made: Arc::clone(&self.made),
-                refused: self.refused,
-            }))
-        }
-    }
-
-    fn identity(name: &str) -> UdfIdentity {
-        UdfIdentity {
-            name: name.into(),
-            sha256: format!("{name:0>64}"),
-        }
-    }
-
-    /// Four shards on v1, and a swap to v2 that `refused` refuses.
-    fn swap(
-        probation_calls: u64,
-        refused: Option<usize>,
-    ) -> (Vec<KeyedOperator>, UdfVersions, Result<SwapDone, String>) {
-        let mut shards: Vec<KeyedOperator> = (0..4)
-            .map(|_| {
-                let mut operator = KeyedOperator::new(Version::new("v1", None), &[0], 0);
-                operator.init(&InitInfo::default()).expect("v1 starts");
-                operator
-            })
-            .collect();
-        let mut udf = UdfVersions::new(identity("v1"));
-        let (done, _) = mpsc::channel();
-        let request = SwapRequest {
-            function: Version::new("v2", refused),
-            identity: identity("v2"),
-            probation_calls,
-            done,
-        };
-        let result = apply_swap(
-            shards.iter_mut().collect(),
-            &InitInfo::default(),
-            &mut udf,
-            request,
-        );
-        (shards, udf, result)
-    }
-
-    #[test]
-    fn a_swap_refused_by_one_shard_of_four_changes_no_shard() {
-        for probation_calls in [0, 100] {
-            let (shards, udf, result) = swap(probation_calls, Some(2));
-            let error = result.expect_err("shard 2 refuses");
-            assert!(error.contains("instance 2 refuses"), "{error}");
-            let names: Vec<&str> = shards.iter().map(KeyedOperator::function_name).collect();
-            assert_eq!(names, ["v1"; 4], "probation {probation_calls}");
-            assert_eq!(
-                udf.current.name, "v1",
-                "the status names the version every shard runs"
-            );
-            assert!(shards.iter().all(|s| !s.in_probation()));
-        }
-    }
-
-    #[test]
-    fn a_swap_every_shard_takes_changes_them_all() {
-        for probation_calls in [0, 100] {
-            let (shards, udf, result) = swap(probation_calls, None);
-            result.expect("every shard takes it");
-            let names: Vec<&str> = shards.iter().map(KeyedOperator::function_name).collect();
-            assert_eq!(names, ["v2"; 4]);
-            assert_eq!(udf.current.name, "v2");
-            assert!(shards
-                .iter()
-                .all(|s| s.in_probation() == (probation_calls > 0)));
-        }
     }
 }
