@@ -28,12 +28,63 @@ fn five_minutes() -> Duration {
 }
 
 /// Everything one ad needs, in a single state so a click is one read and one write.
+///
+/// Stored under schema 1: the click times as one run of little-endian bytes, which
+/// encodes and decodes as a copy, so an ad holding 300 clicks costs about what one
+/// holding 3 does (the value is written back after every batch that touches the ad,
+/// and a `Vec<i64>` of varints cost ~100 guest instructions per held click each time).
 #[derive(Serialize, Deserialize, Default)]
 struct Clicks {
     /// Event times of the clicks still in the window, in arrival order.
+    #[serde(with = "packed")]
     times: Vec<i64>,
     /// The count last emitted (0 before the first emission).
     emitted: u32,
+}
+
+/// What schema 0 (the first version of this UDF) stored: the same fields, the times
+/// as a sequence of varints.
+#[derive(Deserialize)]
+struct ClicksV0 {
+    times: Vec<i64>,
+    emitted: u32,
+}
+
+/// `Vec<i64>` as one byte string of 8-byte little-endian integers.
+mod packed {
+    use serde::de::{Error, Visitor};
+    use serde::{Deserializer, Serializer};
+    use std::fmt;
+
+    // The times' own bytes are the stored bytes: one copy, no loop.
+    #[cfg(target_endian = "big")]
+    compile_error!("the packed click times are stored little-endian");
+
+    pub fn serialize<S: Serializer>(times: &[i64], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(zerocopy::IntoBytes::as_bytes(times))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<i64>, D::Error> {
+        struct Packed;
+        impl Visitor<'_> for Packed {
+            type Value = Vec<i64>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a byte string of 8-byte little-endian integers")
+            }
+
+            fn visit_bytes<E: Error>(self, bytes: &[u8]) -> Result<Vec<i64>, E> {
+                if !bytes.len().is_multiple_of(8) {
+                    return Err(E::invalid_length(bytes.len(), &self));
+                }
+                Ok(bytes
+                    .chunks_exact(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                    .collect())
+            }
+        }
+        deserializer.deserialize_bytes(Packed)
+    }
 }
 
 #[derive(Serialize)]
@@ -79,7 +130,13 @@ impl ProcessFunction for ChangeOnlyCounter {
         );
         Ok(ChangeOnlyCounter {
             window,
-            clicks: ctx.value_state("clicks")?,
+            clicks: ctx
+                .value_state("clicks")?
+                .schema(1)
+                .migrate_from(0, |old: ClicksV0| Clicks {
+                    times: old.times,
+                    emitted: old.emitted,
+                }),
             out: ctx.main_output()?,
         })
     }

@@ -211,3 +211,41 @@ fn pre_1970_timestamps_format_correctly() {
         ]
     );
 }
+
+/// The stored value of schema 0 (the UDF's first layout): the tag `fe ed 00`, then in
+/// postcard the times as varints and the count last emitted.
+fn schema_0_value(times: &[i64], emitted: u32) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct ClicksV0<'a> {
+        times: &'a [i64],
+        emitted: u32,
+    }
+    let mut bytes = vec![0xfe, 0xed, 0];
+    bytes.extend(postcard::to_allocvec(&ClicksV0 { times, emitted }).unwrap());
+    bytes
+}
+
+#[test]
+fn an_ad_stored_in_the_first_layout_is_read_and_written_back_packed() {
+    let mut h = counter();
+    let held = [ts("2026-11-29 10:00:00.000"), ts("2026-11-29 10:01:00.000")];
+    h.set_state_bytes("ad1", "clicks", schema_0_value(&held, 2));
+    click(&mut h, "ad1", "2026-11-29 10:02:00.000");
+    assert_eq!(
+        h.take_outputs("main"),
+        vec![count("ad1", 3, "2026-11-29 10:02:00.000")]
+    );
+    // Schema 1: the three times as one byte string of little-endian integers.
+    let mut packed = vec![0xfe, 0xed, 1, 24];
+    for t in held.iter().chain([&ts("2026-11-29 10:02:00.000")]) {
+        packed.extend(t.to_le_bytes());
+    }
+    packed.push(3);
+    assert_eq!(h.state_bytes("ad1", "clicks"), Some(packed));
+    // The new click's timer drops every time up to its own, the migrated ones too.
+    h.advance_watermark(ts("2026-11-29 10:07:00.000")).unwrap();
+    assert_eq!(
+        h.take_outputs("main"),
+        vec![count("ad1", 0, "2026-11-29 10:07:00.000")]
+    );
+}
