@@ -9,8 +9,9 @@ use crate::__private::bindings::exports::weir::udf::batch::Guest as BatchGuest;
 use crate::__private::bindings::exports::weir::udf::cached_batch::Guest as CachedBatchGuest;
 use crate::__private::bindings::exports::weir::udf::process_function::Guest;
 use crate::__private::bindings::weir::udf::types;
-use crate::backend::{Active, Backend};
+use crate::backend::Active;
 use crate::batch::Path;
+use crate::host_calls::Backend;
 use crate::{Context, Element, InitContext, ProcessFunction, TimeDomain, Timer};
 
 /// A live UDF instance and the input names its elements refer to.

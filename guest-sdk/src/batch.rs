@@ -19,7 +19,7 @@
 //! still ahead in the batch that the UDF deletes is skipped, and registering it again
 //! is a no-op, exactly as if the host held it.
 
-use crate::backend::{CachedValue, ValueView};
+use crate::host_calls::{CachedValue, ValueView};
 use crate::{Context, Element, LogLevel, ProcessFunction, StateTtl, TimeDomain, Timer};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};

@@ -6,7 +6,8 @@ use std::any::type_name;
 use anyhow::{anyhow, Context as _};
 use serde::de::{Deserialize, DeserializeOwned};
 
-use crate::backend::{Active, Backend, StateKind};
+use crate::backend::Active;
+use crate::host_calls::{Backend, StateKind};
 use crate::{ListState, MapState, Output, Result, StateTtl, ValueState};
 
 /// Which clock a timer follows.

@@ -46,6 +46,7 @@ mod backend;
 mod config;
 mod context;
 mod duration;
+mod host_calls;
 mod output;
 mod reject;
 mod state;

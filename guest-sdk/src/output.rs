@@ -6,7 +6,8 @@ use std::marker::PhantomData;
 use anyhow::anyhow;
 use serde::Serialize;
 
-use crate::backend::{Active, Backend};
+use crate::backend::Active;
+use crate::host_calls::Backend;
 use crate::Result;
 
 /// A declared output (the main output or a side output) carrying records of type `T`.

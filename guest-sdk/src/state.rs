@@ -17,7 +17,8 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::backend::{Active, Backend, CachedValue, ValueView};
+use crate::backend::Active;
+use crate::host_calls::{Backend, CachedValue, ValueView};
 use crate::Result;
 
 /// Postcard's output appended to a `Vec`, byte strings copied whole. (Postcard's own

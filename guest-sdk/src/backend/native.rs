@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use super::{Backend, StateKind};
+use crate::host_calls::{Backend, StateKind};
 use crate::testing::world::World;
 use crate::{LogLevel, StateTtl, TimeDomain};
 

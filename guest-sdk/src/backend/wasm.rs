@@ -1,9 +1,9 @@
 //! The component backend: each call is the generated import, unless a batch is running,
 //! in which case it goes to the batch's guest-side overlay (see `crate::batch`).
 
-use super::{Backend, CachedValue, StateKind, ValueView};
 use crate::__private::bindings::weir::udf::{logging, output, state, timers, types};
 use crate::batch;
+use crate::host_calls::{Backend, CachedValue, StateKind, ValueView};
 use crate::{LogLevel, StateTtl, TimeDomain};
 
 pub(crate) struct Wasm;

@@ -24,7 +24,8 @@ use std::rc::Rc;
 
 use anyhow::anyhow;
 
-use crate::backend::{native, Active, Backend};
+use crate::backend::{native, Active};
+use crate::host_calls::Backend;
 use crate::{Context, Element, InitContext, LogLevel, ProcessFunction, Result, TimeDomain, Timer};
 use world::{Phase, World};
 

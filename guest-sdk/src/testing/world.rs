@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{Emitted, LogLine};
-use crate::backend::StateKind;
+use crate::host_calls::StateKind;
 use crate::{LogLevel, StateTtl, TimeDomain};
 use weir_core::key::{tie_order, KeyId};
 use weir_core::state::ttl::{self, stamped, unstamped};
