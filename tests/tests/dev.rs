@@ -42,6 +42,7 @@ crate-type = ["cdylib"]
 [dependencies]
 weir-sdk = {{ path = "{sdk}" }}
 serde = {{ version = "1", features = ["derive"] }}
+zerocopy = "0.8"
 
 [profile.release]
 debug = "line-tables-only"
