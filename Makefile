@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 WASM_TARGET := wasm32-wasip2
-UDF_CRATES := change-only-counter order-timeout session-report tumbling-window stream-join misbehaving-udf ttl-probe \
+UDF_CRATES := change-only-counter campaign-totals order-timeout session-report tumbling-window stream-join misbehaving-udf ttl-probe \
 	versioned-udf-v1 versioned-udf-v2 versioned-udf-broken versioned-udf-bad-init \
 	versioned-udf-retyped versioned-udf-migrated not-a-udf
 WEIR := target/release/weir

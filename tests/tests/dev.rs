@@ -43,6 +43,7 @@ crate-type = ["cdylib"]
 weir-sdk = {{ path = "{sdk}" }}
 serde = {{ version = "1", features = ["derive"] }}
 zerocopy = "0.8"
+serde_json = {{ version = "1", features = ["raw_value"] }}
 
 [profile.release]
 debug = "line-tables-only"

@@ -95,6 +95,15 @@ pub trait Sink: Send {
         self.flush()
     }
 
+    /// The run's watermark advanced to `watermark`: every record emitted before it was
+    /// written here. Called after a run of records (and the timers it fired) whenever the
+    /// watermark moved. A sink feeding another stage hands the watermark on (see
+    /// `weir-io`'s exchanges); the default does nothing.
+    fn watermark(&mut self, watermark: i64) -> anyhow::Result<()> {
+        let _ = watermark;
+        Ok(())
+    }
+
     /// Makes everything written so far durable and says where the sink stands. Called
     /// between two records when a checkpoint is taken, before the checkpoint is written:
     /// the checkpoint records the returned state as done, and a run restored from it

@@ -8,6 +8,7 @@
 //! - [`sink`]: JSON-lines files and stdout, upsert tables, PostgreSQL upserts, Kafka
 //!   topics, and the dead-letter output. The [`Sink`](weir_core::output::Sink) contract
 //!   itself is in `weir-core`, since the keyed operator writes into sinks.
+//! - [`exchange`]: the bounded queue between a stage's output and a downstream stage.
 //! - [`kafka`]: every Kafka client's configuration and log context, in one place.
 //! - [`repartition`]: the headers of the repartition topic, read by the Kafka source.
 //!
@@ -16,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod exchange;
 pub mod kafka;
 pub mod repartition;
 pub mod sink;

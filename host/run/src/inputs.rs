@@ -59,6 +59,9 @@ pub(crate) struct SourceSlot {
     /// Its partitions' inputs.
     pub inputs: Range<usize>,
     exhausted: bool,
+    /// Its watermark markers apply exactly where they stand between its records (see
+    /// [`SourceSettings::markers_in_place`]).
+    markers_in_place: bool,
 }
 
 /// One partition of a source, with the records it has read ahead.
@@ -172,6 +175,12 @@ pub(crate) struct SourceSettings<'a> {
     pub idle_timeout: Option<Duration>,
     /// The longest record it may hand on; a longer one is undecodable.
     pub max_record_bytes: usize,
+    /// Nothing is read past a watermark marker until the records before it have been
+    /// processed and it has been applied, so every record sees exactly the markers
+    /// before it (another stage's output: the downstream's timers then fire as they
+    /// would with the stages one after another). Otherwise a marker waits for the
+    /// records read before it and the source reads on meanwhile (a repartition topic's).
+    pub markers_in_place: bool,
 }
 
 impl Inputs {
@@ -237,6 +246,7 @@ impl Inputs {
             max_record_bytes: settings.max_record_bytes,
             inputs: range.clone(),
             exhausted: false,
+            markers_in_place: settings.markers_in_place,
         });
         range
     }
@@ -287,10 +297,10 @@ impl Inputs {
         let slot = &self.sources[index];
         let limit = self.queue_limit();
         !slot.exhausted
-            && !slot
-                .inputs
-                .clone()
-                .any(|i| self.inputs[i].queue.len() >= limit)
+            && !slot.inputs.clone().any(|i| {
+                let input = &self.inputs[i];
+                input.queue.len() >= limit || (slot.markers_in_place && input.progress.is_some())
+            })
     }
 
     /// Reads ahead on every source whose inputs have room in their queues, without
@@ -554,6 +564,7 @@ mod tests {
             decoder: RecordDecoder::new("k", "ts", TimestampFormat::EpochMs).unwrap(),
             idle_timeout: None,
             max_record_bytes: 1 << 20,
+            markers_in_place: false,
         };
         (Box::new(memory), settings)
     }

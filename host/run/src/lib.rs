@@ -23,6 +23,9 @@
 //!    are drained, every `interval` and when the run is stopped; a run resumes from the
 //!    newest one, and a run that completes removes them.
 //!
+//! A pipeline of several stages (`graph.rs`) runs each stage this way, on a thread of its
+//! own, the stages joined by in-process exchanges.
+//!
 //! The run ends when every input has ended, after the final watermark and the remaining
 //! processing-time timers have fired; [`RunReport`] says what it did.
 
@@ -31,6 +34,7 @@
 mod checkpointing;
 pub mod control;
 mod failures;
+mod graph;
 mod inputs;
 mod recovery;
 mod report;
@@ -41,6 +45,7 @@ pub use control::{
     CheckpointRecord, ExceptionRecord, LiveStatus, RateTracker, RunControl, RunState, ShardStatus,
     SwapDone, SwapRequest, TaskStatus, KEPT_IN_STATUS, SWAP_WAIT,
 };
+pub use graph::{run_graph, GraphFailure, GraphReport};
 pub use report::{DeadLetterCauses, RunReport};
 
 use anyhow::Context as _;

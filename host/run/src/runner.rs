@@ -56,6 +56,9 @@ pub(crate) struct Runner {
     pub(crate) status: StatusPublisher,
     /// What `[udf] on_error` says, and the failures the run survived so far.
     pub(crate) failures: UdfFailures,
+    /// The watermark last handed to the sinks, when an output feeds another stage
+    /// (`None` otherwise: no sink wants it).
+    pub(crate) forwarded: Option<weir_core::time::Timestamp>,
     /// Rollbacks so far: a shard's failure from the parallel part that a rollback (for
     /// another shard's) came after was made by the version rolled back.
     pub(crate) rollbacks: u64,
@@ -82,6 +85,8 @@ impl Runner {
         let input_names = spec.input_names();
         let mut inputs = Inputs::new(spec.parallelism);
         let mut delays = Vec::new();
+        // Inputs that are other stages' outputs: their watermark is their upstream's.
+        let mut follows_upstream = Vec::new();
         for s in &spec.sources {
             let source = restored.open_source(s)?;
             let decoder = RecordDecoder::new(&s.key, &s.timestamp, s.timestamp_format)
@@ -97,11 +102,18 @@ impl Runner {
                 decoder,
                 idle_timeout: s.idle_timeout,
                 max_record_bytes: s.max_record_bytes,
+                markers_in_place: matches!(s.location, weir_pipeline::SourceLocation::Stage(_)),
             };
             let added = inputs.add(source, settings, |name| {
                 restored.input(name).map_or(0, |i| i.read)
             });
-            delays.extend(added.map(|_| s.out_of_orderness_ms));
+            let from_stage = matches!(s.location, weir_pipeline::SourceLocation::Stage(_));
+            for input in added {
+                delays.push(s.out_of_orderness_ms);
+                if from_stage {
+                    follows_upstream.push(input);
+                }
+            }
         }
         let parallelism = spec.parallelism;
         let name = function.name().to_string();
@@ -115,6 +127,9 @@ impl Runner {
             .into_iter()
             .map(|function| {
                 let mut operator = KeyedOperator::new(function, &delays, now);
+                for &input in &follows_upstream {
+                    operator.follow_upstream(input);
+                }
                 operator.set_max_batch(spec.udf.max_batch);
                 operator.set_max_emit_bytes(spec.udf.max_emit_bytes);
                 if let Some(stop) = &options.stop {
@@ -171,6 +186,14 @@ impl Runner {
                 .into());
             }
             if !outputs.contains(&sink.output) {
+                if let Some(exchange) = sink.feeds.first() {
+                    anyhow::bail!(
+                        "the UDF has no output {:?} (it declares {:?}), which {} reads",
+                        sink.output,
+                        outputs,
+                        exchange.name()
+                    );
+                }
                 tracing::warn!(
                     "the pipeline routes output {:?}, which the UDF does not declare (it declares {:?})",
                     sink.output,
@@ -185,13 +208,14 @@ impl Runner {
                 .iter()
                 .find(|s| &s.output == output)
                 .expect("checked above");
-            sinks.push(weir_io::sink::open(
+            let opened = weir_io::sink::open(
                 &sink.target,
                 sink.upsert.as_ref(),
                 &spec.name,
                 output,
                 restored.sink(output),
-            )?);
+            )?;
+            sinks.push(weir_io::exchange::Feeding::wrap(opened, &sink.feeds));
         }
         stage.bind_sinks(sinks);
         let input_names: Vec<&str> = inputs.inputs().iter().map(|i| i.name.as_str()).collect();
@@ -231,6 +255,11 @@ impl Runner {
             failures: UdfFailures::new(spec.udf.on_error, options.stop.clone()),
             rollbacks: 0,
             undecodable: 0,
+            forwarded: spec
+                .sinks
+                .iter()
+                .any(|s| !s.feeds.is_empty())
+                .then_some(weir_core::time::MIN_WATERMARK),
         })
     }
 
@@ -272,6 +301,7 @@ impl Runner {
             if self.inputs.all_ended() {
                 break;
             }
+            self.forward_watermark()?;
             self.inputs.take_chunk(&mut chunk);
             if chunk.is_empty() {
                 // Live input is idle: fire what is due and show what was written.
@@ -599,6 +629,20 @@ impl Runner {
                 let fired = run.driven().end_source(input);
                 run.fire_through(fired, KeyedOperator::resume_event_timers)
             })?;
+        }
+        Ok(())
+    }
+
+    /// Hands the watermark to the sinks, if it moved and an output feeds another stage:
+    /// the downstream stages' inputs follow it.
+    fn forward_watermark(&mut self) -> anyhow::Result<()> {
+        let Some(forwarded) = self.forwarded else {
+            return Ok(());
+        };
+        let watermark = self.stage.watermark();
+        if watermark > forwarded {
+            self.stage.watermark_to_sinks(&self.outputs)?;
+            self.forwarded = Some(watermark);
         }
         Ok(())
     }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use weir_pipeline::{Overrides, PipelineSpec};
-use weir_run::{run, RunOptions};
+use weir_pipeline::{Overrides, PipelineSpec, StageGraph};
+use weir_run::{run, run_graph, GraphFailure, GraphReport, RunOptions};
 
 use crate::project::{Project, ProjectArgs};
 use anyhow::Context as _;
@@ -625,18 +625,34 @@ pub fn main() -> ExitCode {
                 no_checkpoints,
                 parallelism,
             };
-            let spec = match PipelineSpec::load(&pipeline, &overrides) {
-                Ok(spec) => spec,
+            let graph = match StageGraph::load(&pipeline, &overrides) {
+                Ok(graph) => graph,
                 Err(e) => {
                     eprintln!("error: {e:#}");
                     return ExitCode::from(2);
                 }
             };
-            if !spec.udf.path.exists() {
-                eprintln!("error: {}", missing_component(&pipeline, &spec));
-                return ExitCode::FAILURE;
+            for stage in &graph.stages {
+                if !stage.spec.udf.path.exists() {
+                    eprintln!("error: {}", missing_component(&pipeline, &stage.spec));
+                    return ExitCode::FAILURE;
+                }
             }
             let stop = stop_flag();
+            if !graph.is_single() {
+                if group.is_some() {
+                    eprintln!("error: a pipeline of several stages cannot run in a --group yet (its stages would need repartition topics between the processes); run it with `weir run` alone");
+                    return ExitCode::from(2);
+                }
+                let options = RunOptions {
+                    progress: false,
+                    stop: Some(stop),
+                    fresh,
+                    control: None,
+                };
+                return finished_graph(run_graph(&graph, &options), quiet, fail_on_dead_letters);
+            }
+            let spec = graph.stages.into_iter().next().expect("one stage").spec;
             if let Some(group) = group {
                 if fail_on_dead_letters {
                     eprintln!("error: --fail-on-dead-letters is for runs that end; a --group member runs until it is stopped (watch weir_dead_letters_total instead)");
@@ -675,6 +691,39 @@ pub fn main() -> ExitCode {
                         ExitCode::FAILURE
                     }
                 }
+            }
+        }
+    }
+}
+
+/// The exit of `weir run` on a pipeline of several stages: every stage's summary, and
+/// the first stage's failure that was not caused by another's.
+fn finished_graph(
+    result: Result<GraphReport, GraphFailure>,
+    quiet: bool,
+    fail_on_dead_letters: bool,
+) -> ExitCode {
+    match result {
+        Ok(report) => {
+            if !quiet {
+                eprint!("{}", report.summary());
+            }
+            let dead_letters = report.dead_letters();
+            if fail_on_dead_letters && dead_letters > 0 {
+                eprintln!(
+                    "error: {dead_letters} records went to the dead letters and --fail-on-dead-letters was given"
+                );
+                return ExitCode::from(3);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(failure) => {
+            eprintln!("error: {failure}");
+            eprint!("{}", failure.report.summary());
+            if failure.failure.command_line {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
             }
         }
     }

@@ -261,7 +261,7 @@ fn is_bounded(spec: &PipelineSpec) -> bool {
         SourceLocation::File(path) => {
             !std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
         }
-        SourceLocation::Stdin | SourceLocation::Kafka(_) => false,
+        SourceLocation::Stdin | SourceLocation::Kafka(_) | SourceLocation::Stage(_) => false,
     })
 }
 

@@ -11,9 +11,15 @@
 //! - On a timer at `T`: drop clicks with `ts <= T - window`, emit (at `updated_at = T`) if
 //!   the count changed, and clear the key once no click is held.
 //!
-//! Config: `window` (default `5m`).
+//! Config: `window` (default `5m`); `carry` (default none): fields of the click, by
+//! name and comma-separated, copied into every count of its ad (the ad's latest click's
+//! values), e.g. `carry = "campaign_id"` so that a next stage can key the counts by
+//! campaign. Without it the click is never parsed.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use weir_sdk::prelude::*;
 use weir_sdk::time::format_millis;
 
@@ -21,6 +27,9 @@ use weir_sdk::time::format_millis;
 struct Config {
     #[serde(default = "five_minutes")]
     window: Duration,
+    /// Comma-separated field names of the click to copy into the counts.
+    #[serde(default)]
+    carry: String,
 }
 
 fn five_minutes() -> Duration {
@@ -92,12 +101,18 @@ struct ClickCount {
     ad_id: String,
     clicks: u32,
     updated_at: String,
+    /// The carried fields of the ad's latest click (none without `carry`).
+    #[serde(flatten)]
+    carried: BTreeMap<String, Box<RawValue>>,
 }
 
 /// The process function; see the crate docs.
 pub struct ChangeOnlyCounter {
     window: i64,
     clicks: ValueState<Clicks>,
+    /// The fields `carry` names, and the state that holds the ad's latest click's
+    /// values of them as a JSON object (`None` without `carry`: no such state).
+    carry: Option<(Vec<String>, ValueState<String>)>,
     out: Output<ClickCount>,
 }
 
@@ -109,14 +124,36 @@ impl ChangeOnlyCounter {
             return Ok(());
         }
         clicks.emitted = count;
+        let carried = match &self.carry {
+            Some((_, carried)) => match carried.get()? {
+                Some(text) => serde_json::from_str(&text)?,
+                None => BTreeMap::new(),
+            },
+            None => BTreeMap::new(),
+        };
         let record = ClickCount {
             ad_id: ctx.current_key_str()?.to_owned(),
             clicks: count,
             updated_at: format_millis(at),
+            carried,
         };
         self.out
             .emit_record(Record::new(record).with_key(ctx.current_key()))
     }
+}
+
+/// Keeps the `names` fields of `click` in `carried`, if they changed.
+fn carry_fields(names: &[String], carried: &ValueState<String>, click: &Element) -> Result<()> {
+    let fields: BTreeMap<&str, &RawValue> = click.json()?;
+    let values: BTreeMap<&str, &RawValue> = names
+        .iter()
+        .filter_map(|name| fields.get(name.as_str()).map(|v| (name.as_str(), *v)))
+        .collect();
+    let text = serde_json::to_string(&values)?;
+    if carried.get()?.as_deref() != Some(text.as_str()) {
+        carried.set(&text)?;
+    }
+    Ok(())
 }
 
 impl ProcessFunction for ChangeOnlyCounter {
@@ -128,8 +165,20 @@ impl ProcessFunction for ChangeOnlyCounter {
             "config `window` must be longer than 0, got {}",
             cfg.window
         );
+        let fields: Vec<String> = cfg
+            .carry
+            .split(',')
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let carry = match fields.is_empty() {
+            true => None,
+            false => Some((fields, ctx.value_state("carried")?)),
+        };
         Ok(ChangeOnlyCounter {
             window,
+            carry,
             clicks: ctx
                 .value_state("clicks")?
                 .schema(1)
@@ -146,6 +195,9 @@ impl ProcessFunction for ChangeOnlyCounter {
     fn process_element(&mut self, ctx: &mut Context, click: &Element) -> Result<()> {
         let ts = click.timestamp();
         ctx.register_event_timer(ts.saturating_add(self.window));
+        if let Some((fields, carried)) = &self.carry {
+            carry_fields(fields, carried, click)?;
+        }
         self.clicks.modify(|clicks| {
             let clicks = clicks.get_or_insert_with(Clicks::default);
             clicks.times.push(ts);
@@ -164,6 +216,9 @@ impl ProcessFunction for ChangeOnlyCounter {
             self.emit_if_changed(ctx, clicks, now)?;
             if clicks.times.is_empty() {
                 *state = None;
+                if let Some((_, carried)) = &self.carry {
+                    carried.clear();
+                }
             }
             Ok(())
         })

@@ -249,3 +249,45 @@ fn an_ad_stored_in_the_first_layout_is_read_and_written_back_packed() {
         vec![count("ad1", 0, "2026-11-29 10:07:00.000")]
     );
 }
+
+#[test]
+fn carried_fields_of_the_latest_click_go_with_every_count_of_its_ad() {
+    let mut h = TestHost::<ChangeOnlyCounter>::builder()
+        .config("window", "1m")
+        .config("carry", "campaign_id, region")
+        .build()
+        .unwrap();
+    let mut click = |ad: &str, campaign: &str, at: &str| {
+        let value = json!({"ad_id": ad, "campaign_id": campaign, "clicked_at": at});
+        h.process("main", ad, &value, ts(at)).unwrap();
+    };
+    click("ad1", "c1", "2026-11-29 10:00:00.000");
+    click("ad1", "c2", "2026-11-29 10:00:10.000");
+    h.advance_watermark(ts("2026-11-29 10:01:05.000")).unwrap();
+    let with = |clicks: u32, campaign: &str, at: &str| {
+        Emitted::new(
+            json!({"ad_id": "ad1", "clicks": clicks, "updated_at": at, "campaign_id": campaign}),
+            ts(at),
+        )
+        .with_key("ad1")
+    };
+    assert_eq!(
+        h.take_outputs("main"),
+        vec![
+            with(1, "c1", "2026-11-29 10:00:00.000"),
+            with(2, "c2", "2026-11-29 10:00:10.000"),
+            // A timer's count carries the latest click's values; a field the clicks
+            // lack (`region`) is not made up.
+            with(1, "c2", "2026-11-29 10:01:00.000"),
+        ]
+    );
+    h.advance_watermark(ts("2026-11-29 10:02:00.000")).unwrap();
+    assert_eq!(
+        h.take_outputs("main"),
+        vec![with(0, "c2", "2026-11-29 10:01:10.000")]
+    );
+    assert!(
+        !h.has_state("ad1"),
+        "the carried values go with the last click"
+    );
+}

@@ -20,6 +20,9 @@ pub struct BoundedOutOfOrderness {
     watermark: Timestamp,
     ended: bool,
     idle: bool,
+    /// The input is another stage's output: its watermark is that stage's, handed on
+    /// in markers, and the records' own timestamps do not move it.
+    follows_upstream: bool,
 }
 
 impl BoundedOutOfOrderness {
@@ -31,6 +34,18 @@ impl BoundedOutOfOrderness {
             watermark: MIN_WATERMARK,
             ended: false,
             idle: false,
+            follows_upstream: false,
+        }
+    }
+
+    /// A generator for an input that is another stage's output: its watermark is the
+    /// upstream stage's, as the markers between the records say (Flink's rule: a
+    /// downstream operator's watermark is the minimum of its inputs'), and a record's
+    /// timestamp never moves it.
+    pub fn upstream() -> Self {
+        Self {
+            follows_upstream: true,
+            ..Self::new(0)
         }
     }
 
@@ -39,8 +54,26 @@ impl BoundedOutOfOrderness {
         self.watermark
     }
 
-    /// Accounts for a record's timestamp.
+    /// Accounts for a record's timestamp (nothing for an input that follows its
+    /// upstream's watermark).
     pub fn observe(&mut self, ts: Timestamp) {
+        if self.follows_upstream {
+            return;
+        }
+        self.advance_past(ts);
+    }
+
+    /// Accounts for a marker: the largest event time read (a repartition topic's), or
+    /// for an input that follows its upstream, the upstream's watermark itself.
+    pub fn progress(&mut self, ts: Timestamp) {
+        if self.follows_upstream {
+            self.watermark = self.watermark.max(ts);
+        } else {
+            self.advance_past(ts);
+        }
+    }
+
+    fn advance_past(&mut self, ts: Timestamp) {
         let candidate = ts.saturating_sub(self.out_of_orderness).saturating_sub(1);
         if candidate > self.watermark {
             self.watermark = candidate;
@@ -97,6 +130,19 @@ impl PipelineWatermark {
     pub fn observe(&mut self, source: usize, ts: Timestamp) -> Option<Timestamp> {
         self.sources[source].observe(ts);
         self.recompute()
+    }
+
+    /// Records a marker of source `source` (see [`BoundedOutOfOrderness::progress`]);
+    /// returns the new pipeline watermark if it advanced.
+    pub fn progress(&mut self, source: usize, ts: Timestamp) -> Option<Timestamp> {
+        self.sources[source].progress(ts);
+        self.recompute()
+    }
+
+    /// Makes source `source` follow its upstream's watermark markers (see
+    /// [`BoundedOutOfOrderness::upstream`]); called before anything is observed.
+    pub fn follow_upstream(&mut self, source: usize) {
+        self.sources[source] = BoundedOutOfOrderness::upstream();
     }
 
     /// Marks source `source` as ended; returns the new watermark if it advanced.
@@ -161,6 +207,38 @@ impl PipelineWatermark {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_input_that_follows_its_upstream_moves_only_with_the_markers() {
+        let mut w = PipelineWatermark::new(vec![
+            BoundedOutOfOrderness::upstream(),
+            BoundedOutOfOrderness::new(10),
+        ]);
+        w.observe(1, 1_000);
+        assert_eq!(
+            w.observe(0, 5_000),
+            None,
+            "a record's timestamp does not move it"
+        );
+        assert_eq!(
+            w.progress(0, 400),
+            Some(400),
+            "the upstream's watermark, as it is"
+        );
+        assert_eq!(w.progress(0, 300), None, "never back");
+        assert_eq!(
+            w.progress(0, 2_000),
+            Some(989),
+            "the other input holds it back"
+        );
+        assert_eq!(w.source(0).seen(), 2_000);
+        w.progress(1, 1_500);
+        assert_eq!(
+            w.current(),
+            1_489,
+            "a repartition marker still trails by the bound"
+        );
+    }
 
     #[test]
     fn a_record_at_the_newest_timestamp_is_not_late_at_zero_out_of_orderness() {

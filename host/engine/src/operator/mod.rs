@@ -843,10 +843,24 @@ impl KeyedOperator {
     /// it makes due fire. The run calls this once every record the input read before
     /// the marker has been processed.
     pub fn observe_progress(&mut self, source: usize, timestamp: i64) -> Result<(), OperatorError> {
-        if let Some(watermark) = self.watermark.observe(source, timestamp) {
+        if let Some(watermark) = self.watermark.progress(source, timestamp) {
             self.fire_event_timers(watermark)?;
         }
         Ok(())
+    }
+
+    /// Makes input `source` follow its upstream stage's watermark, as its markers say,
+    /// instead of deriving one from its records' timestamps. The run calls this when it
+    /// opens, for every input that is another stage's output, before any record.
+    pub fn follow_upstream(&mut self, source: usize) {
+        self.watermark.follow_upstream(source);
+    }
+
+    /// Hands the run's watermark to every sink ([`Sink::watermark`]). The run calls this
+    /// between two runs of records, after the timers they made due fired, whenever the
+    /// watermark moved.
+    pub fn watermark_to_sinks(&mut self, watermark: Timestamp) -> Result<(), OperatorError> {
+        self.each_sink(|sink| sink.watermark(watermark)).map(drop)
     }
 
     /// Marks a source idle or active again; the watermark may advance, and the timers it

@@ -317,6 +317,25 @@ impl KeyedStage {
             .collect()
     }
 
+    /// Hands the stage's watermark to its sinks ([`Sink::watermark`]): each shard hands
+    /// on what it gathered first, so every record emitted before the watermark moved
+    /// reaches a shared sink before it. The run calls this between two runs of records
+    /// whenever the watermark moved.
+    pub fn watermark_to_sinks(&mut self, outputs: &[String]) -> anyhow::Result<()> {
+        let watermark = self.watermark();
+        for operator in &mut self.shards {
+            operator
+                .watermark_to_sinks(watermark)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        for (output, shared) in outputs.iter().zip(&self.shared) {
+            shared
+                .watermark(watermark)
+                .map_err(|e| e.context(format!("output {output:?}")))?;
+        }
+        Ok(())
+    }
+
     /// Writes out what the shared sinks hold (`outputs` names them, by id, for errors),
     /// after every shard flushed its own. The run calls this while the input is idle.
     pub fn flush_shared(&self, outputs: &[String]) -> anyhow::Result<()> {

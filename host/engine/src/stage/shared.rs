@@ -43,6 +43,12 @@ impl SharedOutput {
         self.lock().finish()
     }
 
+    /// Hands the stage's watermark to the sink ([`Sink::watermark`]). The stage calls
+    /// this after every shard handed on what it gathered.
+    pub fn watermark(&self, watermark: i64) -> anyhow::Result<()> {
+        self.lock().watermark(watermark)
+    }
+
     /// Hands on what the sink buffers ([`Sink::flush`]). The stage calls this after every
     /// shard flushed its handle, while the input is idle.
     pub fn flush(&self) -> anyhow::Result<()> {
@@ -141,6 +147,12 @@ impl Sink for ShardSink {
     /// Hands on what is gathered; the stage flushes the shared sink itself, once, after
     /// every shard ([`SharedOutput::flush`]): a flush may wait for acknowledgements.
     fn flush(&mut self) -> anyhow::Result<()> {
+        self.hand_on()
+    }
+
+    /// Hands on what is gathered; the stage hands the watermark to the shared sink
+    /// itself, once, after every shard ([`SharedOutput::watermark`]).
+    fn watermark(&mut self, _watermark: i64) -> anyhow::Result<()> {
         self.hand_on()
     }
 

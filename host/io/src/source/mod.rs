@@ -118,6 +118,8 @@ pub enum SourceLocation {
     Stdin,
     /// Kafka topics.
     Kafka(KafkaSourceSpec),
+    /// Another stage's output, in the same process (a pipeline of several stages).
+    Stage(crate::exchange::Exchange),
 }
 
 impl SourceLocation {
@@ -133,6 +135,7 @@ impl SourceLocation {
             SourceLocation::File(_) => "file",
             SourceLocation::Stdin => "stdin",
             SourceLocation::Kafka(_) => "kafka",
+            SourceLocation::Stage(_) => "stage",
         }
     }
 }
@@ -173,6 +176,9 @@ pub fn open(
                 );
             }
             Box::new(StdinSource::stdin(max_record_bytes))
+        }
+        SourceLocation::Stage(exchange) => {
+            Box::new(crate::exchange::ExchangeSource::new(exchange.clone()))
         }
         SourceLocation::Kafka(kafka) => {
             let mut offsets = HashMap::new();

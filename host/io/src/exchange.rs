@@ -1,0 +1,597 @@
+//! Exchanges: how one keyed stage of a pipeline hands its output to the next, inside
+//! one process.
+//!
+//! An [`Exchange`] is a bounded queue between an output of an upstream stage and one
+//! input of a downstream stage. The upstream writes into it through an
+//! [`ExchangeSink`] (one sink may feed several exchanges: an output read by several
+//! stages), the downstream reads it as a [`Source`] ([`ExchangeSource`]) whose records
+//! carry the key that emitted them (`@key`) and the event time the upstream gave them
+//! (`@timestamp`). Between the records go the upstream's watermarks, in order: a
+//! downstream input's watermark is its upstream's (Flink's rule), never derived from
+//! the records' timestamps. The queue is bounded, so a slow downstream holds its
+//! upstream back instead of letting records pile up in memory.
+//!
+//! Either end may go away: the upstream when its run ends (having finished the sink, or
+//! not, when it failed), the downstream when its run ends. The other end then gets an
+//! error naming the stage ([`StageGone`]) instead of waiting for ever.
+
+use crate::source::{Polled, Source, SourceRecord};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use weir_core::output::{OutputRecord, Sink, SinkState};
+use weir_core::position::Position;
+
+/// How many records an exchange holds before its upstream waits.
+pub const EXCHANGE_CAPACITY: usize = 16_384;
+
+/// How many records a sink gathers before it hands them to its exchanges at once (the
+/// lock is taken once per run of records, not once per record).
+const HAND_ON_EVERY: usize = 256;
+
+/// What crosses an exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Message {
+    /// A record the upstream emitted: the key that emitted it, its bytes and event time.
+    Record {
+        key: Option<Vec<u8>>,
+        value: Vec<u8>,
+        timestamp: i64,
+    },
+    /// The upstream's watermark advanced to this: every record before it was sent.
+    Watermark(i64),
+}
+
+/// How the upstream end stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upstream {
+    /// It may send more.
+    Open,
+    /// It finished: everything it will ever send is in the queue.
+    Finished,
+    /// Its run ended without finishing (it failed or was stopped).
+    Gone,
+}
+
+struct Queue {
+    messages: VecDeque<Message>,
+    /// Records (not watermarks) in `messages`.
+    records: usize,
+    upstream: Upstream,
+    /// The downstream's run ended: nothing will read the queue again.
+    downstream_gone: bool,
+}
+
+struct Shared {
+    /// The upstream stage and output, and the downstream stage: `stage a (output main)
+    /// to stage b`, for messages.
+    name: String,
+    upstream_stage: String,
+    downstream_stage: String,
+    queue: Mutex<Queue>,
+    /// Signalled when messages arrive or the upstream ends.
+    arrived: Condvar,
+    /// Signalled when records leave or the downstream goes away.
+    left: Condvar,
+}
+
+/// One end of a stage's output read by one downstream stage. Clones are handles on the
+/// same queue; it is compared by identity.
+#[derive(Clone)]
+pub struct Exchange {
+    shared: Arc<Shared>,
+}
+
+/// The error an end gets when the stage at the other end went away: the other stage's
+/// own error says why.
+#[derive(Debug)]
+pub struct StageGone {
+    /// The stage that went away.
+    pub stage: String,
+    /// Whether it was the upstream (else the downstream).
+    pub upstream: bool,
+}
+
+impl std::fmt::Display for StageGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.upstream {
+            write!(
+                f,
+                "stage {:?}, which feeds this one, ended without finishing",
+                self.stage
+            )
+        } else {
+            write!(
+                f,
+                "stage {:?}, which reads this one's output, ended",
+                self.stage
+            )
+        }
+    }
+}
+
+impl std::error::Error for StageGone {}
+
+impl std::fmt::Debug for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Exchange({})", self.shared.name)
+    }
+}
+
+impl PartialEq for Exchange {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl Eq for Exchange {}
+
+impl Exchange {
+    /// A new, empty exchange from `output` of stage `upstream` to stage `downstream`.
+    pub fn new(upstream: &str, output: &str, downstream: &str) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                name: format!("stage {upstream} (output {output}) to stage {downstream}"),
+                upstream_stage: upstream.to_string(),
+                downstream_stage: downstream.to_string(),
+                queue: Mutex::new(Queue {
+                    messages: VecDeque::new(),
+                    records: 0,
+                    upstream: Upstream::Open,
+                    downstream_gone: false,
+                }),
+                arrived: Condvar::new(),
+                left: Condvar::new(),
+            }),
+        }
+    }
+
+    /// `stage a (output main) to stage b`.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The upstream stage's run ended: if it did not finish the exchange, the downstream
+    /// learns that it went away. The graph calls this when an upstream stage's run
+    /// returns, whatever it returned.
+    pub fn upstream_ended(&self) {
+        let mut queue = self.lock();
+        if queue.upstream == Upstream::Open {
+            queue.upstream = Upstream::Gone;
+        }
+        drop(queue);
+        self.shared.arrived.notify_all();
+    }
+
+    /// The downstream stage's run ended: the upstream's next write fails instead of
+    /// waiting for room. The graph calls this when a downstream stage's run returns.
+    pub fn downstream_ended(&self) {
+        let mut queue = self.lock();
+        queue.downstream_gone = true;
+        queue.messages.clear();
+        queue.records = 0;
+        drop(queue);
+        self.shared.left.notify_all();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.shared
+            .queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Appends `messages` (emptying it), waiting while the queue is full.
+    fn send(&self, messages: &mut Vec<Message>) -> anyhow::Result<()> {
+        let mut queue = self.lock();
+        loop {
+            if queue.downstream_gone {
+                return Err(StageGone {
+                    stage: self.shared.downstream_stage.clone(),
+                    upstream: false,
+                }
+                .into());
+            }
+            if queue.records < EXCHANGE_CAPACITY {
+                break;
+            }
+            queue = self
+                .shared
+                .left
+                .wait(queue)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        queue.records += messages
+            .iter()
+            .filter(|m| matches!(m, Message::Record { .. }))
+            .count();
+        queue.messages.extend(messages.drain(..));
+        drop(queue);
+        self.shared.arrived.notify_one();
+        Ok(())
+    }
+
+    /// Marks the upstream finished: the downstream's input ends once it read the rest.
+    fn finish(&self) {
+        self.lock().upstream = Upstream::Finished;
+        self.shared.arrived.notify_all();
+    }
+}
+
+/// The upstream's end: an output of a stage written into the exchanges of the stages
+/// that read it.
+pub struct ExchangeSink {
+    location: String,
+    exchanges: Vec<Exchange>,
+    gathered: Vec<Message>,
+    /// A copy of `gathered` for each exchange but the last.
+    copy: Vec<Message>,
+}
+
+impl ExchangeSink {
+    /// A sink writing into every one of `exchanges` (they share their upstream output).
+    pub fn new(exchanges: Vec<Exchange>) -> Self {
+        let location = exchanges
+            .iter()
+            .map(|e| format!("stage {}", e.shared.downstream_stage))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Self {
+            location,
+            exchanges,
+            gathered: Vec::with_capacity(HAND_ON_EVERY),
+            copy: Vec::new(),
+        }
+    }
+
+    fn hand_on(&mut self) -> anyhow::Result<()> {
+        if self.gathered.is_empty() {
+            return Ok(());
+        }
+        let (last, others) = self.exchanges.split_last().expect("at least one exchange");
+        for exchange in others {
+            self.copy.clone_from(&self.gathered);
+            exchange.send(&mut self.copy)?;
+        }
+        last.send(&mut self.gathered)
+    }
+}
+
+impl Sink for ExchangeSink {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn write(&mut self, record: &OutputRecord<'_>) -> anyhow::Result<()> {
+        self.gathered.push(Message::Record {
+            key: record.key.map(<[u8]>::to_vec),
+            value: record.value.to_vec(),
+            timestamp: record.timestamp,
+        });
+        if self.gathered.len() >= HAND_ON_EVERY {
+            self.hand_on()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.hand_on()
+    }
+
+    fn watermark(&mut self, watermark: i64) -> anyhow::Result<()> {
+        self.gathered.push(Message::Watermark(watermark));
+        self.hand_on()
+    }
+
+    fn finish(&mut self) -> anyhow::Result<()> {
+        self.hand_on()?;
+        for exchange in &self.exchanges {
+            exchange.finish();
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&mut self) -> anyhow::Result<SinkState> {
+        self.hand_on()?;
+        Ok(SinkState::default())
+    }
+}
+
+/// An output's sink that also feeds the stages that read the output: every record and
+/// watermark goes to both, and the sink's own state is what checkpoints keep.
+pub struct Feeding {
+    sink: Box<dyn Sink>,
+    stages: ExchangeSink,
+    location: String,
+}
+
+impl Feeding {
+    /// `sink`, feeding `exchanges` too; `sink` alone if there are none.
+    pub fn wrap(sink: Box<dyn Sink>, exchanges: &[Exchange]) -> Box<dyn Sink> {
+        if exchanges.is_empty() {
+            return sink;
+        }
+        let stages = ExchangeSink::new(exchanges.to_vec());
+        let location = format!("{} and {}", sink.location(), stages.location());
+        Box::new(Self {
+            sink,
+            stages,
+            location,
+        })
+    }
+}
+
+impl Sink for Feeding {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn write(&mut self, record: &OutputRecord<'_>) -> anyhow::Result<()> {
+        self.sink.write(record)?;
+        self.stages.write(record)
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.sink.flush()?;
+        self.stages.flush()
+    }
+
+    fn watermark(&mut self, watermark: i64) -> anyhow::Result<()> {
+        self.sink.watermark(watermark)?;
+        self.stages.watermark(watermark)
+    }
+
+    fn finish(&mut self) -> anyhow::Result<()> {
+        self.sink.finish()?;
+        self.stages.finish()
+    }
+
+    fn checkpoint(&mut self) -> anyhow::Result<SinkState> {
+        self.stages.checkpoint()?;
+        self.sink.checkpoint()
+    }
+
+    fn lost(&self) -> u64 {
+        self.sink.lost()
+    }
+}
+
+/// The downstream's end: the exchange read as a source of one partition.
+pub struct ExchangeSource {
+    exchange: Exchange,
+    /// Messages taken from the queue, not handed out yet.
+    taken: VecDeque<Message>,
+    /// Records handed out so far.
+    read: u64,
+}
+
+impl ExchangeSource {
+    /// Reads `exchange`.
+    pub fn new(exchange: Exchange) -> Self {
+        Self {
+            exchange,
+            taken: VecDeque::new(),
+            read: 0,
+        }
+    }
+
+    /// Takes what the queue holds into `taken`, waiting at most `wait` for something;
+    /// says whether the upstream finished and everything was taken.
+    fn take(&mut self, wait: Duration) -> anyhow::Result<bool> {
+        let deadline = Instant::now() + wait;
+        let shared = &self.exchange.shared;
+        let mut queue = self.exchange.lock();
+        loop {
+            if !queue.messages.is_empty() {
+                self.taken.extend(queue.messages.drain(..));
+                queue.records = 0;
+                drop(queue);
+                shared.left.notify_all();
+                return Ok(false);
+            }
+            match queue.upstream {
+                Upstream::Finished => return Ok(true),
+                Upstream::Gone => {
+                    return Err(StageGone {
+                        stage: shared.upstream_stage.clone(),
+                        upstream: true,
+                    }
+                    .into())
+                }
+                Upstream::Open => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            queue = shared
+                .arrived
+                .wait_timeout(queue, deadline - now)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Source for ExchangeSource {
+    fn location(&self) -> &str {
+        self.exchange.name()
+    }
+
+    fn poll(&mut self, record: &mut SourceRecord, wait: Duration) -> anyhow::Result<Polled> {
+        if self.taken.is_empty() && self.take(wait)? {
+            return Ok(Polled::End);
+        }
+        match self.taken.pop_front() {
+            None => Ok(Polled::Idle),
+            Some(Message::Watermark(timestamp)) => Ok(Polled::Progress {
+                input: 0,
+                timestamp,
+            }),
+            Some(Message::Record {
+                key,
+                value,
+                timestamp,
+            }) => {
+                self.read += 1;
+                record.data = value;
+                record.line = None;
+                record.offset = self.read - 1;
+                record.partition = 0;
+                record.message_key = key;
+                record.message_timestamp = Some(timestamp);
+                record.oversized = None;
+                Ok(Polled::Record)
+            }
+        }
+    }
+
+    fn positions(&self) -> Vec<Position> {
+        vec![Position::Stream { line: self.read }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: &'static [u8], value: &'static [u8], timestamp: i64) -> OutputRecord<'static> {
+        OutputRecord {
+            key: Some(key),
+            value,
+            timestamp,
+            sequence: 0,
+        }
+    }
+
+    /// A record as read back: its key, bytes and event time.
+    type Read = (Vec<u8>, Vec<u8>, i64);
+
+    fn poll(source: &mut ExchangeSource) -> (Polled, Option<Read>) {
+        let mut r = SourceRecord::default();
+        let polled = source.poll(&mut r, Duration::ZERO).unwrap();
+        let got = (polled == Polled::Record).then(|| {
+            (
+                r.message_key.clone().unwrap(),
+                r.data.clone(),
+                r.message_timestamp.unwrap(),
+            )
+        });
+        (polled, got)
+    }
+
+    #[test]
+    fn records_and_watermarks_arrive_in_order_then_the_end() {
+        let exchange = Exchange::new("a", "main", "b");
+        let mut sink = ExchangeSink::new(vec![exchange.clone()]);
+        let mut source = ExchangeSource::new(exchange);
+        assert_eq!(poll(&mut source).0, Polled::Idle, "nothing yet");
+        sink.write(&record(b"k1", b"{\"n\":1}", 10)).unwrap();
+        assert_eq!(poll(&mut source).0, Polled::Idle, "gathered, not handed on");
+        sink.watermark(9).unwrap();
+        sink.write(&record(b"k2", b"{\"n\":2}", 20)).unwrap();
+        sink.finish().unwrap();
+        assert_eq!(
+            poll(&mut source).1,
+            Some((b"k1".to_vec(), b"{\"n\":1}".to_vec(), 10))
+        );
+        assert_eq!(
+            poll(&mut source).0,
+            Polled::Progress {
+                input: 0,
+                timestamp: 9
+            }
+        );
+        assert_eq!(
+            poll(&mut source).1,
+            Some((b"k2".to_vec(), b"{\"n\":2}".to_vec(), 20))
+        );
+        assert_eq!(poll(&mut source).0, Polled::End);
+        assert_eq!(source.positions(), vec![Position::Stream { line: 2 }]);
+    }
+
+    #[test]
+    fn an_output_read_by_two_stages_reaches_both() {
+        let (b, c) = (
+            Exchange::new("a", "main", "b"),
+            Exchange::new("a", "main", "c"),
+        );
+        let mut sink = ExchangeSink::new(vec![b.clone(), c.clone()]);
+        sink.write(&record(b"k", b"1", 1)).unwrap();
+        sink.finish().unwrap();
+        for exchange in [b, c] {
+            let mut source = ExchangeSource::new(exchange);
+            assert_eq!(poll(&mut source).1.unwrap().1, b"1");
+            assert_eq!(poll(&mut source).0, Polled::End);
+        }
+    }
+
+    #[test]
+    fn an_upstream_that_ended_without_finishing_fails_its_downstream() {
+        let exchange = Exchange::new("a", "main", "b");
+        let mut sink = ExchangeSink::new(vec![exchange.clone()]);
+        sink.write(&record(b"k", b"1", 1)).unwrap();
+        sink.flush().unwrap();
+        exchange.upstream_ended();
+        let mut source = ExchangeSource::new(exchange);
+        assert_eq!(poll(&mut source).0, Polled::Record, "what was sent is read");
+        let mut r = SourceRecord::default();
+        let error = source.poll(&mut r, Duration::ZERO).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "stage \"a\", which feeds this one, ended without finishing"
+        );
+        assert!(error.is::<StageGone>());
+    }
+
+    #[test]
+    fn a_full_exchange_holds_its_upstream_back_until_the_downstream_reads_or_ends() {
+        let exchange = Exchange::new("a", "main", "b");
+        let writer = {
+            let exchange = exchange.clone();
+            std::thread::spawn(move || {
+                let mut sink = ExchangeSink::new(vec![exchange]);
+                for i in 0..(EXCHANGE_CAPACITY + 2 * HAND_ON_EVERY) as i64 {
+                    sink.write(&record(b"k", b"1", i))?;
+                }
+                sink.finish()
+            })
+        };
+        let mut source = ExchangeSource::new(exchange.clone());
+        let mut read = 0;
+        loop {
+            let mut r = SourceRecord::default();
+            match source.poll(&mut r, Duration::from_millis(50)).unwrap() {
+                Polled::Record => {
+                    assert_eq!(r.message_timestamp, Some(read));
+                    read += 1;
+                }
+                Polled::End => break,
+                _ => {}
+            }
+        }
+        writer.join().unwrap().unwrap();
+        assert_eq!(read as usize, EXCHANGE_CAPACITY + 2 * HAND_ON_EVERY);
+
+        // A downstream that goes away releases a waiting upstream with an error.
+        let exchange = Exchange::new("a", "main", "b");
+        let writer = {
+            let exchange = exchange.clone();
+            std::thread::spawn(move || {
+                let mut sink = ExchangeSink::new(vec![exchange]);
+                loop {
+                    sink.write(&record(b"k", b"1", 0))?;
+                }
+            })
+        };
+        while exchange.lock().records < EXCHANGE_CAPACITY {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        exchange.downstream_ended();
+        let error: anyhow::Result<()> = writer.join().unwrap();
+        assert_eq!(
+            error.unwrap_err().to_string(),
+            "stage \"b\", which reads this one's output, ended"
+        );
+    }
+}
