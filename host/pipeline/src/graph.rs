@@ -16,7 +16,7 @@ use weir_io::source::decode::{RecordDecoder, MESSAGE_TIMESTAMP};
 use weir_io::source::{SourceLocation, DEFAULT_MAX_RECORD_BYTES};
 
 use crate::file::{StageEntry, StageInputEntry};
-use crate::load::{parse_file, Common};
+use crate::load::{load_file, parse_file, Common};
 use crate::name;
 use crate::resolve::resolve_udf;
 use crate::spec::{check_parallelism, Overrides, PipelineSpec, SinkSpec, SourceSpec};
@@ -44,10 +44,7 @@ pub struct Stage {
 impl StageGraph {
     /// Reads, checks and resolves a pipeline file of one stage or several.
     pub fn load(path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
-        Self::parse(&text, path, overrides)
-            .with_context(|| format!("pipeline file {}", path.display()))
+        load_file(path, |text| Self::parse(text, path, overrides))
     }
 
     /// Checks and resolves pipeline text; relative paths are relative to `path`'s folder.

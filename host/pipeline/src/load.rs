@@ -15,10 +15,7 @@ use crate::spec::*;
 impl PipelineSpec {
     /// Reads, checks and resolves a pipeline file.
     pub fn load(path: &Path, overrides: &Overrides) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
-        Self::parse(&text, path, overrides)
-            .with_context(|| format!("pipeline file {}", path.display()))
+        load_file(path, |text| Self::parse(text, path, overrides))
     }
 
     /// Checks and resolves pipeline text; relative paths are relative to `path`'s folder.
@@ -228,4 +225,14 @@ impl Common {
             parallelism,
         })
     }
+}
+
+/// Reads the pipeline file at `path` and hands its text to `parse`; errors name the file.
+pub(crate) fn load_file<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    parse(&text).with_context(|| format!("pipeline file {}", path.display()))
 }
