@@ -3,12 +3,13 @@
 //! Where records come from and where they go: every connector of the host, each owning
 //! its own settings.
 //!
-//! - [`source`]: JSON-lines files and stdin, Kafka topics; the [`Source`](source::Source)
-//!   contract; decoding a record's key and event timestamp ([`source::decode`]).
+//! - [`source`]: JSON-lines files and stdin, Kafka topics, another stage's output
+//!   ([`source::exchange`]: the bounded queue between stages, with its sink end); the
+//!   [`Source`](source::Source) contract; decoding a record's key and event timestamp
+//!   ([`source::decode`]).
 //! - [`sink`]: JSON-lines files and stdout, upsert tables, PostgreSQL upserts, Kafka
 //!   topics, and the dead-letter output. The [`Sink`](weir_core::output::Sink) contract
 //!   itself is in `weir-core`, since the keyed operator writes into sinks.
-//! - [`exchange`]: the bounded queue between a stage's output and a downstream stage.
 //! - [`kafka`]: every Kafka client's configuration and log context, in one place.
 //! - [`repartition`]: the headers of the repartition topic, read by the Kafka source.
 //!
@@ -17,7 +18,6 @@
 
 #![warn(missing_docs)]
 
-pub mod exchange;
 pub mod kafka;
 pub mod repartition;
 pub mod sink;

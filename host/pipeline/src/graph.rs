@@ -10,9 +10,9 @@
 
 use anyhow::{bail, Context as _};
 use std::path::{Path, PathBuf};
-use weir_io::exchange::Exchange;
 use weir_io::sink::SinkTarget;
 use weir_io::source::decode::{RecordDecoder, MESSAGE_TIMESTAMP};
+use weir_io::source::exchange::Exchange;
 use weir_io::source::{SourceLocation, DEFAULT_MAX_RECORD_BYTES};
 
 use crate::file::{StageEntry, StageInputEntry};
@@ -76,7 +76,7 @@ impl StageGraph {
         let common = Common::resolve(file, path)?;
         check_names(&entries, &common.sources)?;
         let order = order(&entries)?;
-        let exchanges = exchanges(&entries);
+        let edges = edges(&entries);
 
         for (stage, sink) in &common.sinks {
             let Some(stage) = stage else {
@@ -97,8 +97,7 @@ impl StageGraph {
         let mut stages = Vec::new();
         for (index, entry) in entries.iter().enumerate() {
             let context = || format!("[[stage]] {:?}", entry.name);
-            let stage =
-                resolve_stage(index, entry, &common, &exchanges, path).with_context(context)?;
+            let stage = resolve_stage(index, entry, &common, &edges, path).with_context(context)?;
             stages.push(stage);
         }
         let mut graph = Self {
@@ -273,18 +272,32 @@ fn order(entries: &[StageEntry]) -> anyhow::Result<Vec<usize>> {
     Ok(order)
 }
 
-/// One exchange per stage input that reads another stage: `(upstream, output,
-/// downstream stage index, input index)`.
-type Exchanges = Vec<(String, String, usize, usize, Exchange)>;
+/// An edge of the graph: a stage input that reads another stage's output.
+struct Edge {
+    /// The upstream stage and its output.
+    upstream: String,
+    output: String,
+    /// The downstream stage (its index in the file) and its input (index in the stage).
+    stage: usize,
+    input: usize,
+    exchange: Exchange,
+}
 
-fn exchanges(entries: &[StageEntry]) -> Exchanges {
+/// One edge, with its exchange, per stage input that reads another stage.
+fn edges(entries: &[StageEntry]) -> Vec<Edge> {
     let mut all = Vec::new();
     for (stage, entry) in entries.iter().enumerate() {
         for (index, input) in entry.inputs.iter().enumerate() {
             if entries.iter().any(|e| e.name == input.from) {
                 let output = input.output.clone().unwrap_or_else(|| "main".into());
                 let exchange = Exchange::new(&input.from, &output, &entry.name);
-                all.push((input.from.clone(), output, stage, index, exchange));
+                all.push(Edge {
+                    upstream: input.from.clone(),
+                    output,
+                    stage,
+                    input: index,
+                    exchange,
+                });
             }
         }
     }
@@ -295,7 +308,7 @@ fn resolve_stage(
     index: usize,
     entry: &StageEntry,
     common: &Common,
-    exchanges: &Exchanges,
+    edges: &[Edge],
     path: &Path,
 ) -> anyhow::Result<Stage> {
     let resolve = |p: &str| common.base.join(p);
@@ -309,11 +322,11 @@ fn resolve_stage(
         let source = match common.sources.iter().find(|s| s.name == input.from) {
             Some(source) => from_source(source, input).with_context(context)?,
             None => {
-                let exchange = exchanges
+                let exchange = edges
                     .iter()
-                    .find(|(_, _, stage, at, _)| *stage == index && *at == number)
-                    .map(|(_, _, _, _, e)| e.clone())
-                    .expect("an exchange per stage input");
+                    .find(|e| e.stage == index && e.input == number)
+                    .map(|e| e.exchange.clone())
+                    .expect("an edge per stage input from a stage");
                 from_stage(input, exchange).with_context(context)?
             }
         };
@@ -335,13 +348,10 @@ fn resolve_stage(
         }
     }
     let mut outputs: Vec<(&str, Vec<Exchange>)> = Vec::new();
-    for (upstream, output, _, _, exchange) in exchanges {
-        if upstream != &entry.name {
-            continue;
-        }
-        match outputs.iter_mut().find(|(o, _)| o == output) {
-            Some((_, readers)) => readers.push(exchange.clone()),
-            None => outputs.push((output, vec![exchange.clone()])),
+    for edge in edges.iter().filter(|e| e.upstream == entry.name) {
+        match outputs.iter_mut().find(|(o, _)| *o == edge.output) {
+            Some((_, readers)) => readers.push(edge.exchange.clone()),
+            None => outputs.push((&edge.output, vec![edge.exchange.clone()])),
         }
     }
     for (output, readers) in outputs {

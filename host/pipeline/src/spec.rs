@@ -229,7 +229,7 @@ pub struct SinkSpec {
     pub upsert: Option<UpsertSpec>,
     /// In a pipeline of several stages: the exchanges of the stages that read this
     /// output too (the output's records go to `target` and to each of them).
-    pub feeds: Vec<weir_io::exchange::Exchange>,
+    pub feeds: Vec<weir_io::source::exchange::Exchange>,
     /// Routed by `--output` rather than by the file: an output the UDF does not declare
     /// is then a mistake on the command line, and the run refuses it.
     pub from_command_line: bool,

@@ -9,7 +9,7 @@
 //! reported is the one that was not such a consequence.
 
 use crate::{load_udf, run_with, RunFailure, RunOptions, RunReport};
-use weir_io::exchange::StageGone;
+use weir_io::source::exchange::StageGone;
 use weir_pipeline::{SourceLocation, Stage, StageGraph};
 
 /// What each stage of a graph did, in the graph's order.

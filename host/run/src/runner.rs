@@ -215,7 +215,10 @@ impl Runner {
                 output,
                 restored.sink(output),
             )?;
-            sinks.push(weir_io::exchange::Feeding::wrap(opened, &sink.feeds));
+            sinks.push(weir_io::source::exchange::Feeding::wrap(
+                opened,
+                &sink.feeds,
+            ));
         }
         stage.bind_sinks(sinks);
         let input_names: Vec<&str> = inputs.inputs().iter().map(|i| i.name.as_str()).collect();

@@ -8,6 +8,7 @@
 //! [`Polled::Idle`] so the pipeline can fire processing-time timers meanwhile.
 
 pub mod decode;
+pub mod exchange;
 pub mod extract;
 mod jsonl;
 
@@ -119,7 +120,7 @@ pub enum SourceLocation {
     /// Kafka topics.
     Kafka(KafkaSourceSpec),
     /// Another stage's output, in the same process (a pipeline of several stages).
-    Stage(crate::exchange::Exchange),
+    Stage(exchange::Exchange),
 }
 
 impl SourceLocation {
@@ -178,7 +179,7 @@ pub fn open(
             Box::new(StdinSource::stdin(max_record_bytes))
         }
         SourceLocation::Stage(exchange) => {
-            Box::new(crate::exchange::ExchangeSource::new(exchange.clone()))
+            Box::new(exchange::ExchangeSource::new(exchange.clone()))
         }
         SourceLocation::Kafka(kafka) => {
             let mut offsets = HashMap::new();

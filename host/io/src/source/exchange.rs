@@ -15,7 +15,7 @@
 //! not, when it failed), the downstream when its run ends. The other end then gets an
 //! error naming the stage ([`StageGone`]) instead of waiting for ever.
 
-use crate::source::{Polled, Source, SourceRecord};
+use super::{Polled, Source, SourceRecord};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
