@@ -10,12 +10,20 @@
 //! on (its file sink and the exchange get them in the same order). At parallelism 1 the
 //! graph's output also equals running the two stages one after another as separate
 //! pipelines over files.
+//!
+//! Crash safety: the graph killed with SIGKILL at random moments and restarted (at
+//! another parallelism each time) ends with what an uninterrupted run writes, its stages
+//! checkpointing in step: stage 1's file and stage 2's file or PostgreSQL table.
 
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashMap};
-use weir_e2e::gen::{self, Click};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use weir_e2e::gen::{self, Click, Rng};
 use weir_e2e::model::{self, ChangeOnlyCounter};
-use weir_e2e::{component, read_jsonl, weir, Workdir};
+use weir_e2e::services::{postgres_url, unique_table};
+use weir_e2e::{component, read_jsonl, repo_root, weir, weir_bin, Workdir};
 
 /// How many campaigns the ads are spread over: ad `ad-n` is in campaign `c-(n % 7)`.
 const CAMPAIGNS: u64 = 7;
@@ -31,9 +39,25 @@ fn click_json(click: &Click) -> Value {
     value
 }
 
-/// The two-stage pipeline in `work`, stage 1 at `p1` shards and stage 2 at `p2`;
-/// `second` is the second stage's input table and UDF (the default: campaign sums).
+/// The two-stage pipeline in `work`, stage 1 at `p1` shards and stage 2 at `p2`, writing
+/// `per-ad.jsonl` and `per-campaign.jsonl`, without checkpoints.
 fn graph_pipeline(work: &Workdir, p1: usize, p2: usize) -> String {
+    let sink = format!(
+        "type = \"file\"\npath = \"{}\"",
+        work.path("per-campaign.jsonl").display()
+    );
+    graph_pipeline_with(work, (p1, p2), &sink, "enabled = false")
+}
+
+/// The two-stage pipeline in `work`, its stages at `(p1, p2)` shards, stage 2's output
+/// going to the sink whose lines are `campaign_sink`, with `[checkpoint]` lines
+/// `checkpoint`.
+fn graph_pipeline_with(
+    work: &Workdir,
+    (p1, p2): (usize, usize),
+    campaign_sink: &str,
+    checkpoint: &str,
+) -> String {
     let text = format!(
         r#"
 name = "campaigns"
@@ -71,20 +95,18 @@ path = "{per_ad}"
 [[sink]]
 stage = "per-campaign"
 output = "main"
-type = "file"
-path = "{per_campaign}"
+{campaign_sink}
 
 [dead_letter]
 path = "{dead}"
 
 [checkpoint]
-enabled = false
+{checkpoint}
 "#,
         clicks = work.path("clicks.jsonl").display(),
         counter = component("change-only-counter").display(),
         totals = component("campaign-totals").display(),
         per_ad = work.path("per-ad.jsonl").display(),
-        per_campaign = work.path("per-campaign.jsonl").display(),
         dead = work.path("dead.jsonl").display(),
     );
     work.write("graph.toml", &text)
@@ -280,4 +302,220 @@ enabled = false
         read_jsonl(work.path("per-campaign.jsonl")),
         "stage 2"
     );
+}
+
+/// The newest checkpoint file's name in the state directory of `stage` under `state`.
+fn newest_checkpoint(state: &Path, stage: &str) -> Option<String> {
+    std::fs::read_dir(state.join(stage))
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".weir"))
+        .max()
+}
+
+/// Runs `weir run pipeline` with checkpoints every 100 ms in `state`, killing it with
+/// SIGKILL at a random moment within `span` after the last stage wrote a checkpoint, up
+/// to `kills` times (each run at the next of `parallelisms`, none: the pipeline's), then
+/// runs it to completion. Returns the kills that landed after a checkpoint.
+fn run_with_crashes(
+    pipeline: &str,
+    parallelisms: &[usize],
+    state: &Path,
+    span: Duration,
+    kills: usize,
+) -> usize {
+    let mut rng = Rng::new(kills as u64 * 31 + 7);
+    let parallelism = |run: usize| -> Vec<String> {
+        match parallelisms {
+            [] => Vec::new(),
+            all => vec!["--parallelism".into(), all[run % all.len()].to_string()],
+        }
+    };
+    let common = |run: usize| {
+        let mut args: Vec<String> = ["run", pipeline, "-q", "--checkpoint-interval", "100ms"]
+            .map(String::from)
+            .to_vec();
+        args.extend(["--state-dir".into(), state.display().to_string()]);
+        args.extend(parallelism(run));
+        args
+    };
+    let log = state.with_extension("log");
+    let mut restored = 0;
+    for run in 0..kills {
+        let mut child = Command::new(weir_bin())
+            .args(common(run))
+            .current_dir(repo_root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start weir");
+        let before = newest_checkpoint(state, "per-campaign");
+        let limit = Instant::now() + Duration::from_secs(60);
+        while newest_checkpoint(state, "per-campaign") == before
+            && child.try_wait().unwrap().is_none()
+        {
+            if Instant::now() > limit {
+                child.kill().unwrap();
+                panic!(
+                    "the last stage took no checkpoint in 60 s: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let span_ms = span.as_millis().max(100) as u64;
+        let deadline = Instant::now() + Duration::from_millis(rng.below(span_ms / 3));
+        while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(status.success(), "a run failed: {stderr}");
+            return restored; // it completed before the kill
+        }
+        restored += usize::from(newest_checkpoint(state, "per-campaign").is_some());
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    let last = common(kills);
+    weir(&last.iter().map(String::as_str).collect::<Vec<_>>()).assert_success();
+    for stage in ["per-ad", "per-campaign"] {
+        assert_eq!(
+            newest_checkpoint(state, stage),
+            None,
+            "a completed graph removes {stage}'s checkpoints"
+        );
+    }
+    restored
+}
+
+/// Clicks for the crash tests: long enough a run for several checkpoints.
+fn crash_clicks(work: &Workdir) -> Vec<Click> {
+    let clicks = gen::clicks(150_000, 80, 47, 400, 4_000, 0.02, 0.003);
+    work.write_jsonl(
+        "clicks.jsonl",
+        &clicks.iter().map(click_json).collect::<Vec<_>>(),
+    );
+    clicks
+}
+
+#[test]
+fn a_graph_killed_at_random_moments_restores_every_stage_at_one_checkpoint() {
+    let work = Workdir::new();
+    let clicks = crash_clicks(&work);
+    let per_ad_expected = per_ad_model(&clicks);
+    let expected_counts: usize = per_ad_expected.values().map(Vec::len).sum();
+    let sink = format!(
+        "type = \"file\"\npath = \"{}\"",
+        work.path("per-campaign.jsonl").display()
+    );
+    let pipeline = graph_pipeline_with(&work, (2, 2), &sink, "enabled = true");
+    let started = Instant::now();
+    weir(&["run", &pipeline, "-q", "--no-checkpoints"]).assert_success();
+    let span = started.elapsed();
+
+    // Restarted at another parallelism each time (every stage at it).
+    let restored = run_with_crashes(&pipeline, &[1, 4, 2, 1, 3], &work.path("state"), span, 5);
+    assert!(
+        restored >= 1,
+        "at least one kill must land after a checkpoint"
+    );
+    let per_ad = read_jsonl(work.path("per-ad.jsonl"));
+    assert_eq!(
+        per_ad.len(),
+        expected_counts,
+        "stage 1: nothing lost or doubled"
+    );
+    assert_per_key(&per_ad, "ad_id", &per_ad_expected, "stage 1 after kills");
+    // Stage 2's state at the restored checkpoint had seen exactly stage 1's records in
+    // its file up to the cut: its records are the sums over stage 1's file, in order.
+    assert_per_key(
+        &read_jsonl(work.path("per-campaign.jsonl")),
+        "campaign_id",
+        &campaign_model(&per_ad),
+        "stage 2 after kills",
+    );
+    assert!(
+        std::fs::read_to_string(work.path("dead.per-ad.jsonl"))
+            .unwrap_or_default()
+            .is_empty(),
+        "no dead letters"
+    );
+}
+
+/// Rows of the PostgreSQL table of campaign sums: `campaign|updated_at|clicks|ads`.
+fn campaign_rows(table: &str) -> BTreeSet<String> {
+    let mut client = postgres::Client::connect(&postgres_url(), postgres::NoTls).expect("connect");
+    let query = format!(
+        "SELECT campaign_id, to_char(updated_at, 'YYYY-MM-DD HH24:MI:SS.MS'), clicks, ads FROM \"{table}\""
+    );
+    let rows = client.query(&query, &[]).expect("query the table");
+    rows.iter()
+        .map(|r| {
+            format!(
+                "{}|{}|{}|{}",
+                r.get::<_, String>(0),
+                r.get::<_, String>(1),
+                r.get::<_, i64>(2),
+                r.get::<_, i64>(3)
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_graph_killed_at_random_moments_converges_on_the_same_postgres_table() {
+    let work = Workdir::new();
+    crash_clicks(&work);
+    // Every change of a campaign's sum is a row (keyed by campaign and time), so a lost
+    // or wrong record shows as a missing or different row; stage 1 at one shard hands
+    // its records on in one order, so a replay upserts exactly the rows it replaces.
+    let table = unique_table("campaign_sums");
+    let sink = format!(
+        r#"type = "postgres"
+url = "{url}"
+table = "{table}"
+create_table = true
+primary_key = ["campaign_id", "updated_at"]
+columns = [
+    {{ name = "campaign_id", type = "text" }},
+    {{ name = "updated_at", type = "timestamp" }},
+    {{ name = "clicks", type = "bigint" }},
+    {{ name = "ads", type = "bigint" }},
+]"#,
+        url = postgres_url()
+    );
+    let pipeline = graph_pipeline_with(&work, (1, 2), &sink, "enabled = true");
+    let started = Instant::now();
+    weir(&["run", &pipeline, "-q", "--no-checkpoints"]).assert_success();
+    let span = started.elapsed();
+    let mut expected = BTreeMap::new();
+    for sums in campaign_model(&read_jsonl(work.path("per-ad.jsonl"))).into_values() {
+        for sum in sums {
+            let key = (
+                sum["campaign_id"].as_str().unwrap().to_string(),
+                sum["updated_at"].as_str().unwrap().to_string(),
+            );
+            expected.insert(key, (sum["clicks"].clone(), sum["ads"].clone()));
+        }
+    }
+    let expected: BTreeSet<String> = expected
+        .into_iter()
+        .map(|((campaign, at), (clicks, ads))| format!("{campaign}|{at}|{clicks}|{ads}"))
+        .collect();
+    assert_eq!(campaign_rows(&table), expected, "the uninterrupted run");
+    assert!(expected.len() > 1_000, "{} rows", expected.len());
+
+    let mut client = postgres::Client::connect(&postgres_url(), postgres::NoTls).expect("connect");
+    client
+        .batch_execute(&format!("DELETE FROM \"{table}\""))
+        .expect("empty the table");
+    let restored = run_with_crashes(&pipeline, &[], &work.path("state"), span, 4);
+    assert!(
+        restored >= 1,
+        "at least one kill must land after a checkpoint"
+    );
+    assert_eq!(campaign_rows(&table), expected, "after kills");
 }

@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod aligned;
 pub mod file;
 pub mod kafka_store;
 pub mod store;
@@ -45,6 +46,9 @@ pub struct CheckpointSpec {
     /// Set for a task of a pipeline run in a consumer group: its checkpoints go to a
     /// Kafka partition instead of `dir`, so they can follow the task to another process.
     pub kafka: Option<kafka_store::KafkaCheckpoints>,
+    /// Set for a stage of a pipeline of several stages: its checkpoints are taken in
+    /// step with the other stages' ([`aligned`]).
+    pub aligned: Option<aligned::Aligned>,
 }
 
 impl CheckpointSpec {
@@ -179,6 +183,8 @@ pub struct Checkpointer {
     base_bytes: u64,
     /// The previous chain's base, kept as a fallback should the current one be damaged.
     previous_base: Option<u64>,
+    /// The stage's part in its graph's checkpoints, if it is a stage of several.
+    aligned: Option<aligned::Aligned>,
 }
 
 /// What the next checkpoint will be.
@@ -205,6 +211,18 @@ impl Checkpointer {
             store.clear()?;
         }
         let chain = store.newest_good()?;
+        if let Some(aligned) = &spec.aligned {
+            let found = chain.as_ref().map(|c| c.newest().meta.epoch);
+            anyhow::ensure!(
+                found == aligned.restore,
+                "{}: checkpoint {} cannot be used, so this stage cannot resume with the others; \
+                 start over with --fresh (which writes every output again from the start)",
+                spec.dir.display(),
+                aligned.restore.unwrap_or(0)
+            );
+            let (epochs, stage) = (std::sync::Arc::clone(&aligned.epochs), aligned.stage);
+            store.on_durable(Box::new(move |epoch| epochs.durable(stage, epoch)));
+        }
         let mut this = Self {
             store,
             interval,
@@ -215,6 +233,7 @@ impl Checkpointer {
             chain_bytes: 0,
             base_bytes: 0,
             previous_base: None,
+            aligned: spec.aligned.clone(),
         };
         if let Some(chain) = &chain {
             let newest = chain.newest().meta.epoch;
@@ -235,10 +254,21 @@ impl Checkpointer {
     }
 
     /// Whether the interval has passed since the last checkpoint written (or since
-    /// opening). The run asks between records, and checkpoints once its read-ahead is
-    /// processed.
+    /// opening) and, for a stage of several, every stage made the last epoch durable
+    /// ([`aligned`]). The run asks between records, and checkpoints once its read-ahead
+    /// is processed; a stage reading other stages checkpoints at their barriers instead.
     pub fn is_due(&self) -> bool {
         Instant::now() >= self.next_due
+            && self
+                .aligned
+                .as_ref()
+                .is_none_or(|a| a.epochs.complete() >= self.epoch)
+    }
+
+    /// Whether this is a stage of several, checkpointing in step with the others
+    /// ([`aligned`]).
+    pub fn in_step(&self) -> bool {
+        self.aligned.is_some()
     }
 
     /// The next checkpoint: an increment on the last one, or a full one when there is no
@@ -288,6 +318,7 @@ mod tests {
             dir: dir.to_path_buf(),
             interval: DEFAULT_INTERVAL,
             kafka: None,
+            aligned: None,
         }
     }
 

@@ -56,7 +56,12 @@ pub trait Backend: Send + Sync {
 pub struct CheckpointStore {
     backend: Arc<dyn Backend>,
     writing: Option<JoinHandle<anyhow::Result<u64>>>,
+    /// Told each epoch the background writer made durable.
+    on_durable: Option<Arc<OnDurable>>,
 }
+
+/// What a store tells when a checkpoint it wrote is durable (its epoch).
+pub type OnDurable = dyn Fn(u64) + Send + Sync;
 
 impl CheckpointStore {
     /// Opens (creating) a checkpoint directory and locks it for this run.
@@ -69,7 +74,14 @@ impl CheckpointStore {
         Self {
             backend,
             writing: None,
+            on_durable: None,
         }
+    }
+
+    /// Has `tell` called with each epoch once it is durable, on the writer's thread
+    /// (a stage of a graph tells the graph's epochs, [`crate::aligned`]).
+    pub fn on_durable(&mut self, tell: Box<OnDurable>) {
+        self.on_durable = Some(Arc::from(tell));
     }
 
     /// Epochs of the checkpoints present, oldest first.
@@ -135,10 +147,14 @@ impl CheckpointStore {
     pub fn write(&mut self, epoch: u64, data: Vec<u8>, keep_from: u64) -> anyhow::Result<()> {
         self.wait()?;
         let backend = Arc::clone(&self.backend);
+        let on_durable = self.on_durable.clone();
         let handle = std::thread::Builder::new()
             .name("weir-checkpoint".into())
             .spawn(move || {
                 backend.write(epoch, &data)?;
+                if let Some(tell) = on_durable {
+                    tell(epoch);
+                }
                 for old in backend.epochs()? {
                     if old < keep_from {
                         backend.delete(old)?;

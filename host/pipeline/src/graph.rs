@@ -10,6 +10,8 @@
 
 use anyhow::{bail, Context as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use weir_checkpoint::aligned::{Aligned, GraphEpochs};
 use weir_io::sink::SinkTarget;
 use weir_io::source::decode::{RecordDecoder, MESSAGE_TIMESTAMP};
 use weir_io::source::exchange::Exchange;
@@ -145,10 +147,16 @@ impl StageGraph {
             };
             stage.spec.apply(&mine)?;
         }
-        if self.stages.len() > 1 && self.stages.iter().any(|s| s.spec.checkpoint.enabled) {
-            bail!(
-                "checkpoints of a pipeline of several stages are not supported yet: run it with --no-checkpoints, or set [checkpoint] enabled = false (a restart then starts over)"
-            );
+        if self.stages.len() > 1 {
+            // The stages checkpoint in step: one epoch over all of them.
+            let epochs = GraphEpochs::new(self.stages.iter().map(|s| s.name.clone()).collect());
+            for (index, stage) in self.stages.iter_mut().enumerate() {
+                stage.spec.checkpoint.aligned = stage.spec.checkpoint.enabled.then(|| Aligned {
+                    stage: index,
+                    epochs: Arc::clone(&epochs),
+                    restore: None,
+                });
+            }
         }
         Ok(())
     }

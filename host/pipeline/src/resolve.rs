@@ -35,6 +35,7 @@ pub(crate) fn checkpoint_spec(
         dir,
         interval,
         kafka: None,
+        aligned: None,
     })
 }
 

@@ -238,9 +238,24 @@ impl Checkpoints {
         }
     }
 
-    /// Whether a checkpoint is due.
-    pub fn is_due(&self) -> bool {
-        self.checkpointer.as_ref().is_some_and(|c| c.is_due())
+    /// Whether a checkpoint is due: on the cadence, or, for a stage that reads other
+    /// stages of its graph, when its inputs from them are all at a barrier
+    /// (`weir_checkpoint::aligned`).
+    pub fn is_due(&self, inputs: &Inputs) -> bool {
+        match &self.checkpointer {
+            None => false,
+            Some(c) if c.in_step() && inputs.reads_stages() => inputs.at_barrier(),
+            Some(c) => c.is_due(),
+        }
+    }
+
+    /// Whether the run is a stage of several that checkpoints in step with the others:
+    /// it then takes checkpoints only in step (not when it stops), and leaves them in
+    /// place when it completes (the graph removes every stage's once all completed).
+    pub fn in_step(&self) -> bool {
+        self.checkpointer
+            .as_ref()
+            .is_some_and(Checkpointer::in_step)
     }
 
     /// Removes every checkpoint: the run completed, and a new one starts from scratch.
@@ -399,6 +414,7 @@ impl Checkpoints {
         let file = CheckpointFile { meta, sinks, keyed };
         let checkpointer = self.checkpointer.as_mut().expect("checked above");
         let bytes = checkpointer.write(&file)?;
+        inputs.release_barriers();
         self.uncommitted = Some(positions);
         let pause = started.elapsed();
         self.taken += 1;

@@ -7,10 +7,17 @@
 //! whose upstream failed fails too, and an upstream whose downstream failed stops
 //! writing, each with an error naming the other stage ([`StageGone`]). The failure
 //! reported is the one that was not such a consequence.
+//!
+//! With checkpoints on, the stages checkpoint in step (`weir_checkpoint::aligned`): every
+//! stage resumes from the newest checkpoint all of them completed, and a graph that
+//! completed removes every stage's checkpoints. A stop request ends every stage without
+//! a checkpoint, as a crash would: the next run resumes from that same point.
 
 use crate::{load_udf, run_with, RunFailure, RunOptions, RunReport};
+use std::sync::atomic::Ordering;
+use weir_checkpoint::{aligned, CheckpointStore};
 use weir_io::source::exchange::StageGone;
-use weir_pipeline::{SourceLocation, Stage, StageGraph};
+use weir_pipeline::{PipelineSpec, SourceLocation, Stage, StageGraph};
 
 /// What each stage of a graph did, in the graph's order.
 #[derive(Debug)]
@@ -28,6 +35,11 @@ impl GraphReport {
             .collect()
     }
 
+    /// Whether some stage was stopped before its input ended.
+    pub fn interrupted(&self) -> bool {
+        self.stages.iter().any(|(_, r)| r.interrupted)
+    }
+
     /// The records all stages sent to their dead letters.
     pub fn dead_letters(&self) -> u64 {
         self.stages.iter().map(|(_, r)| r.dead_letters).sum()
@@ -38,7 +50,8 @@ impl GraphReport {
 /// it happened in, and every stage's figures up to then.
 #[derive(Debug)]
 pub struct GraphFailure {
-    /// The stage that failed first.
+    /// The stage that failed first (empty: the graph failed before its stages started,
+    /// finding the checkpoint to resume from).
     pub stage: String,
     /// Why.
     pub failure: RunFailure,
@@ -48,6 +61,9 @@ pub struct GraphFailure {
 
 impl std::fmt::Display for GraphFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.stage.is_empty() {
+            return write!(f, "{}", self.failure);
+        }
         write!(f, "stage {:?}: {}", self.stage, self.failure)
     }
 }
@@ -55,33 +71,44 @@ impl std::fmt::Display for GraphFailure {
 /// Runs every stage of `graph`, each on its own thread, until all have ended; the
 /// components are loaded first, so a missing one fails before any stage starts.
 pub fn run_graph(graph: &StageGraph, options: &RunOptions) -> Result<GraphReport, GraphFailure> {
+    let failed = |stage: &str, error: anyhow::Error| GraphFailure {
+        stage: stage.to_string(),
+        failure: RunFailure {
+            error,
+            report: None,
+            command_line: false,
+        },
+        report: GraphReport { stages: Vec::new() },
+    };
+    let mut specs: Vec<PipelineSpec> = graph.stages.iter().map(|s| s.spec.clone()).collect();
+    let in_step = specs
+        .iter()
+        .all(|s| s.checkpoint.enabled && s.checkpoint.aligned.is_some());
+    if in_step {
+        let mut checkpoints: Vec<_> = specs.iter().map(|s| s.checkpoint.clone()).collect();
+        aligned::restore_point(&mut checkpoints, options.fresh).map_err(|e| failed("", e))?;
+        for (spec, checkpoint) in specs.iter_mut().zip(checkpoints) {
+            spec.checkpoint = checkpoint;
+        }
+    }
     let mut loaded = Vec::with_capacity(graph.stages.len());
     for stage in &graph.stages {
         match load_udf(&stage.spec) {
             Ok(udf) => loaded.push(udf),
-            Err(error) => {
-                return Err(GraphFailure {
-                    stage: stage.name.clone(),
-                    failure: RunFailure {
-                        error,
-                        report: None,
-                        command_line: false,
-                    },
-                    report: GraphReport { stages: Vec::new() },
-                })
-            }
+            Err(error) => return Err(failed(&stage.name, error)),
         }
     }
     let results: Vec<Result<RunReport, RunFailure>> = std::thread::scope(|scope| {
         let handles: Vec<_> = graph
             .stages
             .iter()
+            .zip(&specs)
             .zip(loaded)
-            .map(|(stage, (function, identity))| {
+            .map(|((stage, spec), (function, identity))| {
                 std::thread::Builder::new()
                     .name(format!("stage {}", stage.name))
                     .spawn_scoped(scope, move || {
-                        let result = run_with(&stage.spec, Box::new(function), identity, options);
+                        let result = run_with(spec, Box::new(function), identity, options);
                         close_exchanges(stage);
                         result
                     })
@@ -98,6 +125,10 @@ pub fn run_graph(graph: &StageGraph, options: &RunOptions) -> Result<GraphReport
             .collect()
     });
 
+    let stopped = options
+        .stop
+        .as_ref()
+        .is_some_and(|s| s.load(Ordering::Relaxed));
     let mut report = GraphReport { stages: Vec::new() };
     let mut first: Option<(String, RunFailure)> = None;
     let mut consequence: Option<(String, RunFailure)> = None;
@@ -105,14 +136,16 @@ pub fn run_graph(graph: &StageGraph, options: &RunOptions) -> Result<GraphReport
         match result {
             Ok(stage_report) => report.stages.push((stage.name.clone(), stage_report)),
             Err(mut failure) => {
-                if let Some(stage_report) = failure.report.take() {
+                let gone = failure.error.chain().any(|e| e.is::<StageGone>());
+                if let Some(mut stage_report) = failure.report.take() {
+                    // Stopped while its neighbour stopped first: stopped too.
+                    stage_report.interrupted |= gone && stopped;
                     report.stages.push((stage.name.clone(), *stage_report));
                 }
-                let slot = if failure.error.chain().any(|e| e.is::<StageGone>()) {
-                    &mut consequence
-                } else {
-                    &mut first
-                };
+                if gone && stopped {
+                    continue;
+                }
+                let slot = if gone { &mut consequence } else { &mut first };
                 if slot.is_none() {
                     *slot = Some((stage.name.clone(), failure));
                 }
@@ -120,6 +153,25 @@ pub fn run_graph(graph: &StageGraph, options: &RunOptions) -> Result<GraphReport
         }
     }
     match first.or(consequence) {
+        None if in_step && !report.interrupted() => {
+            // Every stage completed: nothing to resume, and a new run starts over.
+            for spec in &specs {
+                CheckpointStore::open(&spec.checkpoint.dir)
+                    .and_then(|mut store| store.clear())
+                    .map_err(|e| GraphFailure {
+                        stage: String::new(),
+                        failure: RunFailure {
+                            error: e,
+                            report: None,
+                            command_line: false,
+                        },
+                        report: GraphReport {
+                            stages: report.stages.clone(),
+                        },
+                    })?;
+            }
+            Ok(report)
+        }
         None => Ok(report),
         Some((stage, failure)) => Err(GraphFailure {
             stage,

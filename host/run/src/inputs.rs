@@ -59,9 +59,8 @@ pub(crate) struct SourceSlot {
     /// Its partitions' inputs.
     pub inputs: Range<usize>,
     exhausted: bool,
-    /// Its watermark markers apply exactly where they stand between its records (see
-    /// [`SourceSettings::markers_in_place`]).
-    markers_in_place: bool,
+    /// It is another stage's output (see [`SourceSettings::reads_stage`]).
+    reads_stage: bool,
 }
 
 /// One partition of a source, with the records it has read ahead.
@@ -87,6 +86,9 @@ pub(crate) struct Input {
     /// The latest watermark marker's event time, applied once the records read before
     /// it have been processed.
     progress: Option<Timestamp>,
+    /// It delivered a checkpoint barrier, and is read no further until the stage's
+    /// checkpoint is taken.
+    barrier: bool,
 }
 
 /// A decoded record waiting its turn.
@@ -137,9 +139,9 @@ pub(crate) enum Read {
         /// The input had been idle and delivers again.
         resumed: bool,
     },
-    /// `input` has seen event time up to a marker (applied later, see
-    /// [`Inputs::take_progress`]).
-    Progress {
+    /// `input` delivered a watermark marker (applied later, see
+    /// [`Inputs::take_progress`]) or a checkpoint barrier ([`Inputs::at_barrier`]).
+    Marker {
         /// The input.
         input: usize,
         /// The input had been idle and delivers again.
@@ -175,12 +177,14 @@ pub(crate) struct SourceSettings<'a> {
     pub idle_timeout: Option<Duration>,
     /// The longest record it may hand on; a longer one is undecodable.
     pub max_record_bytes: usize,
-    /// Nothing is read past a watermark marker until the records before it have been
-    /// processed and it has been applied, so every record sees exactly the markers
-    /// before it (another stage's output: the downstream's timers then fire as they
-    /// would with the stages one after another). Otherwise a marker waits for the
-    /// records read before it and the source reads on meanwhile (a repartition topic's).
-    pub markers_in_place: bool,
+    /// The source is another stage's output. Nothing is read past a watermark marker
+    /// until the records before it have been processed and it has been applied, so
+    /// every record sees exactly the markers before it (the downstream's timers then
+    /// fire as they would with the stages one after another); nothing is read past a
+    /// checkpoint barrier until the stage took its checkpoint ([`Inputs::at_barrier`]).
+    /// Otherwise a marker waits for the records read before it and the source reads on
+    /// meanwhile (a repartition topic's).
+    pub reads_stage: bool,
 }
 
 impl Inputs {
@@ -236,6 +240,7 @@ impl Inputs {
                 last_record: Instant::now(),
                 idle: false,
                 progress: None,
+                barrier: false,
             });
         }
         let range = first..self.inputs.len();
@@ -246,7 +251,7 @@ impl Inputs {
             max_record_bytes: settings.max_record_bytes,
             inputs: range.clone(),
             exhausted: false,
-            markers_in_place: settings.markers_in_place,
+            reads_stage: settings.reads_stage,
         });
         range
     }
@@ -299,7 +304,9 @@ impl Inputs {
         !slot.exhausted
             && !slot.inputs.clone().any(|i| {
                 let input = &self.inputs[i];
-                input.queue.len() >= limit || (slot.markers_in_place && input.progress.is_some())
+                input.queue.len() >= limit
+                    || input.barrier
+                    || (slot.reads_stage && input.progress.is_some())
             })
     }
 
@@ -360,7 +367,15 @@ impl Inputs {
                 let input = &mut self.inputs[at];
                 input.progress = Some(input.progress.map_or(timestamp, |p| p.max(timestamp)));
                 let resumed = input.delivered();
-                Read::Progress { input: at, resumed }
+                Read::Marker { input: at, resumed }
+            }
+            Polled::Barrier { input } => {
+                self.spare.push(record);
+                let at = first + input;
+                let input = &mut self.inputs[at];
+                input.barrier = true;
+                let resumed = input.delivered();
+                Read::Marker { input: at, resumed }
             }
             Polled::Idle => {
                 self.spare.push(record);
@@ -391,6 +406,32 @@ impl Inputs {
             .filter(|(_, input)| input.queue.is_empty())
             .filter_map(|(index, input)| input.progress.take().map(|ts| (index, ts)))
             .collect()
+    }
+
+    /// Whether the stage's checkpoint is due at barriers: every input reading another
+    /// stage that has not ended delivered a barrier, and at least one did. Only a stage
+    /// reading other stages, checkpointing in step with them, asks.
+    pub fn at_barrier(&self) -> bool {
+        let mut waiting = self
+            .sources
+            .iter()
+            .filter(|slot| slot.reads_stage)
+            .flat_map(|slot| &self.inputs[slot.inputs.clone()])
+            .filter(|input| !input.ended)
+            .peekable();
+        waiting.peek().is_some() && waiting.all(|input| input.barrier)
+    }
+
+    /// Whether any source is another stage's output.
+    pub fn reads_stages(&self) -> bool {
+        self.sources.iter().any(|slot| slot.reads_stage)
+    }
+
+    /// The stage's checkpoint was taken: the inputs held at their barriers read on.
+    pub fn release_barriers(&mut self) {
+        for input in &mut self.inputs {
+            input.barrier = false;
+        }
     }
 
     /// Marks idle the inputs that have had no record for their `idle_timeout` and have
@@ -564,7 +605,7 @@ mod tests {
             decoder: RecordDecoder::new("k", "ts", TimestampFormat::EpochMs).unwrap(),
             idle_timeout: None,
             max_record_bytes: 1 << 20,
-            markers_in_place: false,
+            reads_stage: false,
         };
         (Box::new(memory), settings)
     }
@@ -767,5 +808,75 @@ mod tests {
         inputs.take_chunk(&mut chunk);
         assert_eq!(inputs.end_next_drained(), Some(1));
         assert!(inputs.all_ended());
+    }
+
+    /// What the queue of `input` holds: the keys of its records.
+    fn queued(inputs: &Inputs, input: usize) -> Vec<String> {
+        inputs.inputs[input]
+            .queue
+            .iter()
+            .map(|p| String::from_utf8_lossy(p.key()).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_stage_input_stops_at_a_barrier_until_every_stage_input_delivered_one() {
+        use weir_core::output::{OutputRecord, Sink};
+        use weir_io::source::exchange::{Exchange, ExchangeSink, ExchangeSource};
+        let record = |key: &'static str, value: &'static str| OutputRecord {
+            key: Some(key.as_bytes()),
+            value: value.as_bytes(),
+            timestamp: 1,
+            sequence: 0,
+        };
+        let (first, second) = (
+            Exchange::new("a", "main", "c"),
+            Exchange::new("b", "main", "c"),
+        );
+        let mut a = ExchangeSink::new(vec![first.clone()]);
+        let mut b = ExchangeSink::new(vec![second.clone()]);
+        let mut inputs = Inputs::new(1);
+        for (name, exchange) in [("a", first), ("b", second)] {
+            let (_, mut settings) = source(name, &[], 1);
+            settings.reads_stage = true;
+            inputs.add(Box::new(ExchangeSource::new(exchange)), settings, |_| 0);
+        }
+        assert!(inputs.reads_stages());
+        a.write(&record("a1", r#"{"k":"a1","ts":1}"#)).unwrap();
+        a.checkpoint().unwrap();
+        a.write(&record("a2", r#"{"k":"a2","ts":2}"#)).unwrap();
+        a.flush().unwrap();
+        b.write(&record("b1", r#"{"k":"b1","ts":1}"#)).unwrap();
+        b.flush().unwrap();
+        read_all(&mut inputs);
+        assert_eq!(queued(&inputs, 0), ["a1"], "nothing read past the barrier");
+        assert_eq!(queued(&inputs, 1), ["b1"]);
+        assert!(!inputs.at_barrier(), "b has not delivered its barrier");
+
+        b.checkpoint().unwrap();
+        b.write(&record("b2", r#"{"k":"b2","ts":2}"#)).unwrap();
+        b.flush().unwrap();
+        read_all(&mut inputs);
+        assert!(inputs.at_barrier());
+        assert_eq!(queued(&inputs, 1), ["b1"], "nothing read past the barrier");
+
+        inputs.release_barriers();
+        assert!(!inputs.at_barrier());
+        read_all(&mut inputs);
+        assert_eq!(queued(&inputs, 0), ["a1", "a2"]);
+        assert_eq!(queued(&inputs, 1), ["b1", "b2"]);
+
+        // An input whose upstream ended no longer holds the others' checkpoints back.
+        a.finish().unwrap();
+        read_all(&mut inputs);
+        let mut chunk = Vec::new();
+        while !inputs.drained() {
+            inputs.take_chunk(&mut chunk);
+        }
+        assert_eq!(inputs.end_next_drained(), Some(0));
+        b.checkpoint().unwrap();
+        b.flush().unwrap();
+        read_all(&mut inputs);
+        assert!(inputs.at_barrier(), "only b is left to deliver a barrier");
     }
 }

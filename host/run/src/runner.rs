@@ -102,7 +102,7 @@ impl Runner {
                 decoder,
                 idle_timeout: s.idle_timeout,
                 max_record_bytes: s.max_record_bytes,
-                markers_in_place: matches!(s.location, weir_pipeline::SourceLocation::Stage(_)),
+                reads_stage: matches!(s.location, weir_pipeline::SourceLocation::Stage(_)),
             };
             let added = inputs.add(source, settings, |name| {
                 restored.input(name).map_or(0, |i| i.read)
@@ -285,7 +285,7 @@ impl Runner {
             // A stop or a checkpoint waits for what was read ahead to be processed, so
             // that the sources' positions are exactly what the state has seen.
             let stopping = stopped();
-            let checkpoint_due = self.checkpoints.is_due();
+            let checkpoint_due = self.checkpoints.is_due(&self.inputs);
             let draining = stopping || checkpoint_due;
             if draining && self.inputs.drained() {
                 if stopping {
@@ -367,8 +367,11 @@ impl Runner {
             let positions = slot.source.positions();
             slot.source.commit(&positions)?;
         }
-        // The run is complete: nothing to resume, and a new run starts from scratch.
-        self.checkpoints.clear()?;
+        // The run is complete: nothing to resume, and a new run starts from scratch. (A
+        // stage of several leaves that to the graph, once every stage completed.)
+        if !self.checkpoints.in_step() {
+            self.checkpoints.clear()?;
+        }
         if let Some(bar) = progress {
             bar.finish_and_clear();
         }
@@ -416,7 +419,18 @@ impl Runner {
     /// the end of input's timers: like Flink's stop-with-savepoint, pending timers are
     /// not fired; a checkpoint keeps them (they fire when the run resumes), and what
     /// was emitted is written out.
+    ///
+    /// A stage of several checkpoints only in step with the others: it stops as a crash
+    /// would, and the graph resumes from the last checkpoint every stage completed.
     fn stop(&mut self, progress: Option<indicatif::ProgressBar>) -> anyhow::Result<()> {
+        if self.checkpoints.in_step() {
+            self.interrupted = true;
+            self.checkpoints.commit_durable(&mut self.inputs)?;
+            if let Some(bar) = progress {
+                bar.finish_and_clear();
+            }
+            return Ok(());
+        }
         self.take_checkpoint()?;
         self.interrupted = true;
         self.checkpoints.commit_durable(&mut self.inputs)?;
@@ -575,7 +589,7 @@ impl Runner {
                 self.dead_letter(input, &record, &reason)?;
                 self.inputs.recycle(record);
             }
-            Read::Progress { input, resumed } => self.resumed(input, resumed)?,
+            Read::Marker { input, resumed } => self.resumed(input, resumed)?,
             Read::Idle | Read::End => {}
         }
         Ok(false)

@@ -38,7 +38,7 @@ pub fn produce(brokers: &str, topic: &str, input: &str, key: Option<&str>) -> an
     loop {
         match source.poll(&mut record, Duration::from_secs(3600))? {
             Polled::End => break,
-            Polled::Idle | Polled::Progress { .. } => continue,
+            Polled::Idle | Polled::Progress { .. } | Polled::Barrier { .. } => continue,
             Polled::Record => {}
         }
         let text = std::str::from_utf8(&record.data).map_err(|e| {

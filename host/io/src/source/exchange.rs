@@ -11,6 +11,10 @@
 //! the records' timestamps. The queue is bounded, so a slow downstream holds its
 //! upstream back instead of letting records pile up in memory.
 //!
+//! When the upstream takes a checkpoint, a barrier follows the records its cut covers:
+//! the downstream takes its own checkpoint when every exchange it reads delivered the
+//! barrier ([`Polled::Barrier`]).
+//!
 //! Either end may go away: the upstream when its run ends (having finished the sink, or
 //! not, when it failed), the downstream when its run ends. The other end then gets an
 //! error naming the stage ([`StageGone`]) instead of waiting for ever.
@@ -40,6 +44,9 @@ enum Message {
     },
     /// The upstream's watermark advanced to this: every record before it was sent.
     Watermark(i64),
+    /// The upstream took a checkpoint after the records before this one (a stage of a
+    /// graph checkpointing in step: `weir_checkpoint::aligned`).
+    Barrier,
 }
 
 /// How the upstream end stands.
@@ -291,7 +298,10 @@ impl Sink for ExchangeSink {
         Ok(())
     }
 
+    /// Hands on what is gathered, then a barrier: the run calls this only when it takes
+    /// a checkpoint, and the downstream stage takes its own at the barrier.
     fn checkpoint(&mut self) -> anyhow::Result<SinkState> {
+        self.gathered.push(Message::Barrier);
         self.hand_on()?;
         Ok(SinkState::default())
     }
@@ -428,6 +438,7 @@ impl Source for ExchangeSource {
                 input: 0,
                 timestamp,
             }),
+            Some(Message::Barrier) => Ok(Polled::Barrier { input: 0 }),
             Some(Message::Record {
                 key,
                 value,
@@ -508,6 +519,26 @@ mod tests {
         );
         assert_eq!(poll(&mut source).0, Polled::End);
         assert_eq!(source.positions(), vec![Position::Stream { line: 2 }]);
+    }
+
+    #[test]
+    fn a_checkpoint_puts_a_barrier_after_the_records_it_covers() {
+        let (b, c) = (
+            Exchange::new("a", "main", "b"),
+            Exchange::new("a", "main", "c"),
+        );
+        let mut sink = ExchangeSink::new(vec![b.clone(), c.clone()]);
+        sink.write(&record(b"k", b"1", 1)).unwrap();
+        assert_eq!(sink.checkpoint().unwrap(), SinkState::default());
+        sink.write(&record(b"k", b"2", 2)).unwrap();
+        sink.flush().unwrap();
+        for exchange in [b, c] {
+            let mut source = ExchangeSource::new(exchange);
+            assert_eq!(poll(&mut source).1.map(|r| r.1), Some(b"1".to_vec()));
+            assert_eq!(poll(&mut source).0, Polled::Barrier { input: 0 });
+            assert_eq!(poll(&mut source).1.map(|r| r.1), Some(b"2".to_vec()));
+            assert_eq!(poll(&mut source).0, Polled::Idle);
+        }
     }
 
     #[test]

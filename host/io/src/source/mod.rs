@@ -62,6 +62,13 @@ pub enum Polled {
         /// The largest event time read there.
         timestamp: i64,
     },
+    /// Partition `input` delivered a checkpoint barrier: the upstream stage's checkpoint
+    /// covers the records before it (an exchange between stages,
+    /// [`exchange`]). The run reads no further there until it took its own checkpoint.
+    Barrier {
+        /// The partition (an index into `partitions()`).
+        input: usize,
+    },
     /// Every partition has ended: the source will give nothing more.
     End,
 }

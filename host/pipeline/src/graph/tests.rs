@@ -113,6 +113,30 @@ fn two_stages_resolve_into_two_runs_joined_by_an_exchange() {
 }
 
 #[test]
+fn the_stages_of_a_graph_checkpoint_in_step() {
+    let text = format!("{SOURCE}{TWO_STAGES}").replace("enabled = false", "enabled = true");
+    let graph = parse(&text).unwrap();
+    let aligned: Vec<_> = graph
+        .stages
+        .iter()
+        .map(|s| s.spec.checkpoint.aligned.clone().expect("in step"))
+        .collect();
+    assert_eq!(aligned[0].stage, 0);
+    assert_eq!(aligned[1].stage, 1);
+    assert!(std::sync::Arc::ptr_eq(
+        &aligned[0].epochs,
+        &aligned[1].epochs
+    ));
+    assert_eq!(aligned[0].epochs.stages(), ["per-ad", "per-campaign"]);
+
+    let off = parse(&format!("{SOURCE}{TWO_STAGES}")).unwrap();
+    assert!(off
+        .stages
+        .iter()
+        .all(|s| s.spec.checkpoint.aligned.is_none()));
+}
+
+#[test]
 fn an_output_only_stages_read_goes_nowhere_else() {
     let text = format!("{SOURCE}{TWO_STAGES}").replace(
         "[[sink]]\nstage = \"per-ad\"\noutput = \"main\"\ntype = \"file\"\npath = \"per-ad.jsonl\"\n",
@@ -193,10 +217,6 @@ fn every_mistake_in_a_graph_is_named() {
         (
             ("stage = \"per-campaign\"\n", ""),
             "[[sink]] for output \"main\": name the stage whose output it takes",
-        ),
-        (
-            ("enabled = false", "enabled = true"),
-            "checkpoints of a pipeline of several stages are not supported yet",
         ),
         (
             ("parallelism = 2", "parallelism = 0"),

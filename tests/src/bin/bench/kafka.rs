@@ -255,6 +255,7 @@ properties = {{ "linger.ms" = "5" }}
         dir: state.to_path_buf(),
         interval,
         kafka: None,
+        aligned: None,
     };
     Ok(spec)
 }

@@ -376,6 +376,7 @@ fn checkpoint_cost(data: &Path, spec: &PipelineSpec) -> anyhow::Result<Checkpoin
         dir: dir.clone(),
         interval: CHECKPOINT_INTERVAL,
         kafka: None,
+        aligned: None,
     };
     let fresh = RunOptions {
         fresh: true,

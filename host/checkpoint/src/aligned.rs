@@ -1,0 +1,220 @@
+//! Checkpoints of a pipeline of several stages, taken in step: one epoch over all
+//! stages, each stage writing its own section (a checkpoint file in its own state
+//! directory, numbered by the epoch).
+//!
+//! The stages that read no other stage (the *roots*) take epoch `n` on their cadence,
+//! once every stage has made epoch `n - 1` durable; taking it puts a barrier into each
+//! exchange they feed, right after the records the cut covers. A downstream stage takes
+//! epoch `n` when each of its exchange inputs has delivered that barrier (it reads no
+//! further on an input past a barrier until then), so no record is in flight at the cut:
+//! those before the barrier are in the downstream's state, those after it are emitted
+//! again by the upstream after a restore. An epoch is *complete* once every stage made
+//! its section durable; a restart restores every stage at the newest complete epoch and
+//! deletes the sections written after it ([`restore_point`]).
+//!
+//! Because a root waits for the previous epoch to be complete before it takes the next,
+//! every stage's newest durable section is the complete epoch or the one after it, and a
+//! stage never prunes the chain that holds the complete epoch (it keeps its current and
+//! previous chains).
+
+use crate::store::CheckpointStore;
+use crate::CheckpointSpec;
+use std::sync::{Arc, Mutex};
+
+/// The epochs of one graph's stages, shared by their runs.
+#[derive(Debug)]
+pub struct GraphEpochs {
+    /// Each stage's name, in the graph's order, for messages.
+    stages: Vec<String>,
+    /// Each stage's newest durable epoch (0: none yet).
+    durable: Mutex<Vec<u64>>,
+}
+
+impl GraphEpochs {
+    /// The epochs of a graph of `stages`, none durable yet.
+    pub fn new(stages: Vec<String>) -> Arc<Self> {
+        let durable = Mutex::new(vec![0; stages.len()]);
+        Arc::new(Self { stages, durable })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        self.durable
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Stage `stage` made epoch `epoch` durable. Called by its checkpoint writer once the
+    /// section is written, and for every stage at the epoch a run restores.
+    pub fn durable(&self, stage: usize, epoch: u64) {
+        let mut durable = self.lock();
+        durable[stage] = durable[stage].max(epoch);
+    }
+
+    /// The newest epoch every stage made durable (0: none).
+    pub fn complete(&self) -> u64 {
+        self.lock().iter().copied().min().unwrap_or(0)
+    }
+
+    /// The stages' names, in the graph's order.
+    pub fn stages(&self) -> &[String] {
+        &self.stages
+    }
+}
+
+/// A stage's part in its graph's checkpoints (see the [module docs](self)).
+#[derive(Clone)]
+pub struct Aligned {
+    /// The stage's index in the graph.
+    pub stage: usize,
+    /// The graph's epochs.
+    pub epochs: Arc<GraphEpochs>,
+    /// The epoch the stage must restore (set by [`restore_point`]; `None`: start from
+    /// scratch).
+    pub restore: Option<u64>,
+}
+
+impl std::fmt::Debug for Aligned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Aligned(stage {} of {:?}, restore {:?})",
+            self.stage, self.epochs.stages, self.restore
+        )
+    }
+}
+
+impl PartialEq for Aligned {
+    fn eq(&self, other: &Self) -> bool {
+        self.stage == other.stage
+            && Arc::ptr_eq(&self.epochs, &other.epochs)
+            && self.restore == other.restore
+    }
+}
+
+impl Eq for Aligned {}
+
+/// Finds the newest epoch every stage of a graph holds a section of, deletes the
+/// sections written after it (they belong to an epoch that did not complete) and sets
+/// it as each stage's [`Aligned::restore`] (`None` for all when some stage holds no
+/// section: the graph starts from scratch, and the other stages' sections are deleted).
+/// Called once before the stages' runs start, with every stage's checkpoint spec (all
+/// of them [`Aligned`], in local directories). With `fresh`, deletes everything.
+pub fn restore_point(specs: &mut [CheckpointSpec], fresh: bool) -> anyhow::Result<Option<u64>> {
+    let mut stores = Vec::with_capacity(specs.len());
+    for spec in specs.iter() {
+        anyhow::ensure!(
+            spec.kafka.is_none(),
+            "checkpoints of a pipeline of several stages are kept in state directories only"
+        );
+        stores.push(CheckpointStore::open(&spec.dir)?);
+    }
+    let mut newest = Vec::with_capacity(stores.len());
+    for store in &mut stores {
+        if fresh {
+            store.clear()?;
+        }
+        newest.push(store.epochs()?.last().copied());
+    }
+    let point = newest.iter().copied().min().flatten();
+    for ((store, spec), newest) in stores.iter_mut().zip(specs.iter_mut()).zip(newest) {
+        match point {
+            Some(epoch) => store.discard_after(epoch)?,
+            None => store.clear()?,
+        }
+        if newest.is_some() && newest != point {
+            tracing::warn!(
+                "{}: its checkpoint {} was not completed by every stage; restoring {}",
+                spec.dir.display(),
+                newest.unwrap_or(0),
+                point.map_or_else(
+                    || "nothing (the pipeline starts over)".into(),
+                    |e| format!("checkpoint {e}")
+                )
+            );
+        }
+        let aligned = spec
+            .aligned
+            .as_mut()
+            .expect("every stage of a graph checkpoints in step");
+        aligned.restore = point;
+        aligned.epochs.durable(aligned.stage, point.unwrap_or(0));
+    }
+    Ok(point)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn spec(dir: &Path, stage: usize, epochs: &Arc<GraphEpochs>) -> CheckpointSpec {
+        CheckpointSpec {
+            enabled: true,
+            dir: dir.to_path_buf(),
+            interval: crate::DEFAULT_INTERVAL,
+            kafka: None,
+            aligned: Some(Aligned {
+                stage,
+                epochs: Arc::clone(epochs),
+                restore: None,
+            }),
+        }
+    }
+
+    /// Writes empty sections of `epochs` into `dir`.
+    fn sections(dir: &Path, epochs: &[u64]) {
+        let mut store = CheckpointStore::open(dir).unwrap();
+        for &epoch in epochs {
+            store.write(epoch, b"section".to_vec(), 1).unwrap();
+            store.wait().unwrap();
+        }
+    }
+
+    fn held(dir: &Path) -> Vec<u64> {
+        CheckpointStore::open(dir).unwrap().epochs().unwrap()
+    }
+
+    #[test]
+    fn every_stage_restores_the_newest_epoch_all_of_them_hold() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        sections(&a, &[1, 2, 3]);
+        sections(&b, &[1, 2]);
+        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()]);
+        let mut specs = [spec(&a, 0, &epochs), spec(&b, 1, &epochs)];
+        assert_eq!(restore_point(&mut specs, false).unwrap(), Some(2));
+        assert!(specs
+            .iter()
+            .all(|s| s.aligned.as_ref().unwrap().restore == Some(2)));
+        assert_eq!(
+            held(&a),
+            [1, 2],
+            "stage a's section of the incomplete epoch 3 is gone"
+        );
+        assert_eq!(held(&b), [1, 2]);
+        assert_eq!(epochs.complete(), 2);
+        epochs.durable(0, 3);
+        assert_eq!(epochs.complete(), 2, "b has not made 3 durable");
+        epochs.durable(1, 3);
+        assert_eq!(epochs.complete(), 3);
+    }
+
+    #[test]
+    fn a_stage_without_a_section_starts_the_graph_over() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        sections(&a, &[1]);
+        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()]);
+        let mut specs = [spec(&a, 0, &epochs), spec(&b, 1, &epochs)];
+        assert_eq!(restore_point(&mut specs, false).unwrap(), None);
+        assert!(held(&a).is_empty());
+        assert!(specs
+            .iter()
+            .all(|s| s.aligned.as_ref().unwrap().restore.is_none()));
+
+        sections(&a, &[1, 2]);
+        sections(&b, &[1, 2]);
+        assert_eq!(restore_point(&mut specs, true).unwrap(), None, "--fresh");
+        assert!(held(&a).is_empty() && held(&b).is_empty());
+    }
+}
