@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 WASM_TARGET := wasm32-wasip2
-UDF_CRATES := change-only-counter campaign-totals order-timeout session-report tumbling-window stream-join misbehaving-udf ttl-probe \
+UDF_CRATES := change-only-counter campaign-totals top-zones order-timeout session-report tumbling-window stream-join misbehaving-udf ttl-probe \
 	versioned-udf-v1 versioned-udf-v2 versioned-udf-broken versioned-udf-bad-init \
 	versioned-udf-retyped versioned-udf-migrated not-a-udf
 WEIR := target/release/weir
@@ -69,7 +69,7 @@ test: build guests
 
 ## bench: the headline figures in about ten minutes (the counter wasm vs native, Weir's
 ## side of the Flink comparison, hot keys, Python and JavaScript per element, checkpoint
-## cost); the last lines are the results. `make bench PART=name` runs one part (flink,
+## cost, two keyed stages against one); the last lines are the results. `make bench PART=name` runs one part (flink, stage-graph,
 ## native, wasm, checkpoints, kafka, postgres, languages, parallel, scale, state-size);
 ## `make bench-full` runs every part. Starts the broker (scripts/services.sh) if it is
 ## not running, and stops it afterwards only if it was not already running.

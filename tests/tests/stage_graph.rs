@@ -519,3 +519,135 @@ columns = [
     );
     assert_eq!(campaign_rows(&table), expected, "after kills");
 }
+
+/// Seed 001's hourly revenue per zone, then per hour the top 3 zones
+/// (`examples/taxi-top-zones`), stages at `(p1, p2)` shards, over `rides.jsonl`.
+fn top_zones_pipeline(work: &Workdir, (p1, p2): (usize, usize)) -> String {
+    let text = format!(
+        r#"
+name = "top-zones"
+
+[[source]]
+name = "rides"
+type = "file"
+path = "{rides}"
+key = "PULocationID"
+timestamp = "tpep_pickup_datetime"
+timestamp_format = "epoch_ms"
+out_of_orderness = "5s"
+
+[[stage]]
+name = "hourly"
+parallelism = {p1}
+udf = {{ path = "{windows}", config = {{ size = "1h", allowed_lateness = "1h" }} }}
+[[stage.input]]
+from = "rides"
+
+[[stage]]
+name = "top"
+parallelism = {p2}
+udf = {{ path = "{top}", config = {{ top = "3", retain = "1h" }} }}
+[[stage.input]]
+from = "hourly"
+key = "window_start"
+
+[[sink]]
+stage = "hourly"
+output = "main"
+type = "file"
+path = "{hourly}"
+
+[[sink]]
+stage = "hourly"
+output = "late"
+type = "file"
+path = "{late}"
+
+[[sink]]
+stage = "top"
+output = "main"
+type = "file"
+path = "{ranks}"
+
+[checkpoint]
+enabled = false
+"#,
+        rides = work.path("rides.jsonl").display(),
+        windows = component("tumbling-window").display(),
+        top = component("top-zones").display(),
+        hourly = work.path("hourly.jsonl").display(),
+        late = work.path("late.jsonl").display(),
+        ranks = work.path("ranks.jsonl").display(),
+    );
+    work.write("top-zones.toml", &text)
+}
+
+/// The model of stage 2: per window, stage 1's rows replayed in the order given, each
+/// replacing its zone's totals, and every rank of the top 3 (revenue descending, then
+/// zone id) whose zone or totals changed.
+fn top_zones_model(rows: &[Value]) -> HashMap<String, Vec<Value>> {
+    /// A zone's revenue in cents and trips.
+    type Totals = (i64, u64);
+    /// A window's zones, and the ranks last emitted.
+    type Window = (BTreeMap<i64, Totals>, Vec<(i64, Totals)>);
+    let mut windows: HashMap<String, Window> = HashMap::new();
+    let mut out: HashMap<String, Vec<Value>> = HashMap::new();
+    for row in rows {
+        let window = row["window_start"]
+            .as_str()
+            .expect("window_start")
+            .to_string();
+        let zone = row["PULocationID"].as_i64().expect("zone");
+        let revenue = row["total_revenue"].as_str().expect("revenue");
+        let cents: i64 = revenue.replace('.', "").parse().expect("2 places");
+        let trips = row["num_trips"].as_u64().expect("trips");
+        let (zones, shown) = windows.entry(window.clone()).or_default();
+        zones.insert(zone, (cents, trips));
+        let mut ranking: Vec<(i64, Totals)> = zones.iter().map(|(&z, &t)| (z, t)).collect();
+        ranking.sort_by_key(|&(zone, (cents, _))| (-cents, zone));
+        ranking.truncate(3);
+        for (index, &(zone, (cents, trips))) in ranking.iter().enumerate() {
+            if shown.get(index) != Some(&(zone, (cents, trips))) {
+                out.entry(window.clone()).or_default().push(json!({
+                    "window_start": window,
+                    "rank": index + 1,
+                    "PULocationID": zone,
+                    "total_revenue": format!("{}{}.{:02}", if cents < 0 { "-" } else { "" }, cents.abs() / 100, cents.abs() % 100),
+                    "num_trips": trips,
+                }));
+            }
+        }
+        *shown = ranking;
+    }
+    out
+}
+
+#[test]
+fn the_top_zones_per_hour_follow_every_correction_at_parallelism_1_2_and_4() {
+    let rides = gen::rides(20_000, 53);
+    for (p1, p2) in [(1, 1), (2, 2), (4, 1)] {
+        let what = format!("stage parallelism {p1} and {p2}");
+        let work = Workdir::new();
+        work.write_jsonl("rides.jsonl", &rides);
+        weir(&["run", &top_zones_pipeline(&work, (p1, p2))]).assert_success();
+        let hourly = read_jsonl(work.path("hourly.jsonl"));
+        let expected = top_zones_model(&hourly);
+        let changes: usize = expected.values().map(Vec::len).sum();
+        assert!(
+            hourly.len() > 200 && changes > hourly.len() / 4,
+            "{what}: {} windows rows, {changes} rank changes",
+            hourly.len()
+        );
+        let corrected = expected.values().filter(|ranks| ranks.len() > 3).count();
+        assert!(
+            corrected > 10,
+            "{what}: late rides change rankings: {corrected}"
+        );
+        assert_per_key(
+            &read_jsonl(work.path("ranks.jsonl")),
+            "window_start",
+            &expected,
+            &what,
+        );
+    }
+}

@@ -51,11 +51,17 @@
 //! change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R
 //! ```
 //!
-//! `weir-bench full|flink|native|wasm|checkpoints|kafka|postgres|languages|edit-loop|scale|state-size [UDF]`
+//! `weir-bench full|flink|stage-graph|native|wasm|checkpoints|kafka|postgres|languages|edit-loop|scale|state-size [UDF]`
 //! runs one part only. `flink` is Weir's side of the Flink comparison (see `flink.rs`):
 //!
 //! ```text
 //! flink-compare udf=change-only-counter clicks=10000000 ads=1000 parallelism=P records_per_s=N cpu_s=C wall_s=W
+//! ```
+//!
+//! `stage-graph` is a pipeline of two keyed stages against one stage (see `stages.rs`):
+//!
+//! ```text
+//! stage-graph stages=2 clicks=2000000 parallelism=P records_per_s=N cpu_s=C one_stage_records_per_s=M ratio=R
 //! ```
 
 mod flink;
@@ -64,6 +70,7 @@ mod languages;
 mod parallel;
 mod postgres;
 mod scale;
+mod stages;
 mod state_dir;
 mod state_size;
 
@@ -111,6 +118,12 @@ fn main() -> anyhow::Result<()> {
             "full" => return full(&data, &clicks, &spec),
             "flink" => {
                 for r in flink::compare(&data)? {
+                    println!("{}", r.line());
+                }
+                return Ok(());
+            }
+            "stage-graph" => {
+                for r in stages::compare(&data)? {
                     println!("{}", r.line());
                 }
                 return Ok(());
@@ -185,7 +198,7 @@ fn main() -> anyhow::Result<()> {
             "wasm" => run(&spec, &RunOptions::default()),
             other => {
                 anyhow::bail!(
-                    "unknown part {other:?}: weir-bench [full|flink|native|wasm|checkpoints|kafka|postgres|languages|parallel|scale|state-size [UDF]]"
+                    "unknown part {other:?}: weir-bench [full|flink|stage-graph|native|wasm|checkpoints|kafka|postgres|languages|parallel|scale|state-size [UDF]]"
                 )
             }
         }
@@ -248,8 +261,12 @@ fn headline(data: &Path, clicks: &Path, spec: &PipelineSpec) -> anyhow::Result<(
     let state_sizes = state_size::matrix(data, Some("change-only-counter"))?;
     let language_runs = languages::per_element(data, clicks)?;
     let cost = checkpoint_cost(data, spec)?;
+    let graphs = stages::compare(data)?;
     println!();
     for r in &flink {
+        println!("{}", r.line());
+    }
+    for r in &graphs {
         println!("{}", r.line());
     }
     for r in &state_sizes {
@@ -299,8 +316,12 @@ fn full(data: &Path, clicks: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
     let state_sizes = state_size::matrix(&data, None)?;
     let state_ttls = state_size::ttl_cases(&data)?;
     let hot_key_timers = state_size::hot_key_timers();
+    let graphs = stages::compare(&data)?;
 
     println!();
+    for r in &graphs {
+        println!("{}", r.line());
+    }
     for r in &scale_runs {
         println!("{}", r.line());
     }
