@@ -224,6 +224,14 @@ impl<'a> Element<'a> {
     /// The record decoded from JSON. `T` may borrow from the record (`&str`,
     /// `&RawValue`) to avoid copies. Errors name the input, the type and the field.
     pub fn json<'de, T: Deserialize<'de>>(&'de self) -> Result<T> {
+        // Parsed without tracking the path first: tracking it costs on every field, and
+        // a record that fails is parsed again, with it, for the message.
+        let mut de = serde_json::Deserializer::from_slice(&self.value);
+        if let Ok(value) = T::deserialize(&mut de) {
+            if de.end().is_ok() {
+                return Ok(value);
+            }
+        }
         let mut de = serde_json::Deserializer::from_slice(&self.value);
         let parsed = serde_path_to_error::deserialize(&mut de)
             .map_err(|e| e.to_string())

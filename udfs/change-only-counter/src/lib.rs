@@ -16,9 +16,11 @@
 //! values), e.g. `carry = "campaign_id"` so that a next stage can key the counts by
 //! campaign. Without it the click is never parsed.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use weir_sdk::prelude::*;
 use weir_sdk::time::format_millis;
@@ -96,14 +98,90 @@ mod packed {
     }
 }
 
-#[derive(Serialize)]
+/// A count as emitted: `{"ad_id": ..., "clicks": N, "updated_at": ...}` and then the
+/// carried fields, in name order.
 struct ClickCount {
     ad_id: String,
     clicks: u32,
     updated_at: String,
-    /// The carried fields of the ad's latest click (none without `carry`).
-    #[serde(flatten)]
-    carried: BTreeMap<String, Box<RawValue>>,
+    /// The carried fields of the ad's latest click, as the JSON object the state holds
+    /// (none without `carry`).
+    carried: Option<String>,
+}
+
+impl Serialize for ClickCount {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error as _, SerializeMap as _};
+        let carried = match &self.carried {
+            Some(text) => fields(None, text.as_bytes()).map_err(S::Error::custom)?,
+            None => Vec::new(),
+        };
+        let mut map = serializer.serialize_map(Some(3 + carried.len()))?;
+        map.serialize_entry("ad_id", &self.ad_id)?;
+        map.serialize_entry("clicks", &self.clicks)?;
+        map.serialize_entry("updated_at", &self.updated_at)?;
+        for (name, value) in &carried {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
+}
+
+/// The members of the JSON object `json`, or only those `names` lists, in name order
+/// (the last of duplicates), each value's text as it stands: parsed without building
+/// the values, so a click costs little more than a scan of its bytes.
+fn fields<'de>(
+    names: Option<&[String]>,
+    json: &'de [u8],
+) -> serde_json::Result<Vec<(Cow<'de, str>, &'de RawValue)>> {
+    struct Pick<'n>(Option<&'n [String]>);
+    impl<'de> Visitor<'de> for Pick<'_> {
+        type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found: Self::Value = Vec::new();
+            while let Some(Field(name)) = map.next_key()? {
+                if self.0.is_none_or(|names| names.iter().any(|n| *n == name)) {
+                    found.push((name, map.next_value()?));
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            // In name order, the last of each name.
+            found.reverse();
+            found.sort_by(|a, b| a.0.cmp(&b.0));
+            found.dedup_by(|later, first| later.0 == first.0);
+            Ok(found)
+        }
+    }
+    /// A member's name, borrowed unless it holds escapes.
+    struct Field<'de>(Cow<'de, str>);
+    impl<'de> Deserialize<'de> for Field<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Name;
+            impl<'de> Visitor<'de> for Name {
+                type Value = Cow<'de, str>;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a member name")
+                }
+                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                    Ok(Cow::Borrowed(v))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                    Ok(Cow::Owned(v.to_owned()))
+                }
+            }
+            d.deserialize_str(Name).map(Field)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let found = de.deserialize_map(Pick(names))?;
+    de.end()?;
+    Ok(found)
 }
 
 /// The process function; see the crate docs.
@@ -125,11 +203,8 @@ impl ChangeOnlyCounter {
         }
         clicks.emitted = count;
         let carried = match &self.carry {
-            Some((_, carried)) => match carried.get()? {
-                Some(text) => serde_json::from_str(&text)?,
-                None => BTreeMap::new(),
-            },
-            None => BTreeMap::new(),
+            Some((_, carried)) => Some(carried.get()?.unwrap_or_else(|| "{}".to_owned())),
+            None => None,
         };
         let record = ClickCount {
             ad_id: ctx.current_key_str()?.to_owned(),
@@ -142,14 +217,28 @@ impl ChangeOnlyCounter {
     }
 }
 
-/// Keeps the `names` fields of `click` in `carried`, if they changed.
+/// Keeps the `names` fields of `click` in `carried` (a JSON object, in name order), if
+/// they changed.
 fn carry_fields(names: &[String], carried: &ValueState<String>, click: &Element) -> Result<()> {
-    let fields: BTreeMap<&str, &RawValue> = click.json()?;
-    let values: BTreeMap<&str, &RawValue> = names
-        .iter()
-        .filter_map(|name| fields.get(name.as_str()).map(|v| (name.as_str(), *v)))
-        .collect();
-    let text = serde_json::to_string(&values)?;
+    let values = match fields(Some(names), click.value()) {
+        Ok(values) => values,
+        // Not an object: the SDK's parse says where and why.
+        Err(_) => {
+            click.json::<BTreeMap<&str, &RawValue>>()?;
+            bail!("the click is not a JSON object");
+        }
+    };
+    let mut text = String::with_capacity(64);
+    text.push('{');
+    for (index, (name, value)) in values.iter().enumerate() {
+        if index > 0 {
+            text.push(',');
+        }
+        text.push_str(&serde_json::to_string(name)?);
+        text.push(':');
+        text.push_str(value.get());
+    }
+    text.push('}');
     if carried.get()?.as_deref() != Some(text.as_str()) {
         carried.set(&text)?;
     }
