@@ -36,17 +36,47 @@ const HAND_ON_EVERY: usize = 256;
 /// What crosses an exchange.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Message {
-    /// A record the upstream emitted: the key that emitted it, its bytes and event time.
-    Record {
-        key: Option<Vec<u8>>,
-        value: Vec<u8>,
-        timestamp: i64,
-    },
+    /// Records the upstream emitted, in order.
+    Records(Batch),
     /// The upstream's watermark advanced to this: every record before it was sent.
     Watermark(i64),
     /// The upstream took a checkpoint after the records before this one (a stage of a
     /// graph checkpointing in step: `weir_checkpoint::aligned`).
     Barrier,
+}
+
+/// A run of records handed on at once: each one's key (if it has one) and value one
+/// after another in one buffer, so a run costs one allocation, not two per record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Batch {
+    bytes: Vec<u8>,
+    /// Each record: its key's length (`None`: no key), its value's length, the event time
+    /// the upstream gave it.
+    records: Vec<(Option<usize>, usize, i64)>,
+}
+
+impl Batch {
+    fn push(&mut self, record: &OutputRecord<'_>) {
+        if let Some(key) = record.key {
+            self.bytes.extend_from_slice(key);
+        }
+        self.bytes.extend_from_slice(record.value);
+        self.records.push((
+            record.key.map(<[u8]>::len),
+            record.value.len(),
+            record.timestamp,
+        ));
+    }
+}
+
+impl Message {
+    /// The records it holds.
+    fn records(&self) -> usize {
+        match self {
+            Message::Records(batch) => batch.records.len(),
+            Message::Watermark(_) | Message::Barrier => 0,
+        }
+    }
 }
 
 /// How the upstream end stands.
@@ -208,10 +238,7 @@ impl Exchange {
                 .wait(queue)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
-        queue.records += messages
-            .iter()
-            .filter(|m| matches!(m, Message::Record { .. }))
-            .count();
+        queue.records += messages.iter().map(Message::records).sum::<usize>();
         queue.messages.extend(messages.drain(..));
         drop(queue);
         self.shared.arrived.notify_one();
@@ -230,6 +257,8 @@ impl Exchange {
 pub struct ExchangeSink {
     location: String,
     exchanges: Vec<Exchange>,
+    /// The records written since the last message.
+    batch: Batch,
     gathered: Vec<Message>,
     /// A copy of `gathered` for each exchange but the last.
     copy: Vec<Message>,
@@ -246,12 +275,22 @@ impl ExchangeSink {
         Self {
             location,
             exchanges,
-            gathered: Vec::with_capacity(HAND_ON_EVERY),
+            batch: Batch::default(),
+            gathered: Vec::new(),
             copy: Vec::new(),
         }
     }
 
+    /// Ends the run of records written so far: it goes before what is gathered next.
+    fn seal(&mut self) {
+        if !self.batch.records.is_empty() {
+            self.gathered
+                .push(Message::Records(std::mem::take(&mut self.batch)));
+        }
+    }
+
     fn hand_on(&mut self) -> anyhow::Result<()> {
+        self.seal();
         if self.gathered.is_empty() {
             return Ok(());
         }
@@ -270,12 +309,8 @@ impl Sink for ExchangeSink {
     }
 
     fn write(&mut self, record: &OutputRecord<'_>) -> anyhow::Result<()> {
-        self.gathered.push(Message::Record {
-            key: record.key.map(<[u8]>::to_vec),
-            value: record.value.to_vec(),
-            timestamp: record.timestamp,
-        });
-        if self.gathered.len() >= HAND_ON_EVERY {
+        self.batch.push(record);
+        if self.batch.records.len() >= HAND_ON_EVERY {
             self.hand_on()?;
         }
         Ok(())
@@ -286,6 +321,7 @@ impl Sink for ExchangeSink {
     }
 
     fn watermark(&mut self, watermark: i64) -> anyhow::Result<()> {
+        self.seal();
         self.gathered.push(Message::Watermark(watermark));
         self.hand_on()
     }
@@ -301,6 +337,7 @@ impl Sink for ExchangeSink {
     /// Hands on what is gathered, then a barrier: the run calls this only when it takes
     /// a checkpoint, and the downstream stage takes its own at the barrier.
     fn checkpoint(&mut self) -> anyhow::Result<SinkState> {
+        self.seal();
         self.gathered.push(Message::Barrier);
         self.hand_on()?;
         Ok(SinkState::default())
@@ -371,6 +408,9 @@ pub struct ExchangeSource {
     exchange: Exchange,
     /// Messages taken from the queue, not handed out yet.
     taken: VecDeque<Message>,
+    /// In the run of records at the front of `taken`: the next record's index and where
+    /// its bytes start.
+    next: (usize, usize),
     /// Records handed out so far.
     read: u64,
 }
@@ -381,6 +421,7 @@ impl ExchangeSource {
         Self {
             exchange,
             taken: VecDeque::new(),
+            next: (0, 0),
             read: 0,
         }
     }
@@ -429,31 +470,53 @@ impl Source for ExchangeSource {
     }
 
     fn poll(&mut self, record: &mut SourceRecord, wait: Duration) -> anyhow::Result<Polled> {
-        if self.taken.is_empty() && self.take(wait)? {
-            return Ok(Polled::End);
-        }
-        match self.taken.pop_front() {
-            None => Ok(Polled::Idle),
-            Some(Message::Watermark(timestamp)) => Ok(Polled::Progress {
-                input: 0,
-                timestamp,
-            }),
-            Some(Message::Barrier) => Ok(Polled::Barrier { input: 0 }),
-            Some(Message::Record {
-                key,
-                value,
-                timestamp,
-            }) => {
-                self.read += 1;
-                record.data = value;
-                record.line = None;
-                record.offset = self.read - 1;
-                record.partition = 0;
-                record.message_key = key;
-                record.message_timestamp = Some(timestamp);
-                record.oversized = None;
-                Ok(Polled::Record)
+        loop {
+            if self.taken.is_empty() && self.take(wait)? {
+                return Ok(Polled::End);
             }
+            let Some(front) = self.taken.front() else {
+                return Ok(Polled::Idle);
+            };
+            let polled = match front {
+                Message::Watermark(timestamp) => Polled::Progress {
+                    input: 0,
+                    timestamp: *timestamp,
+                },
+                Message::Barrier => Polled::Barrier { input: 0 },
+                Message::Records(batch) => {
+                    let (index, start) = self.next;
+                    let Some(&(key_len, value_len, timestamp)) = batch.records.get(index) else {
+                        // This run is read out: on to the next message.
+                        self.taken.pop_front();
+                        self.next = (0, 0);
+                        continue;
+                    };
+                    let value_start = start + key_len.unwrap_or(0);
+                    let end = value_start + value_len;
+                    match (key_len, &mut record.message_key) {
+                        (None, key) => *key = None,
+                        (Some(_), Some(key)) => {
+                            key.clear();
+                            key.extend_from_slice(&batch.bytes[start..value_start]);
+                        }
+                        (Some(_), key) => *key = Some(batch.bytes[start..value_start].to_vec()),
+                    }
+                    record.data.clear();
+                    record
+                        .data
+                        .extend_from_slice(&batch.bytes[value_start..end]);
+                    self.next = (index + 1, end);
+                    self.read += 1;
+                    record.line = None;
+                    record.offset = self.read - 1;
+                    record.partition = 0;
+                    record.message_timestamp = Some(timestamp);
+                    record.oversized = None;
+                    return Ok(Polled::Record);
+                }
+            };
+            self.taken.pop_front();
+            return Ok(polled);
         }
     }
 
