@@ -2,6 +2,7 @@
 //! binary and UDF components, running pipelines, generating inputs, and the independent
 //! models that the outputs are compared with.
 
+pub mod crash;
 pub mod gen;
 pub mod group;
 pub mod kafka;

@@ -12,19 +12,12 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use weir_e2e::gen::{self, rides, Click, Rng};
+use weir_e2e::crash::{CrashLoop, Crashes};
+use weir_e2e::gen::{self, rides, Click};
 use weir_e2e::services::{
     file_revenue_rows, kafka_brokers, revenue_rows, taxi_revenue_to_postgres, unique_table,
 };
 use weir_e2e::{repo_root, weir, weir_bin, Workdir};
-
-/// What the crashing runs went through.
-#[derive(Debug, Default)]
-struct Crashes {
-    /// Kills that landed while a checkpoint existed, so the next run had to restore it.
-    restored: usize,
-    kills: usize,
-}
 
 /// Runs `weir run ARGS` with checkpoints in `state`, killing it with SIGKILL at a random
 /// moment within `span` (what an uninterrupted run takes) up to `kills` times (fewer if a
@@ -49,56 +42,16 @@ fn run_with_crashes_at(
     seed: u64,
     kills: usize,
 ) -> Crashes {
-    let mut rng = Rng::new(seed);
-    let mut crashes = Crashes::default();
-    let log = state.with_extension("log");
-    let parallelism = |run: usize| -> Vec<String> {
-        match parallelisms {
-            [] => Vec::new(),
-            all => vec!["--parallelism".into(), all[run % all.len()].to_string()],
-        }
-    };
-    for run in 0..kills {
-        let mut child = Command::new(weir_bin())
-            .args(args)
-            .args(parallelism(run))
-            .args(["--checkpoint-interval", "100ms", "-q", "--state-dir"])
-            .arg(state)
-            .current_dir(repo_root())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start weir");
-        // Kill at a random moment after the run has written a checkpoint of its own, so
-        // every kill leaves something to restore and every run makes progress.
-        let before = newest_checkpoint(state);
-        while newest_checkpoint(state) == before && child.try_wait().unwrap().is_none() {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let span_ms = span.as_millis().max(100) as u64;
-        let deadline = Instant::now() + Duration::from_millis(rng.below(span_ms / 3));
-        while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-            assert!(status.success(), "a run failed: {stderr}");
-            return crashes; // it completed before the kill
-        }
-        let had_checkpoint = newest_checkpoint(state).is_some();
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        crashes.kills += 1;
-        crashes.restored += usize::from(had_checkpoint);
+    CrashLoop {
+        args,
+        parallelisms,
+        state,
+        watch: state,
+        span,
+        seed,
+        kills,
     }
-    let mut last: Vec<&str> = args.iter().map(String::as_str).collect();
-    let state_arg = state.display().to_string();
-    last.extend(["-q", "--state-dir", &state_arg]);
-    let last_parallelism = parallelism(crashes.kills);
-    last.extend(last_parallelism.iter().map(String::as_str));
-    weir(&last).assert_success();
-    crashes
+    .run()
 }
 
 /// The lines of `text` grouped by their `ad_id`, each ad's in their order, as one text.
@@ -112,16 +65,6 @@ fn per_ad(text: &str) -> String {
         .flatten()
         .map(|l| format!("{l}\n"))
         .collect()
-}
-
-/// The newest checkpoint file's name in `state`, if any.
-fn newest_checkpoint(state: &Path) -> Option<String> {
-    std::fs::read_dir(state)
-        .ok()?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".weir"))
-        .max()
 }
 
 fn args(list: &[&str]) -> Vec<String> {

@@ -18,12 +18,12 @@
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use weir_e2e::gen::{self, Click, Rng};
+use weir_e2e::crash::{newest_checkpoint, CrashLoop};
+use weir_e2e::gen::{self, Click};
 use weir_e2e::model::{self, ChangeOnlyCounter};
 use weir_e2e::services::{postgres_url, unique_table};
-use weir_e2e::{component, read_jsonl, repo_root, weir, weir_bin, Workdir};
+use weir_e2e::{component, read_jsonl, weir, Workdir};
 
 /// How many campaigns the ads are spread over: ad `ad-n` is in campaign `c-(n % 7)`.
 const CAMPAIGNS: u64 = 7;
@@ -304,20 +304,11 @@ enabled = false
     );
 }
 
-/// The newest checkpoint file's name in the state directory of `stage` under `state`.
-fn newest_checkpoint(state: &Path, stage: &str) -> Option<String> {
-    std::fs::read_dir(state.join(stage))
-        .ok()?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".weir"))
-        .max()
-}
-
 /// Runs `weir run pipeline` with checkpoints every 100 ms in `state`, killing it with
-/// SIGKILL at a random moment within `span` after the last stage wrote a checkpoint, up
-/// to `kills` times (each run at the next of `parallelisms`, none: the pipeline's), then
-/// runs it to completion. Returns the kills that landed after a checkpoint.
+/// SIGKILL at random moments after the last stage wrote a checkpoint, up to `kills`
+/// times (each run at the next of `parallelisms`, none: the pipeline's), then runs it to
+/// completion, and checks that the completed graph removed its checkpoints. Returns the
+/// kills that landed after a checkpoint.
 fn run_with_crashes(
     pipeline: &str,
     parallelisms: &[usize],
@@ -325,70 +316,24 @@ fn run_with_crashes(
     span: Duration,
     kills: usize,
 ) -> usize {
-    let mut rng = Rng::new(kills as u64 * 31 + 7);
-    let parallelism = |run: usize| -> Vec<String> {
-        match parallelisms {
-            [] => Vec::new(),
-            all => vec!["--parallelism".into(), all[run % all.len()].to_string()],
-        }
-    };
-    let common = |run: usize| {
-        let mut args: Vec<String> = ["run", pipeline, "-q", "--checkpoint-interval", "100ms"]
-            .map(String::from)
-            .to_vec();
-        args.extend(["--state-dir".into(), state.display().to_string()]);
-        args.extend(parallelism(run));
-        args
-    };
-    let log = state.with_extension("log");
-    let mut restored = 0;
-    for run in 0..kills {
-        let mut child = Command::new(weir_bin())
-            .args(common(run))
-            .current_dir(repo_root())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start weir");
-        let before = newest_checkpoint(state, "per-campaign");
-        let limit = Instant::now() + Duration::from_secs(60);
-        while newest_checkpoint(state, "per-campaign") == before
-            && child.try_wait().unwrap().is_none()
-        {
-            if Instant::now() > limit {
-                child.kill().unwrap();
-                panic!(
-                    "the last stage took no checkpoint in 60 s: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let span_ms = span.as_millis().max(100) as u64;
-        let deadline = Instant::now() + Duration::from_millis(rng.below(span_ms / 3));
-        while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-            assert!(status.success(), "a run failed: {stderr}");
-            return restored; // it completed before the kill
-        }
-        restored += usize::from(newest_checkpoint(state, "per-campaign").is_some());
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
+    let crashes = CrashLoop {
+        args: &["run".to_string(), pipeline.to_string()],
+        parallelisms,
+        state,
+        watch: &state.join("per-campaign"),
+        span,
+        seed: kills as u64 * 31 + 7,
+        kills,
     }
-    let last = common(kills);
-    weir(&last.iter().map(String::as_str).collect::<Vec<_>>()).assert_success();
+    .run();
     for stage in ["per-ad", "per-campaign"] {
         assert_eq!(
-            newest_checkpoint(state, stage),
+            newest_checkpoint(&state.join(stage)),
             None,
             "a completed graph removes {stage}'s checkpoints"
         );
     }
-    restored
+    crashes.restored
 }
 
 /// Clicks for the crash tests: long enough a run for several checkpoints.
