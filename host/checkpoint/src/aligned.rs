@@ -12,6 +12,11 @@
 //! its section durable; a restart restores every stage at the newest complete epoch and
 //! deletes the sections written after it ([`restore_point`]).
 //!
+//! Once a stage's run completes (its inputs ended) while others still run, no epoch
+//! completes again: the others take no further checkpoint (with a warning), and a crash
+//! then resumes from the last complete one, which stays consistent. (A final section of
+//! the ended stage that later epochs could count on is not written yet.)
+//!
 //! Because a root waits for the previous epoch to be complete before it takes the next,
 //! every stage's newest durable section is the complete epoch or the one after it, and a
 //! stage never prunes the chain that holds the complete epoch (it keeps its current and
@@ -26,19 +31,29 @@ use std::sync::{Arc, Mutex};
 pub struct GraphEpochs {
     /// Each stage's name, in the graph's order, for messages.
     stages: Vec<String>,
+    progress: Mutex<Progress>,
+}
+
+#[derive(Debug)]
+struct Progress {
     /// Each stage's newest durable epoch (0: none yet).
-    durable: Mutex<Vec<u64>>,
+    durable: Vec<u64>,
+    /// The first stage whose run completed, if any.
+    ended: Option<usize>,
 }
 
 impl GraphEpochs {
     /// The epochs of a graph of `stages`, none durable yet.
     pub fn new(stages: Vec<String>) -> Arc<Self> {
-        let durable = Mutex::new(vec![0; stages.len()]);
-        Arc::new(Self { stages, durable })
+        let progress = Mutex::new(Progress {
+            durable: vec![0; stages.len()],
+            ended: None,
+        });
+        Arc::new(Self { stages, progress })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
-        self.durable
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.progress
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -46,13 +61,26 @@ impl GraphEpochs {
     /// Stage `stage` made epoch `epoch` durable. Called by its checkpoint writer once the
     /// section is written, and for every stage at the epoch a run restores.
     pub fn durable(&self, stage: usize, epoch: u64) {
-        let mut durable = self.lock();
-        durable[stage] = durable[stage].max(epoch);
+        let mut progress = self.lock();
+        progress.durable[stage] = progress.durable[stage].max(epoch);
     }
 
     /// The newest epoch every stage made durable (0: none).
     pub fn complete(&self) -> u64 {
-        self.lock().iter().copied().min().unwrap_or(0)
+        self.lock().durable.iter().copied().min().unwrap_or(0)
+    }
+
+    /// Stage `stage`'s run completed (its inputs ended): it takes no more checkpoints.
+    /// Called by its run when it completes.
+    pub fn end(&self, stage: usize) {
+        self.lock().ended.get_or_insert(stage);
+    }
+
+    /// The first stage whose run completed, by name: once one has, no epoch can complete
+    /// again, and the stages still running take no more checkpoints.
+    pub fn ended(&self) -> Option<&str> {
+        let ended = self.lock().ended?;
+        Some(&self.stages[ended])
     }
 
     /// The stages' names, in the graph's order.
@@ -216,5 +244,35 @@ mod tests {
         sections(&b, &[1, 2]);
         assert_eq!(restore_point(&mut specs, true).unwrap(), None, "--fresh");
         assert!(held(&a).is_empty() && held(&b).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod due_tests {
+    use super::*;
+    use crate::Checkpointer;
+    use std::time::Duration;
+
+    #[test]
+    fn once_a_stage_ended_the_others_take_no_further_checkpoint() {
+        let root = tempfile::tempdir().unwrap();
+        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()]);
+        let spec = |stage: usize| CheckpointSpec {
+            enabled: true,
+            dir: root.path().join(stage.to_string()),
+            interval: Duration::ZERO,
+            kafka: None,
+            aligned: Some(Aligned {
+                stage,
+                epochs: Arc::clone(&epochs),
+                restore: None,
+            }),
+        };
+        let (a, _) = Checkpointer::open(&spec(0), false).unwrap();
+        let (b, _) = Checkpointer::open(&spec(1), false).unwrap();
+        assert!(a.is_due() && b.is_due(), "epoch 1 may start");
+        b.ended();
+        assert_eq!(epochs.ended(), Some("b"));
+        assert!(!a.is_due(), "no epoch completes once b has ended");
     }
 }

@@ -185,6 +185,8 @@ pub struct Checkpointer {
     previous_base: Option<u64>,
     /// The stage's part in its graph's checkpoints, if it is a stage of several.
     aligned: Option<aligned::Aligned>,
+    /// The warning that no further checkpoint is taken was given.
+    stalled: std::cell::Cell<bool>,
 }
 
 /// What the next checkpoint will be.
@@ -234,6 +236,7 @@ impl Checkpointer {
             base_bytes: 0,
             previous_base: None,
             aligned: spec.aligned.clone(),
+            stalled: std::cell::Cell::new(false),
         };
         if let Some(chain) = &chain {
             let newest = chain.newest().meta.epoch;
@@ -258,11 +261,31 @@ impl Checkpointer {
     /// ([`aligned`]). The run asks between records, and checkpoints once its read-ahead
     /// is processed; a stage reading other stages checkpoints at their barriers instead.
     pub fn is_due(&self) -> bool {
-        Instant::now() >= self.next_due
-            && self
-                .aligned
-                .as_ref()
-                .is_none_or(|a| a.epochs.complete() >= self.epoch)
+        if Instant::now() < self.next_due {
+            return false;
+        }
+        let Some(aligned) = &self.aligned else {
+            return true;
+        };
+        if let Some(ended) = aligned.epochs.ended() {
+            if !self.stalled.replace(true) {
+                tracing::warn!(
+                    "stage {ended:?} has ended: stage {:?} takes no further checkpoint until the pipeline completes; after a crash it resumes from checkpoint {}",
+                    aligned.epochs.stages()[aligned.stage],
+                    aligned.epochs.complete()
+                );
+            }
+            return false;
+        }
+        aligned.epochs.complete() >= self.epoch
+    }
+
+    /// The run completed: for a stage of several, the others learn that no epoch will
+    /// complete again ([`aligned::GraphEpochs::end`]).
+    pub fn ended(&self) {
+        if let Some(aligned) = &self.aligned {
+            aligned.epochs.end(aligned.stage);
+        }
     }
 
     /// Whether this is a stage of several, checkpointing in step with the others

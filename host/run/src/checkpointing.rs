@@ -258,8 +258,21 @@ impl Checkpoints {
             .is_some_and(Checkpointer::in_step)
     }
 
+    /// The run completed: a stage of several tells the others (which then take no
+    /// further checkpoint) and leaves its checkpoints to the graph; a run of one stage
+    /// removes them, and a new one starts from scratch.
+    pub fn completed(&mut self) -> anyhow::Result<()> {
+        match &self.checkpointer {
+            Some(checkpointer) if checkpointer.in_step() => {
+                checkpointer.ended();
+                Ok(())
+            }
+            _ => self.clear(),
+        }
+    }
+
     /// Removes every checkpoint: the run completed, and a new one starts from scratch.
-    pub fn clear(&mut self) -> anyhow::Result<()> {
+    fn clear(&mut self) -> anyhow::Result<()> {
         match &mut self.checkpointer {
             Some(checkpointer) => checkpointer.store.clear(),
             None => Ok(()),

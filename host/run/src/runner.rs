@@ -369,9 +369,7 @@ impl Runner {
         }
         // The run is complete: nothing to resume, and a new run starts from scratch. (A
         // stage of several leaves that to the graph, once every stage completed.)
-        if !self.checkpoints.in_step() {
-            self.checkpoints.clear()?;
-        }
+        self.checkpoints.completed()?;
         if let Some(bar) = progress {
             bar.finish_and_clear();
         }
