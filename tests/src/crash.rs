@@ -8,6 +8,15 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `--parallelism N` for each of `parallelisms`: [`CrashLoop::each_run`] restarting at
+/// another parallelism each time.
+pub fn at_parallelisms(parallelisms: &[usize]) -> Vec<Vec<String>> {
+    parallelisms
+        .iter()
+        .map(|p| vec!["--parallelism".to_string(), p.to_string()])
+        .collect()
+}
+
 /// What the crashing runs went through.
 #[derive(Debug, Default)]
 pub struct Crashes {
@@ -30,11 +39,11 @@ pub fn newest_checkpoint(dir: &Path) -> Option<String> {
 /// How a crash loop runs `weir run`.
 pub struct CrashLoop<'a> {
     /// The arguments (`run PIPELINE ...`); the loop adds `--checkpoint-interval 100ms`,
-    /// `-q` and `--state-dir`.
+    /// `-q` and `--state-dir`, then the run's `each_run` arguments.
     pub args: &'a [String],
-    /// Run `i` (the last one included) is at `--parallelism parallelisms[i % len]` (none
-    /// given: the pipeline's).
-    pub parallelisms: &'a [usize],
+    /// Run `i` (the last one included) adds `each_run[i % len]` (none given: nothing), e.g.
+    /// `--parallelism N`, or another file of the same pipeline.
+    pub each_run: &'a [Vec<String>],
     /// The state directory.
     pub state: &'a Path,
     /// The folder whose newest checkpoint a kill waits for: `state`, or the last stage's
@@ -62,9 +71,8 @@ impl CrashLoop<'_> {
             let mut args = self.args.to_vec();
             args.extend(["--checkpoint-interval", "100ms", "-q", "--state-dir"].map(String::from));
             args.push(self.state.display().to_string());
-            if !self.parallelisms.is_empty() {
-                let parallelism = self.parallelisms[run % self.parallelisms.len()];
-                args.extend(["--parallelism".to_string(), parallelism.to_string()]);
+            if !self.each_run.is_empty() {
+                args.extend_from_slice(&self.each_run[run % self.each_run.len()]);
             }
             args
         };

@@ -12,7 +12,7 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use weir_e2e::crash::{CrashLoop, Crashes};
+use weir_e2e::crash::{at_parallelisms, CrashLoop, Crashes};
 use weir_e2e::gen::{self, rides, Click};
 use weir_e2e::services::{
     file_revenue_rows, kafka_brokers, revenue_rows, taxi_revenue_to_postgres, unique_table,
@@ -44,7 +44,7 @@ fn run_with_crashes_at(
 ) -> Crashes {
     CrashLoop {
         args,
-        parallelisms,
+        each_run: &at_parallelisms(parallelisms),
         state,
         watch: state,
         span,

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
-use weir_e2e::crash::{newest_checkpoint, CrashLoop};
+use weir_e2e::crash::{at_parallelisms, newest_checkpoint, CrashLoop};
 use weir_e2e::gen::{self, Click};
 use weir_e2e::model::{self, ChangeOnlyCounter};
 use weir_e2e::services::{postgres_url, unique_table};
@@ -316,9 +316,31 @@ fn run_with_crashes(
     span: Duration,
     kills: usize,
 ) -> usize {
+    let runs = at_parallelisms(parallelisms)
+        .into_iter()
+        .map(|mut args| {
+            args.insert(0, pipeline.to_string());
+            args
+        })
+        .collect::<Vec<_>>();
+    let runs = match runs.is_empty() {
+        true => vec![vec![pipeline.to_string()]],
+        false => runs,
+    };
+    run_files_with_crashes(&runs, state, span, kills)
+}
+
+/// [`run_with_crashes`], run `i` (the last one included) with the arguments
+/// `runs[i % len]`, the pipeline file first.
+fn run_files_with_crashes(
+    runs: &[Vec<String>],
+    state: &Path,
+    span: Duration,
+    kills: usize,
+) -> usize {
     let crashes = CrashLoop {
-        args: &["run".to_string(), pipeline.to_string()],
-        parallelisms,
+        args: &["run".to_string()],
+        each_run: runs,
         state,
         watch: &state.join("per-campaign"),
         span,
@@ -595,4 +617,46 @@ fn the_top_zones_per_hour_follow_every_correction_at_parallelism_1_2_and_4() {
             &what,
         );
     }
+}
+
+#[test]
+fn a_graph_killed_at_random_moments_restores_each_stage_at_a_parallelism_of_its_own() {
+    let work = Workdir::new();
+    let clicks = crash_clicks(&work);
+    let per_ad_expected = per_ad_model(&clicks);
+    let expected_counts: usize = per_ad_expected.values().map(Vec::len).sum();
+    let sink = format!(
+        "type = \"file\"\npath = \"{}\"",
+        work.path("per-campaign.jsonl").display()
+    );
+    // The same pipeline (same name and stages) at other shards per stage, run after run:
+    // each stage restores its own state at its new parallelism.
+    let mut runs = Vec::new();
+    for (p1, p2) in [(2, 1), (1, 3), (4, 2), (1, 1), (3, 4)] {
+        let pipeline = graph_pipeline_with(&work, (p1, p2), &sink, "enabled = true");
+        let copy = work.path(&format!("graph-{p1}-{p2}.toml"));
+        std::fs::copy(&pipeline, &copy).unwrap();
+        runs.push(vec![copy.display().to_string()]);
+    }
+    let started = Instant::now();
+    weir(&["run", runs[0][0].as_str(), "-q", "--no-checkpoints"]).assert_success();
+    let span = started.elapsed();
+    let restored = run_files_with_crashes(&runs, &work.path("state"), span, 4);
+    assert!(
+        restored >= 1,
+        "at least one kill must land after a checkpoint"
+    );
+    let per_ad = read_jsonl(work.path("per-ad.jsonl"));
+    assert_eq!(
+        per_ad.len(),
+        expected_counts,
+        "stage 1: nothing lost or doubled"
+    );
+    assert_per_key(&per_ad, "ad_id", &per_ad_expected, "stage 1 after kills");
+    assert_per_key(
+        &read_jsonl(work.path("per-campaign.jsonl")),
+        "campaign_id",
+        &campaign_model(&per_ad),
+        "stage 2 after kills",
+    );
 }
