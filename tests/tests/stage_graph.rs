@@ -304,40 +304,13 @@ enabled = false
     );
 }
 
-/// Runs `weir run pipeline` with checkpoints every 100 ms in `state`, killing it with
-/// SIGKILL at random moments after the last stage wrote a checkpoint, up to `kills`
-/// times (each run at the next of `parallelisms`, none: the pipeline's), then runs it to
-/// completion, and checks that the completed graph removed its checkpoints. Returns the
-/// kills that landed after a checkpoint.
-fn run_with_crashes(
-    pipeline: &str,
-    parallelisms: &[usize],
-    state: &Path,
-    span: Duration,
-    kills: usize,
-) -> usize {
-    let runs = at_parallelisms(parallelisms)
-        .into_iter()
-        .map(|mut args| {
-            args.insert(0, pipeline.to_string());
-            args
-        })
-        .collect::<Vec<_>>();
-    let runs = match runs.is_empty() {
-        true => vec![vec![pipeline.to_string()]],
-        false => runs,
-    };
-    run_files_with_crashes(&runs, state, span, kills)
-}
-
-/// [`run_with_crashes`], run `i` (the last one included) with the arguments
-/// `runs[i % len]`, the pipeline file first.
-fn run_files_with_crashes(
-    runs: &[Vec<String>],
-    state: &Path,
-    span: Duration,
-    kills: usize,
-) -> usize {
+/// Runs `weir run` with checkpoints every 100 ms in `state`, killing it with SIGKILL at
+/// random moments after the last stage wrote a checkpoint, up to `kills` times, run `i`
+/// (the last one included) with the arguments `runs[i % len]` (the pipeline file first,
+/// then e.g. `--parallelism N`), then runs it to completion, and checks that the
+/// completed graph removed its checkpoints. Returns the kills that landed after a
+/// checkpoint.
+fn run_with_crashes(runs: &[Vec<String>], state: &Path, span: Duration, kills: usize) -> usize {
     let crashes = CrashLoop {
         args: &["run".to_string()],
         each_run: runs,
@@ -348,6 +321,10 @@ fn run_files_with_crashes(
         kills,
     }
     .run();
+    assert!(
+        crashes.restored >= 1,
+        "at least one kill must land after a checkpoint: {crashes:?}"
+    );
     for stage in ["per-ad", "per-campaign"] {
         assert_eq!(
             newest_checkpoint(&state.join(stage)),
@@ -356,6 +333,27 @@ fn run_files_with_crashes(
         );
     }
     crashes.restored
+}
+
+/// The files of a graph run after kills: stage 1's exactly the model's per ad, nothing
+/// lost or doubled; stage 2's the sums over stage 1's file in its order (its state at the
+/// restored checkpoint had seen exactly stage 1's records up to the cut).
+fn assert_graph_files_after_kills(work: &Workdir, clicks: &[Click]) {
+    let per_ad_expected = per_ad_model(clicks);
+    let expected_counts: usize = per_ad_expected.values().map(Vec::len).sum();
+    let per_ad = read_jsonl(work.path("per-ad.jsonl"));
+    assert_eq!(
+        per_ad.len(),
+        expected_counts,
+        "stage 1: nothing lost or doubled"
+    );
+    assert_per_key(&per_ad, "ad_id", &per_ad_expected, "stage 1 after kills");
+    assert_per_key(
+        &read_jsonl(work.path("per-campaign.jsonl")),
+        "campaign_id",
+        &campaign_model(&per_ad),
+        "stage 2 after kills",
+    );
 }
 
 /// Clicks for the crash tests: long enough a run for several checkpoints.
@@ -372,8 +370,6 @@ fn crash_clicks(work: &Workdir) -> Vec<Click> {
 fn a_graph_killed_at_random_moments_restores_every_stage_at_one_checkpoint() {
     let work = Workdir::new();
     let clicks = crash_clicks(&work);
-    let per_ad_expected = per_ad_model(&clicks);
-    let expected_counts: usize = per_ad_expected.values().map(Vec::len).sum();
     let sink = format!(
         "type = \"file\"\npath = \"{}\"",
         work.path("per-campaign.jsonl").display()
@@ -384,26 +380,12 @@ fn a_graph_killed_at_random_moments_restores_every_stage_at_one_checkpoint() {
     let span = started.elapsed();
 
     // Restarted at another parallelism each time (every stage at it).
-    let restored = run_with_crashes(&pipeline, &[1, 4, 2, 1, 3], &work.path("state"), span, 5);
-    assert!(
-        restored >= 1,
-        "at least one kill must land after a checkpoint"
-    );
-    let per_ad = read_jsonl(work.path("per-ad.jsonl"));
-    assert_eq!(
-        per_ad.len(),
-        expected_counts,
-        "stage 1: nothing lost or doubled"
-    );
-    assert_per_key(&per_ad, "ad_id", &per_ad_expected, "stage 1 after kills");
-    // Stage 2's state at the restored checkpoint had seen exactly stage 1's records in
-    // its file up to the cut: its records are the sums over stage 1's file, in order.
-    assert_per_key(
-        &read_jsonl(work.path("per-campaign.jsonl")),
-        "campaign_id",
-        &campaign_model(&per_ad),
-        "stage 2 after kills",
-    );
+    let runs: Vec<Vec<String>> = at_parallelisms(&[1, 4, 2, 1, 3])
+        .into_iter()
+        .map(|flags| [vec![pipeline.clone()], flags].concat())
+        .collect();
+    run_with_crashes(&runs, &work.path("state"), span, 5);
+    assert_graph_files_after_kills(&work, &clicks);
     assert!(
         std::fs::read_to_string(work.path("dead.per-ad.jsonl"))
             .unwrap_or_default()
@@ -479,11 +461,7 @@ columns = [
     client
         .batch_execute(&format!("DELETE FROM \"{table}\""))
         .expect("empty the table");
-    let restored = run_with_crashes(&pipeline, &[], &work.path("state"), span, 4);
-    assert!(
-        restored >= 1,
-        "at least one kill must land after a checkpoint"
-    );
+    run_with_crashes(&[vec![pipeline]], &work.path("state"), span, 4);
     assert_eq!(campaign_rows(&table), expected, "after kills");
 }
 
@@ -623,8 +601,6 @@ fn the_top_zones_per_hour_follow_every_correction_at_parallelism_1_2_and_4() {
 fn a_graph_killed_at_random_moments_restores_each_stage_at_a_parallelism_of_its_own() {
     let work = Workdir::new();
     let clicks = crash_clicks(&work);
-    let per_ad_expected = per_ad_model(&clicks);
-    let expected_counts: usize = per_ad_expected.values().map(Vec::len).sum();
     let sink = format!(
         "type = \"file\"\npath = \"{}\"",
         work.path("per-campaign.jsonl").display()
@@ -641,22 +617,6 @@ fn a_graph_killed_at_random_moments_restores_each_stage_at_a_parallelism_of_its_
     let started = Instant::now();
     weir(&["run", runs[0][0].as_str(), "-q", "--no-checkpoints"]).assert_success();
     let span = started.elapsed();
-    let restored = run_files_with_crashes(&runs, &work.path("state"), span, 4);
-    assert!(
-        restored >= 1,
-        "at least one kill must land after a checkpoint"
-    );
-    let per_ad = read_jsonl(work.path("per-ad.jsonl"));
-    assert_eq!(
-        per_ad.len(),
-        expected_counts,
-        "stage 1: nothing lost or doubled"
-    );
-    assert_per_key(&per_ad, "ad_id", &per_ad_expected, "stage 1 after kills");
-    assert_per_key(
-        &read_jsonl(work.path("per-campaign.jsonl")),
-        "campaign_id",
-        &campaign_model(&per_ad),
-        "stage 2 after kills",
-    );
+    run_with_crashes(&runs, &work.path("state"), span, 4);
+    assert_graph_files_after_kills(&work, &clicks);
 }

@@ -159,15 +159,10 @@ pub fn run_graph(graph: &StageGraph, options: &RunOptions) -> Result<GraphReport
                 CheckpointStore::open(&spec.checkpoint.dir)
                     .and_then(|mut store| store.clear())
                     .map_err(|e| GraphFailure {
-                        stage: String::new(),
-                        failure: RunFailure {
-                            error: e,
-                            report: None,
-                            command_line: false,
-                        },
                         report: GraphReport {
                             stages: report.stages.clone(),
                         },
+                        ..failed("", e)
                     })?;
             }
             Ok(report)

@@ -575,18 +575,29 @@ fn ensure_generated_clicks(
     if path.exists() {
         return Ok(());
     }
+    generate(path, |out| {
+        for c in gen::clicks(n, ads, seed, step_ms, 4_000, 0.001, 0.0) {
+            writeln!(
+                out,
+                r#"{{"ad_id":"{}","clicked_at":"{}"}}"#,
+                c.ad,
+                datetime_millis(c.ts)
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes a generated input file through `write`, under a temporary name renamed into
+/// place once complete (so an interrupted run does not leave half a file to reuse).
+fn generate(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<std::fs::File>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     eprintln!("generating {}", path.display());
-    let clicks = gen::clicks(n, ads, seed, step_ms, 4_000, 0.001, 0.0);
     let partial = path.with_extension("partial");
     let mut out = BufWriter::new(std::fs::File::create(&partial)?);
-    for c in &clicks {
-        writeln!(
-            out,
-            r#"{{"ad_id":"{}","clicked_at":"{}"}}"#,
-            c.ad,
-            datetime_millis(c.ts)
-        )?;
-    }
+    write(&mut out)?;
     out.flush()?;
     drop(out);
     std::fs::rename(&partial, path)?;

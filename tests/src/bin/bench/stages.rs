@@ -11,7 +11,7 @@
 
 use crate::parallel::cpu_seconds;
 use crate::DiscardPipeline;
-use std::io::{BufWriter, Write as _};
+use std::io::Write as _;
 use std::path::Path;
 use weir_e2e::gen;
 use weir_e2e::{component, datetime_millis};
@@ -52,23 +52,19 @@ fn ensure_clicks(path: &Path) -> anyhow::Result<()> {
     if path.exists() {
         return Ok(());
     }
-    eprintln!("generating {}", path.display());
-    let partial = path.with_extension("partial");
-    let mut out = BufWriter::new(std::fs::File::create(&partial)?);
-    for c in gen::clicks(CLICKS, ADS, 39, 10, 4_000, 0.001, 0.0) {
-        let n: u64 = c.ad.trim_start_matches("ad-").parse()?;
-        writeln!(
-            out,
-            r#"{{"ad_id":"{}","campaign_id":"c-{}","clicked_at":"{}"}}"#,
-            c.ad,
-            n % CAMPAIGNS,
-            datetime_millis(c.ts)
-        )?;
-    }
-    out.flush()?;
-    drop(out);
-    std::fs::rename(&partial, path)?;
-    Ok(())
+    crate::generate(path, |out| {
+        for c in gen::clicks(CLICKS, ADS, 39, 10, 4_000, 0.001, 0.0) {
+            let n: u64 = c.ad.trim_start_matches("ad-").parse()?;
+            writeln!(
+                out,
+                r#"{{"ad_id":"{}","campaign_id":"c-{}","clicked_at":"{}"}}"#,
+                c.ad,
+                n % CAMPAIGNS,
+                datetime_millis(c.ts)
+            )?;
+        }
+        Ok(())
+    })
 }
 
 /// The two-stage graph over `clicks`, written to `<data>/stage-graph.toml`.
