@@ -12,10 +12,20 @@
 //! its section durable; a restart restores every stage at the newest complete epoch and
 //! deletes the sections written after it ([`restore_point`]).
 //!
-//! Once a stage's run completes (its inputs ended) while others still run, no epoch
-//! completes again: the others take no further checkpoint (with a warning), and a crash
-//! then resumes from the last complete one, which stays consistent. (A final section of
-//! the ended stage that later epochs could count on is not written yet.)
+//! A stop request (Ctrl-C, SIGTERM, `weir serve` stopping the pipeline) ends with a last
+//! complete epoch, as Flink's stop-with-savepoint does: the roots stop reading and each
+//! takes checkpoints until every root took the same newest one and every stage made it
+//! durable ([`GraphEpochs::on_stop`]); a downstream stage goes on under the stop,
+//! processing up to its upstreams' barriers and checkpointing there, until each upstream
+//! has stopped (`Polled::Stopped` of `weir-io`'s exchanges). Nothing read before the stop
+//! is left to read again, so a source that cannot be read again (stdin, a pipe) loses
+//! nothing.
+//!
+//! Once a stage's run completes (its inputs ended), fails, or stops without its last
+//! checkpoint while others still run, no epoch completes again: the others take no
+//! further checkpoint (with a warning), and a crash then resumes from the last complete
+//! one, which stays consistent. (A final section of a completed stage that later epochs
+//! could count on is not written yet.)
 //!
 //! Because a root waits for the previous epoch to be complete before it takes the next,
 //! every stage's newest durable section is the complete epoch or the one after it, and a
@@ -31,6 +41,8 @@ use std::sync::{Arc, Mutex};
 pub struct GraphEpochs {
     /// Each stage's name, in the graph's order, for messages.
     stages: Vec<String>,
+    /// The stages that read no other stage, by index.
+    roots: Vec<usize>,
     progress: Mutex<Progress>,
 }
 
@@ -38,18 +50,30 @@ pub struct GraphEpochs {
 struct Progress {
     /// Each stage's newest durable epoch (0: none yet).
     durable: Vec<u64>,
+    /// Each stage's newest epoch written, durable or not (0: none yet).
+    taken: Vec<u64>,
+    /// For each root under a stop request: the epoch it takes at least before it stops
+    /// (one more than its newest when the stop reached it).
+    stop_floor: Vec<Option<u64>>,
     /// The first stage whose run completed, if any.
     ended: Option<usize>,
 }
 
 impl GraphEpochs {
-    /// The epochs of a graph of `stages`, none durable yet.
-    pub fn new(stages: Vec<String>) -> Arc<Self> {
+    /// The epochs of a graph of `stages`, of which those at `roots` read no other
+    /// stage; none durable yet.
+    pub fn new(stages: Vec<String>, roots: Vec<usize>) -> Arc<Self> {
         let progress = Mutex::new(Progress {
             durable: vec![0; stages.len()],
+            taken: vec![0; stages.len()],
+            stop_floor: vec![None; stages.len()],
             ended: None,
         });
-        Arc::new(Self { stages, progress })
+        Arc::new(Self {
+            stages,
+            roots,
+            progress,
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
@@ -63,6 +87,46 @@ impl GraphEpochs {
     pub fn durable(&self, stage: usize, epoch: u64) {
         let mut progress = self.lock();
         progress.durable[stage] = progress.durable[stage].max(epoch);
+        progress.taken[stage] = progress.taken[stage].max(epoch);
+    }
+
+    /// Stage `stage` wrote its section of epoch `epoch` (not durable yet). Called by its
+    /// checkpoint writer when it hands the section on.
+    pub fn taken(&self, stage: usize, epoch: u64) {
+        let mut progress = self.lock();
+        progress.taken[stage] = progress.taken[stage].max(epoch);
+    }
+
+    /// What root stage `stage` (one that reads no other stage) does next under a stop
+    /// request, its newest epoch being `epoch` (it reads nothing more meanwhile). Its
+    /// first call says it takes at least one more checkpoint; the graph's last epoch is
+    /// the newest any root took or said it takes. A root takes checkpoints up to that
+    /// epoch, each once the one before is complete, and stops once every root has said
+    /// so and every stage made that epoch durable: every root stops at the same last,
+    /// complete epoch. Once a stage ended no epoch completes again: it stops at once.
+    /// Called by the root's run, between two loops, while it stops.
+    pub fn on_stop(&self, stage: usize, epoch: u64) -> OnStop {
+        let mut progress = self.lock();
+        if progress.ended.is_some() {
+            return OnStop::Stop;
+        }
+        progress.stop_floor[stage].get_or_insert(epoch + 1);
+        let complete = progress.durable.iter().copied().min().unwrap_or(0);
+        let newest = progress.taken.iter().copied().max().unwrap_or(0);
+        let last = progress
+            .stop_floor
+            .iter()
+            .flatten()
+            .copied()
+            .fold(newest, u64::max);
+        let every_root_stopping = self.roots.iter().all(|&r| progress.stop_floor[r].is_some());
+        if epoch < last && complete >= epoch {
+            OnStop::Checkpoint
+        } else if epoch >= last && complete >= epoch && every_root_stopping {
+            OnStop::Stop
+        } else {
+            OnStop::Wait
+        }
     }
 
     /// The newest epoch every stage made durable (0: none).
@@ -70,8 +134,9 @@ impl GraphEpochs {
         self.lock().durable.iter().copied().min().unwrap_or(0)
     }
 
-    /// Stage `stage`'s run completed (its inputs ended): it takes no more checkpoints.
-    /// Called by its run when it completes.
+    /// Stage `stage` takes no more checkpoints: its run completed (its inputs ended),
+    /// failed, or stopped without its last checkpoint. Called by its run when it
+    /// completes or stops so, and by the graph when it fails.
     pub fn end(&self, stage: usize) {
         self.lock().ended.get_or_insert(stage);
     }
@@ -87,6 +152,17 @@ impl GraphEpochs {
     pub fn stages(&self) -> &[String] {
         &self.stages
     }
+}
+
+/// What a root stage does next under a stop request ([`GraphEpochs::on_stop`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStop {
+    /// Wait for the other stages to make the newest epoch durable.
+    Wait,
+    /// Take a checkpoint now.
+    Checkpoint,
+    /// Stop: the graph's newest complete epoch is the last one (or none can complete).
+    Stop,
 }
 
 /// A stage's part in its graph's checkpoints (see the [module docs](self)).
@@ -208,7 +284,7 @@ mod tests {
         let (a, b) = (root.path().join("a"), root.path().join("b"));
         sections(&a, &[1, 2, 3]);
         sections(&b, &[1, 2]);
-        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()]);
+        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()], vec![0]);
         let mut specs = [spec(&a, 0, &epochs), spec(&b, 1, &epochs)];
         assert_eq!(restore_point(&mut specs, false).unwrap(), Some(2));
         assert!(specs
@@ -232,7 +308,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let (a, b) = (root.path().join("a"), root.path().join("b"));
         sections(&a, &[1]);
-        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()]);
+        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()], vec![0]);
         let mut specs = [spec(&a, 0, &epochs), spec(&b, 1, &epochs)];
         assert_eq!(restore_point(&mut specs, false).unwrap(), None);
         assert!(held(&a).is_empty());
@@ -248,6 +324,53 @@ mod tests {
 }
 
 #[cfg(test)]
+mod stop_tests {
+    use super::*;
+
+    #[test]
+    fn under_a_stop_the_roots_end_at_the_same_complete_epoch() {
+        // Roots a and b, downstream c; a took epoch 3 just before the stop, b only 2.
+        let epochs = GraphEpochs::new(vec!["a".into(), "b".into(), "c".into()], vec![0, 1]);
+        for stage in 0..3 {
+            epochs.durable(stage, 2);
+        }
+        epochs.taken(0, 3);
+        assert_eq!(epochs.on_stop(1, 2), OnStop::Checkpoint, "b: its last one");
+        epochs.taken(1, 3);
+        for stage in 0..3 {
+            epochs.durable(stage, 3);
+        }
+        assert_eq!(
+            epochs.on_stop(1, 3),
+            OnStop::Wait,
+            "a may have read on after 3: b waits for it to say"
+        );
+        assert_eq!(epochs.on_stop(0, 3), OnStop::Checkpoint, "a: one more");
+        assert_eq!(epochs.on_stop(1, 3), OnStop::Checkpoint, "b follows a to 4");
+        for root in [0, 1] {
+            epochs.taken(root, 4);
+            epochs.durable(root, 4);
+        }
+        assert_eq!(
+            epochs.on_stop(0, 4),
+            OnStop::Wait,
+            "c has not made 4 durable"
+        );
+        epochs.durable(2, 4);
+        assert_eq!(epochs.on_stop(0, 4), OnStop::Stop);
+        assert_eq!(epochs.on_stop(1, 4), OnStop::Stop);
+    }
+
+    #[test]
+    fn under_a_stop_nothing_waits_once_a_stage_ended() {
+        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()], vec![0]);
+        epochs.durable(0, 2);
+        epochs.end(1);
+        assert_eq!(epochs.on_stop(0, 2), OnStop::Stop);
+    }
+}
+
+#[cfg(test)]
 mod due_tests {
     use super::*;
     use crate::Checkpointer;
@@ -256,7 +379,7 @@ mod due_tests {
     #[test]
     fn once_a_stage_ended_the_others_take_no_further_checkpoint() {
         let root = tempfile::tempdir().unwrap();
-        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()]);
+        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()], vec![0]);
         let spec = |stage: usize| CheckpointSpec {
             enabled: true,
             dir: root.path().join(stage.to_string()),

@@ -288,6 +288,13 @@ impl Checkpointer {
         }
     }
 
+    /// For a stage of several that reads no other stage, under a stop request: what it
+    /// does next ([`aligned::GraphEpochs::on_stop`]); `None` for a run of one stage.
+    pub fn on_stop(&self) -> Option<aligned::OnStop> {
+        let aligned = self.aligned.as_ref()?;
+        Some(aligned.epochs.on_stop(aligned.stage, self.epoch))
+    }
+
     /// Whether this is a stage of several, checkpointing in step with the others
     /// ([`aligned`]).
     pub fn in_step(&self) -> bool {
@@ -324,6 +331,9 @@ impl Checkpointer {
         }
         let keep_from = self.previous_base.or(self.base).unwrap_or(epoch);
         self.store.write(epoch, data, keep_from)?;
+        if let Some(aligned) = &self.aligned {
+            aligned.epochs.taken(aligned.stage, epoch);
+        }
         self.epoch = epoch;
         self.next_due = Instant::now() + self.interval;
         Ok(size)

@@ -169,9 +169,11 @@ fn repartition(plan: &Plan, stop: &AtomicBool) -> anyhow::Result<()> {
         }
         match source.poll(&mut record, Duration::from_millis(100))? {
             Polled::Record => {}
-            Polled::Idle | Polled::Progress { .. } | Polled::Barrier { .. } | Polled::End => {
-                continue
-            }
+            Polled::Idle
+            | Polled::Progress { .. }
+            | Polled::Barrier { .. }
+            | Polled::End
+            | Polled::Stopped => continue,
         }
         let offset = record.offset.to_string();
         let headers = origin(&labels[record.partition], OFFSET_HEADER, &offset);

@@ -149,7 +149,15 @@ impl StageGraph {
         }
         if self.stages.len() > 1 {
             // The stages checkpoint in step: one epoch over all of them.
-            let epochs = GraphEpochs::new(self.stages.iter().map(|s| s.name.clone()).collect());
+            let roots = (self.stages.iter().enumerate())
+                .filter(|(_, stage)| {
+                    !(stage.spec.sources.iter())
+                        .any(|s| matches!(s.location, SourceLocation::Stage(_)))
+                })
+                .map(|(index, _)| index)
+                .collect();
+            let names = self.stages.iter().map(|s| s.name.clone()).collect();
+            let epochs = GraphEpochs::new(names, roots);
             for (index, stage) in self.stages.iter_mut().enumerate() {
                 stage.spec.checkpoint.aligned = stage.spec.checkpoint.enabled.then(|| Aligned {
                     stage: index,

@@ -5,6 +5,7 @@ use crate::inputs::Inputs;
 use crate::{CheckpointRecord, KEPT_IN_STATUS};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+use weir_checkpoint::aligned::OnStop;
 use weir_checkpoint::Checkpointer;
 use weir_checkpoint::{
     Chain, CheckpointFile, CounterMeta, DeadLetterMeta, DeclaredState, InputMeta, Meta, OutputMeta,
@@ -222,6 +223,8 @@ pub(crate) struct Checkpoints {
     pub longest_pause: Duration,
     /// The last [`KEPT_IN_STATUS`] taken, for the live status.
     pub history: VecDeque<CheckpointRecord>,
+    /// Checkpoints taken since a stop request (a stage of several stopping in step).
+    pub taken_on_stop: u64,
 }
 
 impl Checkpoints {
@@ -235,6 +238,7 @@ impl Checkpoints {
             taken: 0,
             longest_pause: Duration::ZERO,
             history: VecDeque::new(),
+            taken_on_stop: 0,
         }
     }
 
@@ -256,6 +260,26 @@ impl Checkpoints {
         self.checkpointer
             .as_ref()
             .is_some_and(Checkpointer::in_step)
+    }
+
+    /// What the run does next under a stop request, once its read-ahead is processed:
+    /// a stage of several that reads no other stage (`reads_stages` false) checkpoints
+    /// in step with the others until the graph's last epoch is complete
+    /// ([`weir_checkpoint::aligned::GraphEpochs::on_stop`]); any other run stops (a run
+    /// of one stage taking its checkpoint as it does).
+    pub fn on_stop(&self, reads_stages: bool) -> OnStop {
+        match &self.checkpointer {
+            Some(checkpointer) if !reads_stages => checkpointer.on_stop().unwrap_or(OnStop::Stop),
+            _ => OnStop::Stop,
+        }
+    }
+
+    /// A stage of several stops without a last checkpoint in step: no epoch completes
+    /// again, and the others stop without waiting for one.
+    pub fn give_up(&self) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.ended();
+        }
     }
 
     /// The run completed: a stage of several tells the others (which then take no

@@ -10,8 +10,10 @@
 //!
 //! With checkpoints on, the stages checkpoint in step (`weir_checkpoint::aligned`): every
 //! stage resumes from the newest checkpoint all of them completed, and a graph that
-//! completed removes every stage's checkpoints. A stop request ends every stage without
-//! a checkpoint, as a crash would: the next run resumes from that same point.
+//! completed removes every stage's checkpoints. A stop request ends the graph with a last
+//! checkpoint that every stage completes: the stages that read no other stage stop
+//! reading and take it, the others process up to its barriers, take theirs and stop once
+//! their upstreams stopped; the next run resumes from it, reading nothing twice.
 
 use crate::{load_udf, run_with, RunFailure, RunOptions, RunReport};
 use std::sync::atomic::Ordering;
@@ -109,7 +111,7 @@ pub fn run_graph(graph: &StageGraph, options: &RunOptions) -> Result<GraphReport
                     .name(format!("stage {}", stage.name))
                     .spawn_scoped(scope, move || {
                         let result = run_with(spec, Box::new(function), identity, options);
-                        close_exchanges(stage);
+                        close_exchanges(stage, &result);
                         result
                     })
                     .expect("a thread for the stage")
@@ -176,10 +178,24 @@ pub fn run_graph(graph: &StageGraph, options: &RunOptions) -> Result<GraphReport
     }
 }
 
-/// Closes `stage`'s ends of its exchanges once its run returned.
-fn close_exchanges(stage: &Stage) {
+/// Closes `stage`'s ends of its exchanges once its run returned `result`: a stage
+/// stopped on request leaves its downstream stages to read what it sent and stop after
+/// it; one that failed leaves them to fail, and no epoch of the graph completes again.
+fn close_exchanges(stage: &Stage, result: &Result<RunReport, RunFailure>) {
+    let stopped = matches!(result, Ok(report) if report.interrupted);
+    if result.is_err() {
+        if let Some(aligned) = &stage.spec.checkpoint.aligned {
+            aligned.epochs.end(aligned.stage);
+        }
+    }
     for sink in &stage.spec.sinks {
-        sink.feeds.iter().for_each(|e| e.upstream_ended());
+        for exchange in &sink.feeds {
+            if stopped {
+                exchange.upstream_stopped();
+            } else {
+                exchange.upstream_ended();
+            }
+        }
     }
     for source in &stage.spec.sources {
         if let SourceLocation::Stage(exchange) = &source.location {

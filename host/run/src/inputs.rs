@@ -59,6 +59,9 @@ pub(crate) struct SourceSlot {
     /// Its partitions' inputs.
     pub inputs: Range<usize>,
     exhausted: bool,
+    /// The stage it reads stopped on request, and everything it sent was read
+    /// ([`Polled::Stopped`]): it is read no further in this run, but has not ended.
+    stopped: bool,
     /// It is another stage's output (see [`SourceSettings::reads_stage`]).
     reads_stage: bool,
 }
@@ -151,6 +154,8 @@ pub(crate) enum Read {
     Idle,
     /// The source has ended.
     End,
+    /// The stage the source reads stopped on request ([`Polled::Stopped`]).
+    Stopped,
 }
 
 /// Every input of a run, and the sources behind them.
@@ -251,6 +256,7 @@ impl Inputs {
             max_record_bytes: settings.max_record_bytes,
             inputs: range.clone(),
             exhausted: false,
+            stopped: false,
             reads_stage: settings.reads_stage,
         });
         range
@@ -302,6 +308,7 @@ impl Inputs {
         let slot = &self.sources[index];
         let limit = self.queue_limit();
         !slot.exhausted
+            && !slot.stopped
             && !slot.inputs.clone().any(|i| {
                 let input = &self.inputs[i];
                 input.queue.len() >= limit
@@ -320,7 +327,7 @@ impl Inputs {
             while self.wants_more(index) {
                 match self.read(index, Duration::ZERO)? {
                     Read::Idle => break,
-                    Read::Queued { resumed: false, .. } | Read::End => {}
+                    Read::Queued { resumed: false, .. } | Read::End | Read::Stopped => {}
                     other => read.push(other),
                 }
             }
@@ -389,6 +396,11 @@ impl Inputs {
                 }
                 Read::End
             }
+            Polled::Stopped => {
+                self.spare.push(record);
+                slot.stopped = true;
+                Read::Stopped
+            }
         })
     }
 
@@ -409,17 +421,26 @@ impl Inputs {
     }
 
     /// Whether the stage's checkpoint is due at barriers: every input reading another
-    /// stage that has not ended delivered a barrier, and at least one did. Only a stage
-    /// reading other stages, checkpointing in step with them, asks.
+    /// stage that has neither ended nor stopped delivered a barrier, and at least one
+    /// did. Only a stage reading other stages, checkpointing in step with them, asks.
     pub fn at_barrier(&self) -> bool {
         let mut waiting = self
             .sources
             .iter()
-            .filter(|slot| slot.reads_stage)
+            .filter(|slot| slot.reads_stage && !slot.stopped)
             .flat_map(|slot| &self.inputs[slot.inputs.clone()])
             .filter(|input| !input.ended)
             .peekable();
         waiting.peek().is_some() && waiting.all(|input| input.barrier)
+    }
+
+    /// Whether every stage this one reads has stopped or finished, and everything they
+    /// sent was read: a stage reading on under a stop request stops once what it read
+    /// is processed.
+    pub fn upstreams_stopped(&self) -> bool {
+        (self.sources.iter())
+            .filter(|slot| slot.reads_stage)
+            .all(|slot| slot.stopped || slot.exhausted)
     }
 
     /// Whether any source is another stage's output.

@@ -12,6 +12,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use weir_checkpoint::aligned::OnStop;
 use weir_checkpoint::Checkpointer;
 use weir_core::identity::UdfIdentity;
 use weir_core::time::{display, wall_clock_ms};
@@ -21,6 +22,10 @@ use weir_engine::stage::{InitFailure, KeyedStage, ShardResult};
 use weir_io::sink::{DeadLetters, Sink};
 use weir_io::source::decode::RecordDecoder;
 use weir_pipeline::PipelineSpec;
+
+/// How long a root stage stopping in step waits before it asks again whether the
+/// graph's last epoch is complete.
+const STOP_WAIT_POLL: Duration = Duration::from_millis(2);
 
 /// One run of a pipeline, from opening its sources to its report.
 pub(crate) struct Runner {
@@ -283,13 +288,31 @@ impl Runner {
             self.steer(options);
             self.apply_progress()?;
             // A stop or a checkpoint waits for what was read ahead to be processed, so
-            // that the sources' positions are exactly what the state has seen.
+            // that the sources' positions are exactly what the state has seen. A stage
+            // reading other stages of its graph goes on under a stop, checkpointing at
+            // their barriers, until they stopped (`weir_checkpoint::aligned`).
             let stopping = stopped();
+            let reading_on = stopping
+                && self.checkpoints.in_step()
+                && self.inputs.reads_stages()
+                && !self.inputs.upstreams_stopped();
             let checkpoint_due = self.checkpoints.is_due(&self.inputs);
-            let draining = stopping || checkpoint_due;
+            let draining = (stopping && !reading_on) || checkpoint_due;
             if draining && self.inputs.drained() {
-                if stopping {
-                    return self.stop(progress);
+                if stopping && !reading_on {
+                    match self.checkpoints.on_stop(self.inputs.reads_stages()) {
+                        OnStop::Stop => return self.stop(progress),
+                        OnStop::Checkpoint => {
+                            self.take_checkpoint()?;
+                            self.checkpoints.taken_on_stop += 1;
+                        }
+                        OnStop::Wait => {
+                            // Its own part first: a write that failed ends the run here.
+                            self.checkpoints.commit_durable(&mut self.inputs)?;
+                            std::thread::sleep(STOP_WAIT_POLL);
+                        }
+                    }
+                    continue;
                 }
                 self.take_checkpoint()?;
             }
@@ -399,6 +422,8 @@ impl Runner {
         progress: Option<indicatif::ProgressBar>,
     ) -> anyhow::Result<()> {
         self.interrupted = true;
+        // A stage of several takes no last checkpoint in step: the others stop without.
+        self.checkpoints.give_up();
         // The last checkpoint taken is what the run resumes from: made durable, with the
         // positions it holds committed where sources keep them.
         self.checkpoints.commit_durable(&mut self.inputs)?;
@@ -418,11 +443,17 @@ impl Runner {
     /// not fired; a checkpoint keeps them (they fire when the run resumes), and what
     /// was emitted is written out.
     ///
-    /// A stage of several checkpoints only in step with the others: it stops as a crash
-    /// would, and the graph resumes from the last checkpoint every stage completed.
+    /// A stage of several checkpoints only in step with the others: its last checkpoint
+    /// was taken already, in step (see [`Runner::run`]), so it stops as a crash would
+    /// after it. A root stage that took none since the stop (it stopped during the end
+    /// of input's timers, or a stage ended) says so: no epoch completes again, and the
+    /// graph resumes from the last one every stage completed.
     fn stop(&mut self, progress: Option<indicatif::ProgressBar>) -> anyhow::Result<()> {
         if self.checkpoints.in_step() {
             self.interrupted = true;
+            if !self.inputs.reads_stages() && self.checkpoints.taken_on_stop == 0 {
+                self.checkpoints.give_up();
+            }
             self.checkpoints.commit_durable(&mut self.inputs)?;
             if let Some(bar) = progress {
                 bar.finish_and_clear();
@@ -588,7 +619,7 @@ impl Runner {
                 self.inputs.recycle(record);
             }
             Read::Marker { input, resumed } => self.resumed(input, resumed)?,
-            Read::Idle | Read::End => {}
+            Read::Idle | Read::End | Read::Stopped => {}
         }
         Ok(false)
     }

@@ -37,7 +37,7 @@ pub fn produce(brokers: &str, topic: &str, input: &str, key: Option<&str>) -> an
     let mut produced = 0;
     loop {
         match source.poll(&mut record, Duration::from_secs(3600))? {
-            Polled::End => break,
+            Polled::End | Polled::Stopped => break,
             Polled::Idle | Polled::Progress { .. } | Polled::Barrier { .. } => continue,
             Polled::Record => {}
         }

@@ -17,7 +17,9 @@
 //!
 //! Either end may go away: the upstream when its run ends (having finished the sink, or
 //! not, when it failed), the downstream when its run ends. The other end then gets an
-//! error naming the stage ([`StageGone`]) instead of waiting for ever.
+//! error naming the stage ([`StageGone`]) instead of waiting for ever. An upstream
+//! stopped on request (after its last checkpoint's barrier) is not gone: its downstream
+//! reads what it sent, then learns that it stopped ([`Polled::Stopped`]) and stops too.
 
 use super::{Polled, Source, SourceRecord};
 use std::collections::VecDeque;
@@ -86,8 +88,11 @@ enum Upstream {
     Open,
     /// It finished: everything it will ever send is in the queue.
     Finished,
-    /// Its run ended without finishing (it failed or was stopped).
+    /// Its run ended without finishing (it failed).
     Gone,
+    /// Its run stopped on request: everything it sends in this run is in the queue, and
+    /// the input goes on in a run resumed from a checkpoint.
+    Stopped,
 }
 
 struct Queue {
@@ -195,6 +200,18 @@ impl Exchange {
         let mut queue = self.lock();
         if queue.upstream == Upstream::Open {
             queue.upstream = Upstream::Gone;
+        }
+        drop(queue);
+        self.shared.arrived.notify_all();
+    }
+
+    /// The upstream stage's run stopped on request: the downstream reads what is queued,
+    /// then [`Polled::Stopped`]. The graph calls this instead of
+    /// [`upstream_ended`](Self::upstream_ended) when an upstream's run returns stopped.
+    pub fn upstream_stopped(&self) {
+        let mut queue = self.lock();
+        if queue.upstream == Upstream::Open {
+            queue.upstream = Upstream::Stopped;
         }
         drop(queue);
         self.shared.arrived.notify_all();
@@ -427,8 +444,9 @@ impl ExchangeSource {
     }
 
     /// Takes what the queue holds into `taken`, waiting at most `wait` for something;
-    /// says whether the upstream finished and everything was taken.
-    fn take(&mut self, wait: Duration) -> anyhow::Result<bool> {
+    /// once everything was taken, says whether the upstream finished ([`Polled::End`])
+    /// or stopped ([`Polled::Stopped`]).
+    fn take(&mut self, wait: Duration) -> anyhow::Result<Option<Polled>> {
         let deadline = Instant::now() + wait;
         let shared = &self.exchange.shared;
         let mut queue = self.exchange.lock();
@@ -438,10 +456,11 @@ impl ExchangeSource {
                 queue.records = 0;
                 drop(queue);
                 shared.left.notify_all();
-                return Ok(false);
+                return Ok(None);
             }
             match queue.upstream {
-                Upstream::Finished => return Ok(true),
+                Upstream::Finished => return Ok(Some(Polled::End)),
+                Upstream::Stopped => return Ok(Some(Polled::Stopped)),
                 Upstream::Gone => {
                     return Err(StageGone {
                         stage: shared.upstream_stage.clone(),
@@ -453,7 +472,7 @@ impl ExchangeSource {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Ok(false);
+                return Ok(None);
             }
             queue = shared
                 .arrived
@@ -471,8 +490,10 @@ impl Source for ExchangeSource {
 
     fn poll(&mut self, record: &mut SourceRecord, wait: Duration) -> anyhow::Result<Polled> {
         loop {
-            if self.taken.is_empty() && self.take(wait)? {
-                return Ok(Polled::End);
+            if self.taken.is_empty() {
+                if let Some(done) = self.take(wait)? {
+                    return Ok(done);
+                }
             }
             let Some(front) = self.taken.front() else {
                 return Ok(Polled::Idle);
@@ -636,6 +657,21 @@ mod tests {
             "stage \"a\", which feeds this one, ended without finishing"
         );
         assert!(error.is::<StageGone>());
+    }
+
+    #[test]
+    fn an_upstream_stopped_after_its_barrier_stops_its_downstream_after_what_it_sent() {
+        let exchange = Exchange::new("a", "main", "b");
+        let mut sink = ExchangeSink::new(vec![exchange.clone()]);
+        sink.write(&record(b"k", b"1", 1)).unwrap();
+        sink.checkpoint().unwrap();
+        exchange.upstream_stopped();
+        // A stopped upstream is not gone: a later end of its run changes nothing.
+        exchange.upstream_ended();
+        let mut source = ExchangeSource::new(exchange);
+        assert_eq!(poll(&mut source).0, Polled::Record);
+        assert_eq!(poll(&mut source).0, Polled::Barrier { input: 0 });
+        assert_eq!(poll(&mut source).0, Polled::Stopped, "not the end of input");
     }
 
     #[test]

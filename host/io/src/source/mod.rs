@@ -71,6 +71,10 @@ pub enum Polled {
     },
     /// Every partition has ended: the source will give nothing more.
     End,
+    /// The stage feeding this source (an exchange between stages) stopped on request
+    /// after its last checkpoint: nothing more comes in this run, but the input has not
+    /// ended; a run resumed from that checkpoint reads on. Not polled again after it.
+    Stopped,
 }
 
 /// An input connector: yields raw records of one or more partitions, each of which is
