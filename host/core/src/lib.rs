@@ -9,6 +9,7 @@
 //! - [`output`]: records the UDF emits, and the [`Sink`](output::Sink) contract.
 //! - [`position`]: where an input stands, as sources report it and checkpoints keep it.
 //! - [`identity`]: a UDF's identity and the SHA-256 that tells versions apart.
+//! - [`limits`]: the defaults of a UDF's sandbox and batching.
 //! - [`codec`]: the small binary framing of checkpoint sections.
 //!
 //! The crates above, in data-path order: `weir-io` (sources and sinks) and `weir-engine`
@@ -21,6 +22,7 @@
 pub mod codec;
 pub mod identity;
 pub mod key;
+pub mod limits;
 pub mod output;
 pub mod position;
 pub mod state;

@@ -260,9 +260,9 @@ pub struct PipelineSpec {
 }
 
 pub use weir_core::key::KEY_GROUPS;
-pub use weir_engine::operator::DEFAULT_MAX_BATCH;
-pub use weir_engine::runtime::services::DEFAULT_MAX_EMIT_BYTES;
-pub use weir_engine::runtime::wasm::{DEFAULT_CALL_TIMEOUT, DEFAULT_MEMORY_LIMIT};
+pub use weir_core::limits::{
+    DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_BATCH, DEFAULT_MAX_EMIT_BYTES, DEFAULT_MEMORY_LIMIT,
+};
 
 /// A parallelism is a number of shards between 1 and the number of key groups (a shard
 /// owns at least one key group).

@@ -79,10 +79,7 @@ pub struct Limits {
     pub state_cache_bytes: usize,
 }
 
-/// The default memory cap of one UDF instance (`[udf] memory_limit`).
-pub const DEFAULT_MEMORY_LIMIT: usize = 64 << 20;
-/// The default deadline of one UDF call (`[udf] call_timeout`).
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+pub use weir_core::limits::{DEFAULT_CALL_TIMEOUT, DEFAULT_MEMORY_LIMIT};
 
 /// A compiled UDF component, ready to instantiate (a clone shares the compiled code).
 #[derive(Clone)]
