@@ -169,3 +169,167 @@ path = "{output}"
     assert_eq!(counts(), [1, 1002, 1001, 1000], "{log}");
     let _ = std::fs::remove_file(&wasm);
 }
+
+/// `weir dev` on a pipeline of two stages fed on stdin (the per-key counter of the
+/// versioned test UDFs in both, the second keyed by a field of the first's records): a
+/// component the host refuses, written over the second stage's file, leaves its running
+/// version; a new version written over it is swapped into that stage alone while the
+/// first runs on. Both stages keep their state: the first counts on, the second's new
+/// version totals on from the count the old one left, over every record the first
+/// emitted (its timers' included), and nothing is processed twice.
+#[test]
+fn a_new_component_of_one_stage_is_swapped_into_that_stage_and_every_stage_keeps_its_state() {
+    let work = Workdir::new();
+    for stage in ["first", "second"] {
+        std::fs::copy(
+            weir_e2e::component("versioned-udf-v1"),
+            work.path(&format!("{stage}.wasm")),
+        )
+        .unwrap();
+    }
+    work.write("events.jsonl", "");
+    let pipeline = work.write(
+        "graph.toml",
+        r#"name = "dev-graph"
+
+[[source]]
+name = "events"
+type = "file"
+path = "events.jsonl"
+key = "key"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+
+[[stage]]
+name = "first"
+udf = { path = "first.wasm" }
+[[stage.input]]
+from = "events"
+
+[[stage]]
+name = "second"
+udf = { path = "second.wasm" }
+[[stage.input]]
+from = "first"
+key = "key"
+
+[[sink]]
+stage = "first"
+output = "main"
+type = "file"
+path = "first.jsonl"
+
+[[sink]]
+stage = "second"
+output = "main"
+type = "file"
+path = "second.jsonl"
+"#,
+    );
+    let mut child = Command::new(weir_bin())
+        .args(["dev", &pipeline, "--input", "events=-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start weir dev");
+    let log = StderrLog::capture(&mut child);
+    let lines =
+        |name: &str| parse_jsonl(&std::fs::read_to_string(work.path(name)).unwrap_or_default());
+    // The records a stage emitted for elements (its timers emit `timer` instead).
+    let counted = |name: &str| -> Vec<serde_json::Value> {
+        lines(name)
+            .into_iter()
+            .filter(|r| r.get("timer").is_none())
+            .collect()
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    let mut send = |seqs: std::ops::RangeInclusive<u64>| {
+        for seq in seqs {
+            writeln!(
+                stdin,
+                r#"{{"key": "a", "seq": {seq}, "ts": {}}}"#,
+                seq * 10_000
+            )
+            .unwrap();
+        }
+        stdin.flush().unwrap();
+    };
+
+    wait_for("weir dev to start", Duration::from_secs(30), || {
+        log.contains("watching each stage's component")
+    });
+    send(1..=3);
+    // Stage 1: three counts and the two timers the later elements' watermark fired.
+    wait_for(
+        "stage 2 to count stage 1's records",
+        Duration::from_secs(20),
+        || counted("second.jsonl").len() == 5,
+    );
+
+    std::fs::write(work.path("second.wasm"), b"not a component").unwrap();
+    wait_for("the refusal", Duration::from_secs(30), || {
+        log.contains("weir dev: stage \"second\": the new version was refused")
+    });
+    let v2 = work.path("v2.wasm.tmp");
+    std::fs::copy(weir_e2e::component("versioned-udf-v2"), &v2).unwrap();
+    std::fs::rename(&v2, work.path("second.wasm")).unwrap();
+    wait_for("the swap into stage 2", Duration::from_secs(30), || {
+        log.contains("weir dev: stage \"second\": reloaded second (")
+    });
+    send(4..=6);
+    drop(stdin);
+    let status = child.wait().unwrap();
+    let log = log.finish();
+    assert!(status.success(), "{log}");
+
+    let first = lines("first.jsonl");
+    assert!(
+        first.iter().all(|r| r["v"] == 1),
+        "stage 1 was not swapped: {first:?}"
+    );
+    let first_counts: Vec<u64> = counted("first.jsonl")
+        .iter()
+        .map(|r| r["count"].as_u64().expect("a count"))
+        .collect();
+    assert_eq!(
+        first_counts,
+        [1, 2, 3, 4, 5, 6],
+        "stage 1 counted on through the swap of stage 2"
+    );
+
+    // Stage 2 counted every record stage 1 emitted, once, in order: the old version up
+    // to the swap, then the new one on from the count it left.
+    let second = counted("second.jsonl");
+    let numbers: Vec<(u64, u64)> = second
+        .iter()
+        .map(|r| {
+            let n = r
+                .get("count")
+                .or_else(|| r.get("total"))
+                .and_then(|n| n.as_u64());
+            (
+                r["v"].as_u64().expect("a version"),
+                n.expect("a count or total"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        numbers.iter().map(|(_, n)| *n).collect::<Vec<_>>(),
+        (1..=first.len() as u64).collect::<Vec<_>>(),
+        "stage 2 counts each of stage 1's {} records once: {second:?}",
+        first.len()
+    );
+    let swapped_at = numbers
+        .iter()
+        .position(|(v, _)| *v == 2)
+        .expect("the new version ran");
+    assert_eq!(
+        swapped_at, 5,
+        "the old version counted the five before the swap: {numbers:?}"
+    );
+    assert!(
+        numbers[swapped_at..].iter().all(|(v, _)| *v == 2),
+        "the new version stays: {numbers:?}"
+    );
+}

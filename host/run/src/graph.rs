@@ -15,9 +15,12 @@
 //! reading and take it, the others process up to its barriers, take theirs and stop once
 //! their upstreams stopped; the next run resumes from it, reading nothing twice.
 
-use crate::{load_udf, run_with, RunFailure, RunOptions, RunReport};
+use crate::{load_udf, run_with, RunControl, RunFailure, RunOptions, RunReport};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use weir_checkpoint::{aligned, CheckpointStore};
+use weir_core::identity::UdfIdentity;
+use weir_engine::runtime::ProcessFunction;
 use weir_io::source::exchange::StageGone;
 use weir_pipeline::{PipelineSpec, SourceLocation, Stage, StageGraph};
 
@@ -73,7 +76,21 @@ impl std::fmt::Display for GraphFailure {
 /// Runs every stage of `graph`, each on its own thread, until all have ended; the
 /// components are loaded first, so a missing one fails before any stage starts.
 pub fn run_graph(graph: &StageGraph, options: &RunOptions) -> Result<GraphReport, GraphFailure> {
-    let failed = |stage: &str, error: anyhow::Error| GraphFailure {
+    let mut loaded: Vec<(Box<dyn ProcessFunction>, UdfIdentity)> =
+        Vec::with_capacity(graph.stages.len());
+    for stage in &graph.stages {
+        match load_udf(&stage.spec) {
+            Ok((function, identity)) => loaded.push((Box::new(function), identity)),
+            Err(error) => return Err(failed(&stage.name, error)),
+        }
+    }
+    run_graph_with(graph, loaded, options, &[])
+}
+
+/// A graph that failed in `stage` (empty: before its stages started) before any stage
+/// reported.
+fn failed(stage: &str, error: anyhow::Error) -> GraphFailure {
+    GraphFailure {
         stage: stage.to_string(),
         failure: RunFailure {
             error,
@@ -81,7 +98,21 @@ pub fn run_graph(graph: &StageGraph, options: &RunOptions) -> Result<GraphReport
             command_line: false,
         },
         report: GraphReport { stages: Vec::new() },
-    };
+    }
+}
+
+/// Runs every stage of `graph` with the UDF versions in `functions` (one per stage, in
+/// the graph's order, not initialised yet), each on its own thread, until all have
+/// ended. Stage `i` is steered through `controls[i]` if given (`weir dev` swaps a new
+/// version into one stage while the others run, and reads each stage's status); the
+/// stages stop together on `options.stop`.
+pub fn run_graph_with(
+    graph: &StageGraph,
+    functions: Vec<(Box<dyn ProcessFunction>, UdfIdentity)>,
+    options: &RunOptions,
+    controls: &[Arc<RunControl>],
+) -> Result<GraphReport, GraphFailure> {
+    assert_eq!(functions.len(), graph.stages.len(), "a UDF per stage");
     let mut specs: Vec<PipelineSpec> = graph.stages.iter().map(|s| s.spec.clone()).collect();
     let in_step = specs
         .iter()
@@ -93,24 +124,24 @@ pub fn run_graph(graph: &StageGraph, options: &RunOptions) -> Result<GraphReport
             spec.checkpoint = checkpoint;
         }
     }
-    let mut loaded = Vec::with_capacity(graph.stages.len());
-    for stage in &graph.stages {
-        match load_udf(&stage.spec) {
-            Ok(udf) => loaded.push(udf),
-            Err(error) => return Err(failed(&stage.name, error)),
-        }
-    }
+    let stage_options: Vec<RunOptions> = (0..graph.stages.len())
+        .map(|i| RunOptions {
+            control: controls.get(i).cloned(),
+            ..options.clone()
+        })
+        .collect();
     let results: Vec<Result<RunReport, RunFailure>> = std::thread::scope(|scope| {
         let handles: Vec<_> = graph
             .stages
             .iter()
             .zip(&specs)
-            .zip(loaded)
-            .map(|((stage, spec), (function, identity))| {
+            .zip(functions)
+            .zip(&stage_options)
+            .map(|(((stage, spec), (function, identity)), options)| {
                 std::thread::Builder::new()
                     .name(format!("stage {}", stage.name))
                     .spawn_scoped(scope, move || {
-                        let result = run_with(spec, Box::new(function), identity, options);
+                        let result = run_with(spec, function, identity, options);
                         close_exchanges(stage, &result);
                         result
                     })

@@ -45,7 +45,7 @@ pub use control::{
     CheckpointRecord, ExceptionRecord, LiveStatus, RateTracker, RunControl, RunState, ShardStatus,
     SwapDone, SwapRequest, TaskStatus, KEPT_IN_STATUS, SWAP_WAIT,
 };
-pub use graph::{run_graph, GraphFailure, GraphReport};
+pub use graph::{run_graph, run_graph_with, GraphFailure, GraphReport};
 pub use report::{DeadLetterCauses, RunReport};
 
 use anyhow::Context as _;

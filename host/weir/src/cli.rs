@@ -111,6 +111,8 @@ enum Command {
     /// Runs a pipeline and reloads its UDF whenever its sources change (rebuilding it):
     /// a file input runs again from the start on every save (and is watched until
     /// Ctrl-C); a live input (stdin, Kafka) gets the new version swapped in, state kept.
+    /// In a pipeline of several stages each stage's component is watched (not built),
+    /// and a new one is put to work in its stage alone.
     Dev {
         /// The pipeline file (TOML; see docs/pipeline.md).
         pipeline: PathBuf,
@@ -451,14 +453,24 @@ pub fn main() -> ExitCode {
                 no_checkpoints: true,
                 ..Overrides::default()
             };
-            let spec = match PipelineSpec::load(&pipeline, &overrides) {
-                Ok(spec) => spec,
+            let graph = match StageGraph::load(&pipeline, &overrides) {
+                Ok(graph) => graph,
                 Err(e) => {
                     eprintln!("error: {e:#}");
                     return ExitCode::from(2);
                 }
             };
             let stop = stop_flag();
+            if !graph.is_single() {
+                if crate_dir.is_some() || watch.is_some() || build.is_some() || full_build {
+                    eprintln!("error: --crate, --watch, --build and --full-build name one UDF's project; in a pipeline of several stages `weir dev` watches each stage's component: build a stage's UDF as usual and its new component is put to work");
+                    return ExitCode::from(2);
+                }
+                return finished(crate::dev_graph::dev_graph(
+                    &pipeline, &overrides, graph, once, stop,
+                ));
+            }
+            let spec = graph.stages.into_iter().next().expect("one stage").spec;
             let config = crate::dev::DevConfig {
                 project: ProjectArgs {
                     crate_dir,

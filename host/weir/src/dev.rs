@@ -45,7 +45,7 @@ pub struct DevConfig {
 /// one rebuild.
 const SETTLE: Duration = Duration::from_millis(150);
 /// The same for a watched `.wasm`, which a build or a copy replaces in one go.
-const SETTLE_WASM: Duration = Duration::from_millis(20);
+pub(crate) const SETTLE_WASM: Duration = Duration::from_millis(20);
 
 /// Runs the pipeline of `pipeline` (loaded with `overrides` as `spec`) until
 /// SIGINT/SIGTERM — or, for a live input or with `--once`, until its input ends —
@@ -61,18 +61,9 @@ pub fn dev(
     let bounded = is_bounded(&spec);
     let mut shown = project.sources.clone();
     if bounded && !config.once {
-        for source in &spec.sources {
-            if let SourceLocation::File(path) = &source.location {
-                shown.push(path.clone());
-            }
-        }
-        shown.push(pipeline.to_path_buf());
+        shown.extend(rerun_on(std::slice::from_ref(&spec), pipeline));
     }
-    // Change events name absolute paths: compare them with absolute ones.
-    let watch_paths: Vec<PathBuf> = shown
-        .iter()
-        .map(std::path::absolute)
-        .collect::<std::io::Result<_>>()?;
+    let watch_paths = absolute(&shown)?;
     let shown = shown
         .iter()
         .map(|p| p.display().to_string())
@@ -254,19 +245,44 @@ impl Loader {
     }
 }
 
-/// Whether every source of `spec` ends: files, not stdin, Kafka or a named pipe.
-fn is_bounded(spec: &PipelineSpec) -> bool {
+/// Whether every source of `spec` ends: files, not stdin, Kafka or a named pipe (another
+/// stage's output ends when that stage's sources do).
+pub(crate) fn is_bounded(spec: &PipelineSpec) -> bool {
     use std::os::unix::fs::FileTypeExt as _;
     spec.sources.iter().all(|source| match &source.location {
         SourceLocation::File(path) => {
             !std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
         }
-        SourceLocation::Stdin | SourceLocation::Kafka(_) | SourceLocation::Stage(_) => false,
+        SourceLocation::Stage(_) => true,
+        SourceLocation::Stdin | SourceLocation::Kafka(_) => false,
     })
 }
 
+/// What a change of runs a bounded input again: the input files of `specs` and the
+/// pipeline file.
+pub(crate) fn rerun_on(specs: &[PipelineSpec], pipeline: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = (specs.iter())
+        .flat_map(|spec| &spec.sources)
+        .filter_map(|source| match &source.location {
+            SourceLocation::File(path) => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
+    paths.push(pipeline.to_path_buf());
+    paths
+}
+
+/// `paths` made absolute: change events name absolute paths, and are compared with them.
+pub(crate) fn absolute(paths: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
+    paths.iter().map(std::path::absolute).collect()
+}
+
 /// Waits for a change and lets the burst of writes settle; false on a signal.
-fn next_change(changed: &mpsc::Receiver<()>, settle: Duration, stop: &AtomicBool) -> bool {
+pub(crate) fn next_change(
+    changed: &mpsc::Receiver<()>,
+    settle: Duration,
+    stop: &AtomicBool,
+) -> bool {
     loop {
         if stop.load(Ordering::Relaxed) {
             return false;
@@ -285,7 +301,9 @@ fn next_change(changed: &mpsc::Receiver<()>, settle: Duration, stop: &AtomicBool
 /// Watches `paths`; the receiver gets one message per relevant change. Files are
 /// watched through their folder: a build that replaces a file (write to a temporary
 /// name, rename over) gives it a new inode, which a watch on the file itself would miss.
-fn watch(paths: &[PathBuf]) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
+pub(crate) fn watch(
+    paths: &[PathBuf],
+) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
     let files: Vec<PathBuf> = paths.iter().filter(|p| !p.is_dir()).cloned().collect();
     let (changes, changed) = mpsc::channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {

@@ -8,6 +8,7 @@
 mod cli;
 mod client;
 mod dev;
+mod dev_graph;
 mod new;
 mod produce;
 mod project;

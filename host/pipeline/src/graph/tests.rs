@@ -284,7 +284,8 @@ fn every_mistake_in_a_graph_is_named() {
         .unwrap_err()
     );
     assert!(
-        message.contains("this pipeline has 2 stages ([[stage]]): only `weir run` runs"),
+        message
+            .contains("this pipeline has 2 stages ([[stage]]): only `weir run` and `weir dev` run"),
         "{message}"
     );
 }
