@@ -36,6 +36,7 @@ pub mod control;
 mod failures;
 mod graph;
 mod inputs;
+mod open;
 mod recovery;
 mod report;
 mod runner;

@@ -1,27 +1,22 @@
 //! The run loop: a [`Runner`] opens what the plan names, then reads, merges and
 //! processes until every input has ended or it is asked to stop.
 
-use crate::checkpointing::{Checkpoints, Cut, Restored};
+use crate::checkpointing::{Checkpoints, Cut};
 use crate::failures::{Handling, Site, UdfFailures};
-use crate::inputs::{Inputs, Pending, Read, SourceSettings};
+use crate::inputs::{Inputs, Pending, Read};
 use crate::report::{progress_bar, progress_message, DeadLetterCauses, RunReport};
 use crate::steering::{apply_swap, StatusPublisher, UdfVersions};
 use crate::{RunControl, RunOptions, RunState};
-use anyhow::Context as _;
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_checkpoint::aligned::OnStop;
-use weir_checkpoint::Checkpointer;
-use weir_core::identity::UdfIdentity;
 use weir_core::time::{display, wall_clock_ms};
 use weir_engine::operator::{Activity, KeyedOperator, OperatorCounters, OperatorError};
-use weir_engine::runtime::{ElementRef, InitInfo, ProcessFunction};
-use weir_engine::stage::{InitFailure, KeyedStage, ShardResult};
-use weir_io::sink::{DeadLetters, Sink};
-use weir_io::source::decode::RecordDecoder;
-use weir_pipeline::PipelineSpec;
+use weir_engine::runtime::{ElementRef, InitInfo};
+use weir_engine::stage::{KeyedStage, ShardResult};
+use weir_io::sink::DeadLetters;
 
 /// How long a root stage stopping in step waits before it asks again whether the
 /// graph's last epoch is complete.
@@ -70,207 +65,6 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
-    /// Opens the checkpoint store, the sources (at their checkpointed positions), the
-    /// UDF (its `init`), the sinks and the dead-letter output, and restores the
-    /// checkpoint's state into the operator.
-    pub(crate) fn open(
-        spec: &PipelineSpec,
-        function: Box<dyn ProcessFunction>,
-        udf: UdfIdentity,
-        options: &RunOptions,
-    ) -> anyhow::Result<Self> {
-        let (checkpointer, chain) = if spec.checkpoint.enabled {
-            let (checkpointer, chain) = Checkpointer::open(&spec.checkpoint, options.fresh)?;
-            (Some(checkpointer), chain)
-        } else {
-            (None, None)
-        };
-        let restored = Restored::check(chain, spec, &udf)?;
-
-        let input_names = spec.input_names();
-        let mut inputs = Inputs::new(spec.parallelism);
-        let mut delays = Vec::new();
-        // Inputs that are other stages' outputs: their watermark is their upstream's.
-        let mut follows_upstream = Vec::new();
-        for s in &spec.sources {
-            let source = restored.open_source(s)?;
-            let decoder = RecordDecoder::new(&s.key, &s.timestamp, s.timestamp_format)
-                .map_err(|e| anyhow::anyhow!("source {:?}: {e}", s.name))?;
-            let input_index = input_names
-                .iter()
-                .position(|n| n == &s.input)
-                .expect("input named by a source") as u32;
-            let settings = SourceSettings {
-                name: &s.name,
-                partitioned: s.location.is_partitioned(),
-                input_index,
-                decoder,
-                idle_timeout: s.idle_timeout,
-                max_record_bytes: s.max_record_bytes,
-                reads_stage: matches!(s.location, weir_pipeline::SourceLocation::Stage(_)),
-            };
-            let added = inputs.add(source, settings, |name| {
-                restored.input(name).map_or(0, |i| i.read)
-            });
-            let from_stage = matches!(s.location, weir_pipeline::SourceLocation::Stage(_));
-            for input in added {
-                delays.push(s.out_of_orderness_ms);
-                if from_stage {
-                    follows_upstream.push(input);
-                }
-            }
-        }
-        let parallelism = spec.parallelism;
-        let name = function.name().to_string();
-        let functions = KeyedStage::instances(function, parallelism).ok_or_else(|| {
-            anyhow::anyhow!(
-                "UDF {name:?} cannot run at parallelism {parallelism}: it cannot be instantiated once per shard"
-            )
-        })?;
-        let now = wall_clock_ms();
-        let operators: Vec<KeyedOperator> = functions
-            .into_iter()
-            .map(|function| {
-                let mut operator = KeyedOperator::new(function, &delays, now);
-                for &input in &follows_upstream {
-                    operator.follow_upstream(input);
-                }
-                operator.set_max_batch(spec.udf.max_batch);
-                operator.set_max_emit_bytes(spec.udf.max_emit_bytes);
-                if let Some(stop) = &options.stop {
-                    operator.stop_on(Arc::clone(stop));
-                }
-                operator
-            })
-            .collect();
-        let mut stage = KeyedStage::new(operators)?;
-        let info = InitInfo {
-            config: spec.udf.config.clone(),
-            inputs: input_names,
-        };
-        let outputs = stage.init(&info).map_err(|failure| match failure {
-            InitFailure::Failed { shard: 0, error } => {
-                let failed = format!("UDF {name:?} failed to initialise: {error}");
-                match spec.udf.config_from_command_line.as_slice() {
-                    [] => anyhow::anyhow!(failed),
-                    // The UDF checks its config in `init`: with keys from the command
-                    // line, the mistake may be the command line's (exit 2, as for a bad
-                    // flag).
-                    keys => crate::CommandLineMistake(format!(
-                        "{failed} (with --config {} from the command line)",
-                        keys.join(", ")
-                    ))
-                    .into(),
-                }
-            }
-            InitFailure::Failed { shard, error } => {
-                anyhow::anyhow!("UDF {name:?} failed to initialise in shard {shard}: {error}")
-            }
-            disagree => anyhow::anyhow!("UDF {name:?} {disagree}"),
-        })?;
-
-        let unrouted: Vec<String> = outputs
-            .iter()
-            .filter(|o| !spec.sinks.iter().any(|s| &s.output == *o))
-            .cloned()
-            .collect();
-        if !unrouted.is_empty() {
-            anyhow::bail!(
-                "{}; add a [[sink]] with output = {:?} (or --output {}=PATH)",
-                OperatorError::Unrouted(unrouted.clone()),
-                unrouted[0],
-                unrouted[0]
-            );
-        }
-        for sink in &spec.sinks {
-            if !outputs.contains(&sink.output) && sink.from_command_line {
-                return Err(crate::CommandLineMistake(format!(
-                    "--output {}=...: the UDF has no output {:?} (it declares {:?})",
-                    sink.output, sink.output, outputs
-                ))
-                .into());
-            }
-            if !outputs.contains(&sink.output) {
-                if let Some(exchange) = sink.feeds.first() {
-                    anyhow::bail!(
-                        "the UDF has no output {:?} (it declares {:?}), which {} reads",
-                        sink.output,
-                        outputs,
-                        exchange.name()
-                    );
-                }
-                tracing::warn!(
-                    "the pipeline routes output {:?}, which the UDF does not declare (it declares {:?})",
-                    sink.output,
-                    outputs
-                );
-            }
-        }
-        let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
-        for output in &outputs {
-            let sink = spec
-                .sinks
-                .iter()
-                .find(|s| &s.output == output)
-                .expect("checked above");
-            let opened = weir_io::sink::open(
-                &sink.target,
-                sink.upsert.as_ref(),
-                &spec.name,
-                output,
-                restored.sink(output),
-            )?;
-            sinks.push(weir_io::source::exchange::Feeding::wrap(
-                opened,
-                &sink.feeds,
-            ));
-        }
-        stage.bind_sinks(sinks);
-        let input_names: Vec<&str> = inputs.inputs().iter().map(|i| i.name.as_str()).collect();
-        for (shard, operator) in stage.shards_mut().enumerate() {
-            restored
-                .restore_operator(operator, &input_names, &outputs, (shard, parallelism))
-                .context("cannot restore the checkpoint")?;
-            if checkpointer.is_some() {
-                operator.host_mut().keys_mut().track_changes();
-            }
-        }
-        let mut dead_letter_resume = restored.dead_letters();
-        if spec.checkpoint.kafka.is_some() {
-            // A task of a consumer group may have moved here from another machine, whose
-            // dead-letter file this one is not: append to what is here instead.
-            let here = std::fs::metadata(&spec.dead_letter).map_or(0, |m| m.len());
-            dead_letter_resume =
-                dead_letter_resume.map(|(length, count)| (length.min(here), count));
-        }
-        let dead_letters = DeadLetters::open(&spec.dead_letter, dead_letter_resume)
-            .context("dead-letter output")?;
-        Ok(Self {
-            pipeline: spec.name.clone(),
-            interrupted: false,
-            stopped_in_timers: false,
-            stopped_before_retry: None,
-            inputs,
-            stage,
-            active: 0,
-            outputs,
-            dead_letters,
-            checkpoints: Checkpoints::new(checkpointer, restored.epoch()),
-            udf: UdfVersions::new(udf),
-            init_info: info,
-            control: options.control.clone(),
-            status: StatusPublisher::new(),
-            failures: UdfFailures::new(spec.udf.on_error, options.stop.clone()),
-            rollbacks: 0,
-            undecodable: 0,
-            forwarded: spec
-                .sinks
-                .iter()
-                .any(|s| !s.feeds.is_empty())
-                .then_some(weir_core::time::MIN_WATERMARK),
-        })
-    }
-
     /// Reads, merges and processes until every input has ended (then fires what is
     /// left and removes the checkpoints) or `options.stop` is set (then checkpoints
     /// and stops without firing pending timers).
