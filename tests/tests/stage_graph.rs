@@ -620,3 +620,157 @@ fn a_graph_killed_at_random_moments_restores_each_stage_at_a_parallelism_of_its_
     run_with_crashes(&runs, &work.path("state"), span, 4);
     assert_graph_files_after_kills(&work, &clicks);
 }
+
+/// A new version of stage 2 swapped in under load, as `weir dev` steers a graph (a
+/// control per stage, `weir_run::run_graph_with`): both stages at two shards, 400,000
+/// records over 50 keys, the swap asked for once stage 2 is under way. Every stage keeps
+/// its state: stage 1 counts each key on to its end, unswapped; stage 2 counts each of
+/// stage 1's records of a key exactly once, the old version up to the swap and the new
+/// one on from the count the old one left (the versioned test UDFs keep one `count`).
+#[test]
+fn a_swap_of_stage_2_under_load_keeps_the_state_of_both_stages() {
+    use weir_engine::runtime::ProcessFunction;
+    use weir_pipeline::{Overrides, StageGraph};
+    use weir_run::{RunControl, RunOptions, SwapRequest};
+
+    const KEYS: u64 = 50;
+    const RECORDS: u64 = 400_000;
+    let work = Workdir::new();
+    let events: Vec<Value> = (0..RECORDS)
+        .map(|i| json!({"key": format!("k{}", i % KEYS), "seq": i, "ts": 1_000_000 + i}))
+        .collect();
+    work.write_jsonl("events.jsonl", &events);
+    let text = format!(
+        r#"name = "swap-under-load"
+parallelism = 2
+
+[[source]]
+name = "events"
+type = "file"
+path = "events.jsonl"
+key = "key"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+
+[[stage]]
+name = "first"
+udf = {{ path = "{v1}" }}
+[[stage.input]]
+from = "events"
+
+[[stage]]
+name = "second"
+udf = {{ path = "{v1}" }}
+[[stage.input]]
+from = "first"
+key = "key"
+
+[[sink]]
+stage = "first"
+output = "main"
+type = "file"
+path = "first.jsonl"
+
+[[sink]]
+stage = "second"
+output = "main"
+type = "file"
+path = "second.jsonl"
+"#,
+        v1 = component("versioned-udf-v1").display()
+    );
+    let pipeline = work.write("graph.toml", &text);
+    let overrides = Overrides {
+        no_checkpoints: true,
+        ..Overrides::default()
+    };
+    let graph = StageGraph::load(Path::new(&pipeline), &overrides).expect("the graph loads");
+    let functions: Vec<(Box<dyn ProcessFunction>, _)> = graph
+        .stages
+        .iter()
+        .map(|stage| {
+            let (function, identity) = weir_run::load_udf(&stage.spec).expect("v1 loads");
+            (Box::new(function) as Box<dyn ProcessFunction>, identity)
+        })
+        .collect();
+    let controls = [RunControl::new(), RunControl::new()];
+    let options = RunOptions::default();
+    std::thread::scope(|scope| {
+        let run = scope.spawn(|| weir_run::run_graph_with(&graph, functions, &options, &controls));
+        weir_e2e::wait_for("stage 2 under way", Duration::from_secs(60), || {
+            controls[1].status().processed > 20_000
+        });
+        let v2 = std::fs::read(component("versioned-udf-v2")).unwrap();
+        let (function, identity) =
+            weir_run::udf_from_bytes(&graph.stages[1].spec, &v2).expect("v2 loads");
+        let (done, reply) = std::sync::mpsc::channel();
+        controls[1].request_swap(SwapRequest {
+            function: Box::new(function),
+            identity,
+            probation_calls: 0,
+            done,
+        });
+        reply
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the swap is answered")
+            .expect("stage 2 takes the new version");
+        run.join().unwrap().expect("the graph completes");
+    });
+
+    let first = read_jsonl(work.path("first.jsonl"));
+    let second = read_jsonl(work.path("second.jsonl"));
+    let mut first_of: HashMap<String, usize> = HashMap::new();
+    for record in &first {
+        assert_eq!(record["v"], 1, "stage 1 runs the old version throughout");
+        *first_of
+            .entry(record["key"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    // Stage 1's counts per key: 1 to the key's records, in order, despite the swap.
+    let mut counted: HashMap<String, Vec<u64>> = HashMap::new();
+    for record in first.iter().filter(|r| r.get("count").is_some()) {
+        let key = record["key"].as_str().unwrap().to_string();
+        counted
+            .entry(key)
+            .or_default()
+            .push(record["count"].as_u64().unwrap());
+    }
+    assert_eq!(counted.len() as u64, KEYS);
+    for counts in counted.values() {
+        assert_eq!(*counts, (1..=RECORDS / KEYS).collect::<Vec<_>>());
+    }
+    // Stage 2's numbers per key: each of stage 1's records of the key once, in order; the
+    // version switches once, from the old to the new.
+    let mut numbers: HashMap<String, Vec<(u64, u64)>> = HashMap::new();
+    for record in second.iter().filter(|r| r.get("timer").is_none()) {
+        let n = record.get("count").or_else(|| record.get("total"));
+        numbers
+            .entry(record["key"].as_str().unwrap().to_string())
+            .or_default()
+            .push((
+                record["v"].as_u64().unwrap(),
+                n.and_then(Value::as_u64).unwrap(),
+            ));
+    }
+    let (mut old, mut new) = (0, 0);
+    for (key, got) in &numbers {
+        let ns: Vec<u64> = got.iter().map(|(_, n)| *n).collect();
+        assert_eq!(
+            ns,
+            (1..=first_of[key] as u64).collect::<Vec<_>>(),
+            "stage 2 counts key {key}'s records from stage 1 once each, across the swap"
+        );
+        let switched = got.iter().position(|(v, _)| *v == 2).unwrap_or(got.len());
+        assert!(
+            got[..switched].iter().all(|(v, _)| *v == 1)
+                && got[switched..].iter().all(|(v, _)| *v == 2),
+            "key {key}: the old version, then the new one"
+        );
+        old += switched;
+        new += got.len() - switched;
+    }
+    assert!(
+        old > 0 && new > 0,
+        "the swap landed mid-run: {old} records by the old version, {new} by the new"
+    );
+}
