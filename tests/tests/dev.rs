@@ -190,41 +190,7 @@ fn a_new_component_of_one_stage_is_swapped_into_that_stage_and_every_stage_keeps
     work.write("events.jsonl", "");
     let pipeline = work.write(
         "graph.toml",
-        r#"name = "dev-graph"
-
-[[source]]
-name = "events"
-type = "file"
-path = "events.jsonl"
-key = "key"
-timestamp = "ts"
-timestamp_format = "epoch_ms"
-
-[[stage]]
-name = "first"
-udf = { path = "first.wasm" }
-[[stage.input]]
-from = "events"
-
-[[stage]]
-name = "second"
-udf = { path = "second.wasm" }
-[[stage.input]]
-from = "first"
-key = "key"
-
-[[sink]]
-stage = "first"
-output = "main"
-type = "file"
-path = "first.jsonl"
-
-[[sink]]
-stage = "second"
-output = "main"
-type = "file"
-path = "second.jsonl"
-"#,
+        &weir_e2e::two_stage_pipeline("dev-graph", "first.wasm", "second.wasm", 1),
     );
     let mut child = Command::new(weir_bin())
         .args(["dev", &pipeline, "--input", "events=-"])

@@ -640,45 +640,8 @@ fn a_swap_of_stage_2_under_load_keeps_the_state_of_both_stages() {
         .map(|i| json!({"key": format!("k{}", i % KEYS), "seq": i, "ts": 1_000_000 + i}))
         .collect();
     work.write_jsonl("events.jsonl", &events);
-    let text = format!(
-        r#"name = "swap-under-load"
-parallelism = 2
-
-[[source]]
-name = "events"
-type = "file"
-path = "events.jsonl"
-key = "key"
-timestamp = "ts"
-timestamp_format = "epoch_ms"
-
-[[stage]]
-name = "first"
-udf = {{ path = "{v1}" }}
-[[stage.input]]
-from = "events"
-
-[[stage]]
-name = "second"
-udf = {{ path = "{v1}" }}
-[[stage.input]]
-from = "first"
-key = "key"
-
-[[sink]]
-stage = "first"
-output = "main"
-type = "file"
-path = "first.jsonl"
-
-[[sink]]
-stage = "second"
-output = "main"
-type = "file"
-path = "second.jsonl"
-"#,
-        v1 = component("versioned-udf-v1").display()
-    );
+    let v1 = component("versioned-udf-v1").display().to_string();
+    let text = weir_e2e::two_stage_pipeline("swap-under-load", &v1, &v1, 2);
     let pipeline = work.write("graph.toml", &text);
     let overrides = Overrides {
         no_checkpoints: true,

@@ -277,6 +277,29 @@ pub(crate) fn absolute(paths: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
     paths.iter().map(std::path::absolute).collect()
 }
 
+/// While `running()` says the run goes on, waits for a change and lets its burst of
+/// writes settle, to take them all as one; returns when the first write came, or `None`
+/// once the run ended (or nothing watches any more).
+pub(crate) fn next_save(
+    changed: &mpsc::Receiver<()>,
+    settle: Duration,
+    running: impl Fn() -> bool,
+) -> Option<Instant> {
+    while running() {
+        match changed.recv_timeout(Duration::from_millis(200)) {
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+            Ok(()) => {
+                let saved = Instant::now();
+                std::thread::sleep(settle);
+                while changed.try_recv().is_ok() {}
+                return Some(saved);
+            }
+        }
+    }
+    None
+}
+
 /// Waits for a change and lets the burst of writes settle; false on a signal.
 pub(crate) fn next_change(
     changed: &mpsc::Receiver<()>,
@@ -361,16 +384,7 @@ fn run_swapping(
     let runner = std::thread::Builder::new()
         .name("weir-dev-pipeline".into())
         .spawn(move || run_with(&run_spec, function, identity, &options))?;
-    while !runner.is_finished() {
-        match changed.recv_timeout(Duration::from_millis(200)) {
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Ok(()) => {}
-        }
-        // Let the burst of writes settle, then take them all as one change.
-        let saved = Instant::now();
-        std::thread::sleep(settle);
-        while changed.try_recv().is_ok() {}
+    while let Some(saved) = next_save(changed, settle, || !runner.is_finished()) {
         let previous = loader.current.clone();
         let version = match loader.load(spec, false) {
             Ok(Some(version)) => version,

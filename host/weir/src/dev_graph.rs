@@ -15,11 +15,11 @@
 //! build`, `weir build`) and the component it writes is put to work. (For a pipeline of
 //! one stage `weir dev` also builds its project on a save: `dev.rs`.)
 
-use crate::dev::{absolute, is_bounded, next_change, rerun_on, watch, SETTLE_WASM};
+use crate::dev::{absolute, is_bounded, next_change, next_save, rerun_on, watch, SETTLE_WASM};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use weir_control::{prepare, swap_prepared_into, Prepared, DEFAULT_PROBATION_CALLS};
 use weir_core::identity::sha256_hex;
 use weir_pipeline::{Overrides, PipelineSpec, StageGraph};
@@ -150,15 +150,7 @@ fn run_swapping(
             .spawn_scoped(scope, || {
                 run_graph_with(graph, functions, &options, &controls)
             })?;
-        while !runner.is_finished() {
-            match changed.recv_timeout(Duration::from_millis(200)) {
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Ok(()) => {}
-            }
-            let saved = Instant::now();
-            std::thread::sleep(SETTLE_WASM);
-            while changed.try_recv().is_ok() {}
+        while let Some(saved) = next_save(changed, SETTLE_WASM, || !runner.is_finished()) {
             for (index, stage) in graph.stages.iter().enumerate() {
                 let Ok(bytes) = std::fs::read(&stage.spec.udf.path) else {
                     continue; // being replaced: the next change reads it
