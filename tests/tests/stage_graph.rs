@@ -737,3 +737,124 @@ fn a_swap_of_stage_2_under_load_keeps_the_state_of_both_stages() {
         "the swap landed mid-run: {old} records by the old version, {new} by the new"
     );
 }
+
+/// A graph of two roots (stages `a` and `b`, each the versioned counter over a file of
+/// its own) feeding one co-process stage `c` (the counter over both, by key), stopped
+/// with SIGTERM mid-run and run again: the stop ends with one last checkpoint that both
+/// roots take at the same epoch and `c` completes, so the second run resumes from it
+/// (there is no other: the interval is an hour) and the files end as an uninterrupted
+/// run's: `a` and `b` exactly, `c` counting each of their records of a key once.
+#[test]
+fn a_graph_of_two_roots_stopped_mid_run_resumes_from_the_checkpoint_both_took() {
+    const KEYS: u64 = 40;
+    const RECORDS: u64 = 200_000;
+    let work = Workdir::new();
+    for (file, offset) in [("x.jsonl", 0), ("y.jsonl", 3)] {
+        let events: Vec<Value> = (0..RECORDS)
+            .map(|i| json!({"key": format!("k{}", i % KEYS), "seq": i, "ts": 1_000_000 + 7 * i + offset}))
+            .collect();
+        work.write_jsonl(file, &events);
+    }
+    let v1 = component("versioned-udf-v1").display().to_string();
+    let mut text = String::from("name = \"two-roots\"\n");
+    for (source, file) in [("x", "x.jsonl"), ("y", "y.jsonl")] {
+        text += &format!(
+            "[[source]]\nname = \"{source}\"\ntype = \"file\"\npath = \"{file}\"\nkey = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n"
+        );
+    }
+    for (stage, from) in [("a", "x"), ("b", "y")] {
+        text += &format!(
+            "[[stage]]\nname = \"{stage}\"\nudf = {{ path = \"{v1}\" }}\n[[stage.input]]\nfrom = \"{from}\"\n\n"
+        );
+    }
+    text += &format!("[[stage]]\nname = \"c\"\nudf = {{ path = \"{v1}\" }}\n");
+    for from in ["a", "b"] {
+        text += &format!("[[stage.input]]\nfrom = \"{from}\"\nkey = \"key\"\n");
+    }
+    for stage in ["a", "b", "c"] {
+        text += &format!(
+            "\n[[sink]]\nstage = \"{stage}\"\noutput = \"main\"\ntype = \"file\"\npath = \"{stage}.jsonl\"\n"
+        );
+    }
+    let pipeline = work.write("graph.toml", &text);
+    weir(&["run", &pipeline, "-q", "--no-checkpoints"]).assert_success();
+    let expected: Vec<Vec<Value>> = ["a", "b"]
+        .iter()
+        .map(|s| read_jsonl(work.path(&format!("{s}.jsonl"))))
+        .collect();
+    for stage in ["a", "b", "c"] {
+        std::fs::remove_file(work.path(&format!("{stage}.jsonl"))).unwrap();
+    }
+
+    let state = work.path("state");
+    let state_dir = state.display().to_string();
+    let args = [
+        "run",
+        &pipeline,
+        "--state-dir",
+        &state_dir,
+        "--checkpoint-interval",
+        "1h",
+    ];
+    let mut child = std::process::Command::new(weir_e2e::weir_bin())
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start weir");
+    let log = weir_e2e::StderrLog::capture(&mut child);
+    weir_e2e::wait_for("c under way", Duration::from_secs(60), || {
+        std::fs::metadata(work.path("c.jsonl")).is_ok_and(|m| m.len() > 100_000)
+    });
+    // SAFETY: kill(2) on the pid of a child that has not been waited for.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let log = log.finish();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("stopped before"),
+        "the stop came mid-run: {log}"
+    );
+    for stage in ["a", "b", "c"] {
+        assert!(
+            newest_checkpoint(&state.join(stage)).is_some(),
+            "stage {stage} took the last checkpoint: {log}"
+        );
+    }
+
+    let resumed = weir(&args);
+    resumed.assert_success();
+    assert!(
+        resumed.stderr.contains("resuming from checkpoint 1"),
+        "every stage resumes from the stop's checkpoint: {}",
+        resumed.stderr
+    );
+    for (stage, expected) in ["a", "b"].iter().zip(&expected) {
+        assert_eq!(
+            &read_jsonl(work.path(&format!("{stage}.jsonl"))),
+            expected,
+            "stage {stage}: what the uninterrupted run wrote"
+        );
+    }
+    let mut of_key: HashMap<String, u64> = HashMap::new();
+    for record in expected.iter().flatten() {
+        *of_key
+            .entry(record["key"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    let mut counts: HashMap<String, Vec<u64>> = HashMap::new();
+    for record in read_jsonl(work.path("c.jsonl")) {
+        if let Some(count) = record.get("count") {
+            let key = record["key"].as_str().unwrap().to_string();
+            counts.entry(key).or_default().push(count.as_u64().unwrap());
+        }
+    }
+    assert_eq!(counts.len(), of_key.len());
+    for (key, got) in &counts {
+        assert_eq!(
+            *got,
+            (1..=of_key[key]).collect::<Vec<_>>(),
+            "stage c counts each of a's and b's records of key {key} once"
+        );
+    }
+}
