@@ -286,8 +286,12 @@ impl Checkpoints {
     /// further checkpoint) and leaves its checkpoints to the graph; a run of one stage
     /// removes them, and a new one starts from scratch.
     pub fn completed(&mut self) -> anyhow::Result<()> {
-        match &self.checkpointer {
+        match &mut self.checkpointer {
             Some(checkpointer) if checkpointer.in_step() => {
+                // The section being written lands before the run returns: the graph
+                // clears every stage's checkpoints once all completed, and must find no
+                // write in flight (nor the directory still locked by it).
+                checkpointer.store.wait()?;
                 checkpointer.ended();
                 Ok(())
             }
