@@ -4,6 +4,7 @@
 
 pub mod crash;
 pub mod gen;
+pub mod graphs;
 pub mod group;
 pub mod kafka;
 pub mod model;
@@ -397,51 +398,4 @@ impl StderrLog {
             .map(|m| m.into_inner().unwrap())
             .unwrap_or_else(|shared| shared.lock().unwrap().clone())
     }
-}
-
-/// The text of a pipeline `name` of two keyed stages over the JSON lines of
-/// `events.jsonl` beside it (`{"key", "ts", ...}`, `ts` in epoch ms), for the tests that
-/// swap one stage's UDF: stage `first` runs the component at `first`, stage `second` the
-/// one at `second`, keyed by the `key` field of the first's records; each stage has
-/// `parallelism` shards and writes its output to `first.jsonl` or `second.jsonl` beside
-/// the file.
-pub fn two_stage_pipeline(name: &str, first: &str, second: &str, parallelism: usize) -> String {
-    format!(
-        r#"name = "{name}"
-parallelism = {parallelism}
-
-[[source]]
-name = "events"
-type = "file"
-path = "events.jsonl"
-key = "key"
-timestamp = "ts"
-timestamp_format = "epoch_ms"
-
-[[stage]]
-name = "first"
-udf = {{ path = "{first}" }}
-[[stage.input]]
-from = "events"
-
-[[stage]]
-name = "second"
-udf = {{ path = "{second}" }}
-[[stage.input]]
-from = "first"
-key = "key"
-
-[[sink]]
-stage = "first"
-output = "main"
-type = "file"
-path = "first.jsonl"
-
-[[sink]]
-stage = "second"
-output = "main"
-type = "file"
-path = "second.jsonl"
-"#
-    )
 }

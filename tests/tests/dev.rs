@@ -190,7 +190,7 @@ fn a_new_component_of_one_stage_is_swapped_into_that_stage_and_every_stage_keeps
     work.write("events.jsonl", "");
     let pipeline = work.write(
         "graph.toml",
-        &weir_e2e::two_stage_pipeline("dev-graph", "first.wasm", "second.wasm", 1),
+        &weir_e2e::graphs::two_stage_pipeline("dev-graph", "first.wasm", "second.wasm", 1),
     );
     let mut child = Command::new(weir_bin())
         .args(["dev", &pipeline, "--input", "events=-"])

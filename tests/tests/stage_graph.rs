@@ -58,34 +58,10 @@ fn graph_pipeline_with(
     campaign_sink: &str,
     checkpoint: &str,
 ) -> String {
+    let stages = weir_e2e::graphs::ad_campaigns_stages(&work.path("clicks.jsonl"), (p1, p2));
     let text = format!(
-        r#"
-name = "campaigns"
-
-[[source]]
-name = "clicks"
-type = "file"
-path = "{clicks}"
-key = "ad_id"
-timestamp = "clicked_at"
-timestamp_format = "datetime"
-out_of_orderness = "5s"
-
-[[stage]]
-name = "per-ad"
-parallelism = {p1}
-udf = {{ path = "{counter}", config = {{ window = "5m", carry = "campaign_id" }} }}
-[[stage.input]]
-from = "clicks"
-
-[[stage]]
-name = "per-campaign"
-parallelism = {p2}
-udf = {{ path = "{totals}" }}
-[[stage.input]]
-from = "per-ad"
-key = "campaign_id"
-
+        r#"name = "campaigns"
+{stages}
 [[sink]]
 stage = "per-ad"
 output = "main"
@@ -103,9 +79,6 @@ path = "{dead}"
 [checkpoint]
 {checkpoint}
 "#,
-        clicks = work.path("clicks.jsonl").display(),
-        counter = component("change-only-counter").display(),
-        totals = component("campaign-totals").display(),
         per_ad = work.path("per-ad.jsonl").display(),
         dead = work.path("dead.jsonl").display(),
     );
@@ -641,7 +614,7 @@ fn a_swap_of_stage_2_under_load_keeps_the_state_of_both_stages() {
         .collect();
     work.write_jsonl("events.jsonl", &events);
     let v1 = component("versioned-udf-v1").display().to_string();
-    let text = weir_e2e::two_stage_pipeline("swap-under-load", &v1, &v1, 2);
+    let text = weir_e2e::graphs::two_stage_pipeline("swap-under-load", &v1, &v1, 2);
     let pipeline = work.write("graph.toml", &text);
     let overrides = Overrides {
         no_checkpoints: true,

@@ -69,41 +69,15 @@ fn ensure_clicks(path: &Path) -> anyhow::Result<()> {
 
 /// The two-stage graph over `clicks`, written to `<data>/stage-graph.toml`.
 fn graph(data: &Path, clicks: &Path, parallelism: usize) -> anyhow::Result<StageGraph> {
+    let stages = weir_e2e::graphs::ad_campaigns_stages(clicks, (parallelism, parallelism));
     let text = format!(
-        r#"
-name = "stage-graph"
-parallelism = {parallelism}
-
-[[source]]
-name = "clicks"
-type = "file"
-path = "{clicks}"
-key = "ad_id"
-timestamp = "clicked_at"
-timestamp_format = "datetime"
-out_of_orderness = "5s"
-
-[[stage]]
-name = "per-ad"
-udf = {{ path = "{counter}", config = {{ window = "5m", carry = "campaign_id" }} }}
-[[stage.input]]
-from = "clicks"
-
-[[stage]]
-name = "per-campaign"
-udf = {{ path = "{totals}" }}
-[[stage.input]]
-from = "per-ad"
-key = "campaign_id"
-
+        r#"name = "stage-graph"
+{stages}
 [[sink]]
 stage = "per-campaign"
 output = "main"
 type = "discard"
-"#,
-        clicks = clicks.display(),
-        counter = component("change-only-counter").display(),
-        totals = component("campaign-totals").display(),
+"#
     );
     let path = data.join("stage-graph.toml");
     std::fs::write(&path, text)?;
