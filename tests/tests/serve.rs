@@ -885,7 +885,7 @@ fn rolled_back_losing_nothing(parallelism: usize) {
     assert_eq!(processed(&p), written);
     assert_eq!(p["status"]["udf_errors"], 1, "one rollback: {p:#}");
     assert_eq!(
-        server.metric("weir_udf_errors_total{pipeline=\"counter\"}"),
+        server.metric("weir_udf_errors_total{pipeline=\"counter\",stage=\"counter\"}"),
         Some(1.0)
     );
     let (elements, timers) = split_outputs(&read_jsonl(work.path("counter.out.jsonl")));
@@ -1147,19 +1147,23 @@ fn mutating_calls_need_the_token_and_the_cli_clients_work() {
 
     // /metrics counts both.
     assert_eq!(
-        server.metric("weir_records_processed_total{pipeline=\"counter\"}"),
+        server.metric("weir_records_processed_total{pipeline=\"counter\",stage=\"counter\"}"),
         Some(30.0)
     );
     assert_eq!(
-        server.metric("weir_records_processed_total{pipeline=\"files\"}"),
+        server.metric("weir_records_processed_total{pipeline=\"files\",stage=\"files\"}"),
         Some(50.0)
     );
     assert_eq!(
-        server.metric("weir_source_records_read_total{pipeline=\"files\",source=\"events\"}"),
+        server.metric(
+            "weir_source_records_read_total{pipeline=\"files\",stage=\"files\",source=\"events\"}"
+        ),
         Some(50.0)
     );
     assert_eq!(
-        server.metric("weir_output_records_emitted_total{pipeline=\"files\",output=\"main\"}"),
+        server.metric(
+            "weir_output_records_emitted_total{pipeline=\"files\",stage=\"files\",output=\"main\"}"
+        ),
         Some(100.0)
     );
     let metrics = server.get("/metrics");
@@ -1277,7 +1281,7 @@ fn mutating_calls_need_the_token_and_the_cli_clients_work() {
     });
     assert_eq!(
         server.metric(&format!(
-            "weir_udf_version{{pipeline=\"counter\",version=\"2\",sha256=\"{}\"}}",
+            "weir_udf_version{{pipeline=\"counter\",stage=\"counter\",version=\"2\",sha256=\"{}\"}}",
             deployed["sha256"].as_str().unwrap()
         )),
         Some(1.0)
@@ -2263,7 +2267,7 @@ impl Server {
             .join(format!("{name}.json"));
         let text = std::fs::read_to_string(&path).unwrap();
         let (header, body) = text.split_once('\n').unwrap();
-        assert!(header.starts_with("weir-registry 1 "), "{header}");
+        assert!(header.starts_with("weir-registry 2 "), "{header}");
         serde_json::from_str(body).unwrap()
     }
 
@@ -2428,7 +2432,7 @@ fn a_kill_during_a_deploy_or_a_rollback_leaves_one_of_the_two_versions_and_the_a
         );
         let record = server.registry_record("counter");
         assert_eq!(
-            record["active"].as_u64(),
+            record["stages"][0]["active"].as_u64(),
             Some(after),
             "round {round}: the registry and the API agree: {record:#}"
         );
@@ -3079,5 +3083,286 @@ fn a_watermark_near_the_start_of_time_gives_a_lag_that_does_not_wrap() {
             .lines()
             .any(|l| l.starts_with("weir_watermark_lag_milliseconds") && l.contains(" -")),
         "{metrics}"
+    );
+}
+
+// ----------------------------------------------------------------------------------
+// Pipelines of several stages
+// ----------------------------------------------------------------------------------
+
+/// The JSON lines a sink wrote so far (none before it created its file).
+fn lines_so_far(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .map(|text| weir_e2e::parse_jsonl(&text))
+        .unwrap_or_default()
+}
+
+/// The version and count (v1's `count`, v2's `total`) of each record a stage of the
+/// versioned counter emitted for an element (its timers' records left out).
+fn versioned_counts(path: &Path) -> Vec<(u64, u64)> {
+    lines_so_far(path)
+        .iter()
+        .filter(|r| r.get("timer").is_none())
+        .map(|r| {
+            let n = r.get("count").or_else(|| r.get("total"));
+            (
+                r["v"].as_u64().expect("a version"),
+                n.and_then(Value::as_u64).expect("a count or total"),
+            )
+        })
+        .collect()
+}
+
+/// The two-stage pipeline of the versioned counter, reading stdin, in `work`'s
+/// `graph.toml` (both stages' components v1).
+fn stdin_graph(work: &Workdir) -> PathBuf {
+    for stage in ["first", "second"] {
+        std::fs::copy(
+            component("versioned-udf-v1"),
+            work.path(&format!("{stage}.wasm")),
+        )
+        .unwrap();
+    }
+    let text = weir_e2e::graphs::two_stage_pipeline("graph", "first.wasm", "second.wasm", 1)
+        .replace(
+            "type = \"file\"\npath = \"events.jsonl\"",
+            "type = \"stdin\"",
+        );
+    assert!(text.contains("type = \"stdin\""), "{text}");
+    PathBuf::from(work.write("graph.toml", &text))
+}
+
+/// A server killed with SIGKILL comes back with each stage of a graph on the version the
+/// registry has active for it: stage 2 on the v2 deployed to it, stage 1 on v1.
+#[test]
+fn a_killed_server_resumes_each_stage_of_a_graph_with_its_own_active_version() {
+    let work = Workdir::new();
+    let file = stdin_graph(&work);
+    let server = Server::start(&[file.as_path()]);
+    server.wait_for("graph", "its stages to run", Duration::from_secs(60), |p| {
+        p["state"] == "running"
+    });
+    let v2 = std::fs::read(component("versioned-udf-v2")).unwrap();
+    let deployed = server.request(
+        "PUT",
+        "/api/pipelines/graph/udf?stage=second",
+        Some(TOKEN),
+        &v2,
+    );
+    assert_eq!(deployed.status, 200, "{}", deployed.text);
+    let server = server.kill_and_restart();
+    let p = server.wait_for("graph", "the restart", Duration::from_secs(60), |p| {
+        p["state"] == "running"
+    });
+    let versions: Vec<&Value> = (p["stages"].as_array().unwrap().iter())
+        .map(|s| &s["udf"]["version"])
+        .collect();
+    assert_eq!(
+        versions,
+        [&serde_json::json!(1), &serde_json::json!(2)],
+        "{p:#}"
+    );
+    let record = server.registry_record("graph");
+    let active: Vec<(&str, u64)> = (record["stages"].as_array().unwrap().iter())
+        .map(|s| (s["name"].as_str().unwrap(), s["active"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(active, [("first", 1), ("second", 2)], "{record:#}");
+}
+
+/// A pipeline of two stages runs in `weir serve`: the API shows each stage with its own
+/// UDF version, a deploy and a rollback name the stage they are for and change that
+/// stage alone while the other runs on, the registry's history and `/metrics` name the
+/// stage, and both stages keep their state through it: stage 1 counts on with its first
+/// version, stage 2 counts each of stage 1's records once, v1 then v2 then v1 again, each
+/// version from the count the one before left.
+#[test]
+fn a_pipeline_of_stages_is_served_and_one_stage_is_deployed_and_rolled_back_alone() {
+    let work = Workdir::new();
+    let file = stdin_graph(&work);
+    let mut server = Server::start(&[file.as_path()]);
+    let p = server.wait_for("graph", "its stages to run", Duration::from_secs(60), |p| {
+        p["state"] == "running"
+    });
+    let stages: Vec<&str> = (p["stages"].as_array().unwrap().iter())
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["first", "second"], "{p:#}");
+    assert!(
+        p.get("status").is_none(),
+        "a graph has no one status: {p:#}"
+    );
+
+    let mut next_seq = 1;
+    let mut send = |server: &mut Server, n: u64| {
+        let stdin = server.stdin.as_mut().unwrap();
+        for seq in next_seq..next_seq + n {
+            writeln!(
+                stdin,
+                r#"{{"key": "a", "seq": {seq}, "ts": {}}}"#,
+                seq * 10_000
+            )
+            .unwrap();
+        }
+        stdin.flush().unwrap();
+        next_seq += n;
+    };
+    let first_out = work.path("first.jsonl");
+    let second_out = work.path("second.jsonl");
+    // Stage 2 has counted every record stage 1 wrote for the first `sent` records: a
+    // count of each, and the timers of all but the last (the next element's watermark
+    // fires each: records are 10 s apart, timers 1 s after theirs). Returns how many.
+    let caught_up = |sent: usize, what: &str| {
+        let lines = 2 * sent - 1;
+        weir_e2e::wait_for(what, Duration::from_secs(30), || {
+            lines_so_far(&first_out).len() == lines && versioned_counts(&second_out).len() == lines
+        });
+        lines
+    };
+    send(&mut server, 3);
+    let before_deploy = caught_up(3, "stage 2 to count stage 1's first records");
+
+    let v2 = std::fs::read(component("versioned-udf-v2")).unwrap();
+    let unnamed = server.put_udf("graph", &v2);
+    assert_eq!(unnamed.status, 400, "{}", unnamed.text);
+    let error = unnamed.json["error"].as_str().unwrap();
+    assert!(
+        error.contains("?stage=NAME") && error.contains("first, second"),
+        "{error}"
+    );
+    let unknown = server.request(
+        "PUT",
+        "/api/pipelines/graph/udf?stage=third",
+        Some(TOKEN),
+        &v2,
+    );
+    assert_eq!(unknown.status, 404, "{}", unknown.text);
+    // `weir deploy --stage` makes the call.
+    let v2_path = component("versioned-udf-v2");
+    let (code, stdout, stderr) = weir_cli(&[
+        "deploy",
+        "--pipeline",
+        "graph",
+        "--stage",
+        "second",
+        &v2_path.display().to_string(),
+        "--server",
+        &server.url,
+        "--token",
+        TOKEN,
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let deployed: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(deployed["version"], 2, "{stdout}");
+
+    let p = server.pipeline("graph");
+    assert_eq!(p["stages"][0]["udf"]["version"], 1, "{p:#}");
+    assert_eq!(p["stages"][1]["udf"]["version"], 2, "{p:#}");
+    let last = p["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (&last["action"], &last["stage"], &last["version"]),
+        (
+            &serde_json::json!("deployed"),
+            &serde_json::json!("second"),
+            &serde_json::json!(2)
+        ),
+        "{p:#}"
+    );
+    let sha = p["stages"][1]["udf"]["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        server.metric(&format!(
+            "weir_udf_version{{pipeline=\"graph\",stage=\"second\",version=\"2\",sha256=\"{sha}\"}}"
+        )),
+        Some(1.0)
+    );
+    assert!(server
+        .metric("weir_records_processed_total{pipeline=\"graph\",stage=\"first\"}")
+        .is_some());
+
+    send(&mut server, 3);
+    let before_rollback = caught_up(6, "stage 2 to count with its new version");
+    let (code, table, stderr) = weir_cli(&["status", "graph", "--server", &server.url]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let rows: Vec<Vec<&str>> = (table.lines().skip(1))
+        .map(|l| l.split_whitespace().take(3).collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ["graph/first", "running", "1"],
+            ["graph/second", "running", "2"]
+        ],
+        "a row per stage:\n{table}"
+    );
+    let (code, stdout, stderr) = weir_cli(&[
+        "rollback",
+        "graph",
+        "--stage",
+        "second",
+        "--server",
+        &server.url,
+        "--token",
+        TOKEN,
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let rolled: Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(rolled["version"], 1, "{stdout}");
+    send(&mut server, 2);
+    drop(server.stdin.take());
+    let p = server.wait_for(
+        "graph",
+        "its input to end, recorded",
+        Duration::from_secs(60),
+        |p| {
+            p["state"] == "finished"
+                && (p["history"].as_array().unwrap().iter()).any(|h| h["action"] == "finished")
+        },
+    );
+    let history: Vec<(String, String, u64)> = (p["history"].as_array().unwrap().iter())
+        .map(|h| {
+            (
+                h["action"].as_str().unwrap().to_string(),
+                h["stage"].as_str().unwrap_or_default().to_string(),
+                h["version"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        history,
+        [
+            ("created".into(), "".into(), 0),
+            ("deployed".into(), "second".into(), 2),
+            ("rolled back".into(), "second".into(), 1),
+            ("finished".into(), "".into(), 0),
+        ],
+        "{p:#}"
+    );
+
+    let first = versioned_counts(&first_out);
+    assert_eq!(
+        first,
+        (1..=8).map(|n| (1, n)).collect::<Vec<_>>(),
+        "stage 1 counted on with its first version"
+    );
+    let second = versioned_counts(&second_out);
+    let written = read_jsonl(&first_out).len() as u64;
+    assert_eq!(
+        second.iter().map(|(_, n)| *n).collect::<Vec<_>>(),
+        (1..=written).collect::<Vec<_>>(),
+        "stage 2 counts each of stage 1's records once, through both swaps: {second:?}"
+    );
+    let versions: Vec<u64> = second.iter().map(|(v, _)| *v).collect();
+    let expected: Vec<u64> = (0..second.len())
+        .map(|i| match i {
+            i if i < before_deploy => 1,
+            i if i < before_rollback => 2,
+            _ => 1,
+        })
+        .collect();
+    assert_eq!(
+        versions, expected,
+        "v1, then v2 from the deploy ({before_deploy} counted before it), then v1 from the rollback ({before_rollback} before it)"
     );
 }

@@ -24,7 +24,7 @@ impl PipelineSpec {
         let mut file = parse_file(text)?;
         if !file.stages.is_empty() {
             bail!(
-                "this pipeline has {} stages ([[stage]]): only `weir run` and `weir dev` run a pipeline of several stages so far",
+                "this pipeline has {} stages ([[stage]]): only `weir run`, `weir dev` and `weir serve` run a pipeline of several stages so far",
                 file.stages.len()
             );
         }

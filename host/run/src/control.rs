@@ -63,6 +63,15 @@ impl RunControl {
         Arc::new(Self::default())
     }
 
+    /// [`new`](Self::new), stopped through `stop`: the controls of a graph's stages
+    /// share one, so that the stages stop together.
+    pub fn with_stop(stop: Arc<AtomicBool>) -> Arc<Self> {
+        Arc::new(Self {
+            stop,
+            ..Self::default()
+        })
+    }
+
     /// Queues a swap; the pipeline applies it between two runs of records. A swap still
     /// waiting is replaced (and told so).
     pub fn request_swap(&self, request: SwapRequest) {

@@ -1,6 +1,6 @@
 //! The admin API's routes (see `docs/admin-api.md`).
 
-use crate::deployment::Deployment;
+use crate::deployment::{DeployedStage, Deployment};
 use crate::refused::Refused;
 use crate::server::Server;
 use axum::body::Bytes;
@@ -243,41 +243,74 @@ fn not_found(name: &str) -> Refused {
     Refused::new(404, format!("no pipeline {name:?}"))
 }
 
-/// One pipeline as the API shows it.
+/// One pipeline as the API shows it: its state, its stages (each with its UDF, versions
+/// and status), its history; a pipeline of one stage shows that stage's UDF, versions
+/// and status at the top too.
 fn describe(server: &Server, name: &str, d: &Deployment) -> serde_json::Value {
-    let status = d.control.status();
-    let active = d.active_version();
     let (history, definition) = server
         .registry
         .get(name)
         .map(|r| (r.history, r.definition))
         .unwrap_or_default();
-    json!({
+    let stages: Vec<serde_json::Value> = d.stages.iter().map(describe_stage).collect();
+    let mut pipeline = json!({
         "name": name,
         "definition": definition,
-        "graph": graph(&d.spec),
-        "state": status.state,
-        "udf": { "name": d.spec.udf.name, "version": active, "sha256": status.udf_sha256 },
-        "versions": d.version_info(),
+        "graph": graph(d),
+        "state": d.state(),
         "history": history,
+    });
+    if let [only] = stages.as_slice() {
+        for field in ["udf", "versions", "status"] {
+            pipeline[field] = only[field].clone();
+        }
+    }
+    pipeline["stages"] = json!(stages);
+    pipeline
+}
+
+/// One stage as the API shows it: its name, state, UDF (with the version running),
+/// kept versions and live status.
+fn describe_stage(stage: &DeployedStage) -> serde_json::Value {
+    let status = stage.control.status();
+    json!({
+        "name": stage.name,
+        "state": status.state,
+        "udf": {
+            "name": stage.spec.udf.name,
+            "version": stage.active_version(),
+            "sha256": status.udf_sha256,
+        },
+        "versions": stage.version_info(),
         "status": status,
     })
 }
 
-/// The pipeline's parts as the console draws them: sources (with the UDF input each
-/// feeds), the UDF, and per output the sink it is routed to.
-fn graph(spec: &weir_pipeline::PipelineSpec) -> serde_json::Value {
-    let sources: Vec<_> = spec
-        .sources
+/// The pipeline's parts as the console draws them: per stage its inputs (sources, or
+/// other stages' outputs: type `stage`, named by the stage, or `stage.output` for a
+/// side output), its UDF, and per output the sink it is routed to and how many stages
+/// read it. A pipeline of one stage shows that stage's parts at the top too.
+fn graph(d: &Deployment) -> serde_json::Value {
+    let stages: Vec<serde_json::Value> = d
+        .stages
         .iter()
-        .map(|s| json!({ "name": s.name, "input": s.input, "type": s.location.kind() }))
+        .map(|stage| {
+            let spec = &stage.spec;
+            let sources: Vec<_> = (spec.sources.iter())
+                .map(|s| json!({ "name": s.name, "input": s.input, "type": s.location.kind() }))
+                .collect();
+            let sinks: Vec<_> = (spec.sinks.iter())
+                .map(|s| json!({ "output": s.output, "type": s.target.kind(), "stages": s.feeds.len() }))
+                .collect();
+            json!({ "name": stage.name, "sources": sources, "udf": spec.udf.name, "sinks": sinks })
+        })
         .collect();
-    let sinks: Vec<_> = spec
-        .sinks
-        .iter()
-        .map(|s| json!({ "output": s.output, "type": s.target.kind() }))
-        .collect();
-    json!({ "sources": sources, "udf": spec.udf.name, "sinks": sinks })
+    let mut graph = match stages.as_slice() {
+        [only] => only.clone(),
+        _ => json!({}),
+    };
+    graph["stages"] = json!(stages);
+    graph
 }
 
 async fn list(State(server): Shared, headers: HeaderMap) -> Json<serde_json::Value> {
@@ -423,22 +456,13 @@ async fn create(
     Ok((StatusCode::CREATED, Json(describe(&server, &name, d))).into_response())
 }
 
-/// Swaps in version `bytes` (a new one, or an earlier one for a rollback).
-async fn swap_in(
-    server: Arc<Server>,
-    name: String,
-    bytes: Arc<Vec<u8>>,
-    probation_calls: u64,
-) -> Result<Response, Refused> {
-    let deployed = swap(server, name, bytes, probation_calls, "rolled back").await?;
-    Ok(Json(deployed).into_response())
-}
-
-/// Swaps in version `bytes` and records it in the registry as `action` (`deployed`,
-/// `rolled back`) before answering with what the swap did.
+/// Swaps version `bytes` (a new one, or an earlier one for a rollback) into stage
+/// `stage` of pipeline `name` (`None`: its only stage) and records it in the registry as
+/// `action` (`deployed`, `rolled back`) before answering with what the swap did.
 async fn swap(
     server: Arc<Server>,
     name: String,
+    stage: Option<String>,
     bytes: Arc<Vec<u8>>,
     probation_calls: u64,
     action: &'static str,
@@ -449,6 +473,7 @@ async fn swap(
         let swapping = {
             let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
             let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
+            d.stage(stage.as_deref())?;
             Arc::clone(&d.swapping)
         };
         let _turn = swapping.lock().unwrap_or_else(|e| e.into_inner());
@@ -457,7 +482,11 @@ async fn swap(
             .registry
             .store_component(&bytes)
             .map_err(|e| Refused::new(500, format!("{e:#}")))?;
-        let result = swap_recorded(&server, &name, bytes, probation_calls, action);
+        let target = Target {
+            pipeline: &name,
+            stage: stage.as_deref(),
+        };
+        let result = swap_recorded(&server, target, bytes, probation_calls, action);
         server.registry.release_component(&sha256);
         result
     })
@@ -466,63 +495,79 @@ async fn swap(
     Ok(result)
 }
 
-/// The swap of [`swap`], under its pipeline's turn: numbers the version, swaps it in,
-/// and records it.
+/// The stage a swap is for: a pipeline, and one of its stages by name (`None`: its only
+/// stage).
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    pipeline: &'a str,
+    stage: Option<&'a str>,
+}
+
+/// The swap of [`swap`], under its pipeline's turn: numbers the version among the
+/// stage's, swaps it in, and records it.
 fn swap_recorded(
     server: &Server,
-    name: &str,
+    target: Target<'_>,
     bytes: Arc<Vec<u8>>,
     probation_calls: u64,
     action: &str,
 ) -> Result<weir_control::Deployed, Refused> {
-    let name = name.to_string();
+    let name = target.pipeline;
     let sha256 = weir_core::identity::sha256_hex(&bytes);
-    {
-        // Prepare and swap without holding the pipelines' lock: compiling takes a while.
-        let (number, known, spec, control, steering, running) = {
-            let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-            let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
-            let (number, known) = d.versions.number_for(&sha256);
-            (
-                number,
-                known,
-                d.spec.clone(),
-                Arc::clone(&d.control),
-                d.steering.clone(),
-                d.is_running(),
-            )
-        };
-        let deployed = match steering {
-            Some(steering) if running => steering.deploy(Arc::clone(&bytes), number)?,
-            _ => weir_control::swap_into(
-                &spec,
-                &control,
-                running,
-                Arc::clone(&bytes),
-                number,
-                probation_calls,
-            )?,
-        };
-        if !known {
-            let mut pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(d) = pipelines.get_mut(&name) {
-                d.versions.insert(number, bytes, sha256.clone());
-            }
+    // Prepare and swap without holding the pipelines' lock: compiling takes a while.
+    let (stage, number, known, spec, control, steering, running) = {
+        let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        let d = pipelines.get(name).ok_or_else(|| not_found(name))?;
+        let stage = d.stage(target.stage)?;
+        let (number, known) = stage.versions.number_for(&sha256);
+        (
+            stage.name.clone(),
+            number,
+            known,
+            stage.spec.clone(),
+            Arc::clone(&stage.control),
+            d.steering.clone(),
+            d.is_running(),
+        )
+    };
+    let deployed = match steering {
+        Some(steering) if running => steering.deploy(Arc::clone(&bytes), number)?,
+        _ => weir_control::swap_into(
+            &spec,
+            &control,
+            running,
+            Arc::clone(&bytes),
+            number,
+            probation_calls,
+        )?,
+    };
+    if !known {
+        let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Ok(stage)) = pipelines.get(name).map(|d| d.stage(Some(&stage))) {
+            stage.versions.insert(number, bytes, sha256.clone());
         }
-        let keep = server.registry.keep_versions();
-        let recorded = server.registry.change(&name, |r| {
-            r.activate(number, &sha256, keep);
-            r.record(action, "");
-        });
-        if let Err(e) = recorded {
-            return Err(Refused::new(
-                500,
-                format!("version {number} runs, but the registry could not record it: {e:#}"),
-            ));
-        }
-        server.forget_unkept_versions(&name);
-        Ok(deployed)
     }
+    let keep = server.registry.keep_versions();
+    let recorded = server.registry.change(name, |r| {
+        if let Some(versions) = r.stage_mut(&stage) {
+            versions.activate(number, &sha256, keep);
+        }
+        r.record(action, &stage, "");
+    });
+    if let Err(e) = recorded {
+        return Err(Refused::new(
+            500,
+            format!("version {number} runs, but the registry could not record it: {e:#}"),
+        ));
+    }
+    server.forget_unkept_versions(name);
+    Ok(deployed)
+}
+
+#[derive(Deserialize)]
+struct StageQuery {
+    /// The stage the call is for, in a pipeline of several stages.
+    stage: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -530,6 +575,8 @@ struct DeployQuery {
     /// Answer once probation has decided (see [`PROBATION_WAIT`]).
     #[serde(default)]
     wait: bool,
+    /// The stage to deploy to, in a pipeline of several stages.
+    stage: Option<String>,
 }
 
 /// How long `PUT .../udf?wait=true` waits for probation to decide before it answers
@@ -548,6 +595,7 @@ async fn deploy_udf(
     let deployed = swap(
         Arc::clone(&server),
         name.clone(),
+        query.stage.clone(),
         Arc::new(body.to_vec()),
         probation,
         "deployed",
@@ -558,7 +606,7 @@ async fn deploy_udf(
         let control = {
             let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
             let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
-            Arc::clone(&d.control)
+            Arc::clone(&d.stage(query.stage.as_deref())?.control)
         };
         let outcome = probation_outcome(&control, &deployed.sha256).await;
         if let Probation::RolledBack(reason) = &outcome {
@@ -625,13 +673,15 @@ async fn rollback(
     State(server): Shared,
     headers: HeaderMap,
     UrlPath(name): UrlPath<String>,
+    Query(query): Query<StageQuery>,
 ) -> Result<Response, Refused> {
     authorize(&server, &headers)?;
     let bytes = {
         let pipelines = server.pipelines.lock().unwrap_or_else(|e| e.into_inner());
         let d = pipelines.get(&name).ok_or_else(|| not_found(&name))?;
-        let active = d.active_version().unwrap_or(1);
-        let previous = d.versions.before(active).ok_or_else(|| {
+        let stage = d.stage(query.stage.as_deref())?;
+        let active = stage.active_version().unwrap_or(1);
+        let previous = stage.versions.before(active).ok_or_else(|| {
             Refused::new(
                 409,
                 format!("version {active} is the first: nothing to roll back to"),
@@ -639,7 +689,8 @@ async fn rollback(
         })?;
         previous.bytes
     };
-    swap_in(server, name, bytes, 0).await
+    let rolled_back = swap(server, name, query.stage, bytes, 0, "rolled back").await?;
+    Ok(Json(rolled_back).into_response())
 }
 
 async fn stop(
@@ -656,7 +707,7 @@ async fn stop(
                 .registry
                 .change(&name, |r| {
                     r.desired = crate::registry::Desired::Stopped;
-                    r.record("stopped", "");
+                    r.record("stopped", "", "");
                 })
                 .map_err(|e| Refused::new(500, format!("{e:#}")))?;
             d.request_stop()

@@ -239,12 +239,12 @@ fn start_pipelines(server: &Server, files: &[PathBuf]) -> anyhow::Result<()> {
         let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
         let base = std::fs::canonicalize(folder.unwrap_or(Path::new(".")))
             .with_context(|| format!("cannot find the folder of {}", path.display()))?;
-        let name = weir_pipeline::PipelineSpec::parse(
+        let name = weir_pipeline::StageGraph::parse(
             &text,
             &base.join("pipeline.toml"),
             &weir_pipeline::Overrides::default(),
         )
-        .map(|spec| spec.name)
+        .map(|graph| graph.name)
         .map_err(|e| anyhow::anyhow!("{}: invalid pipeline: {e:#}", path.display()))?;
         named.insert(name.clone());
         match server.registry.get(&name) {
@@ -255,8 +255,8 @@ fn start_pipelines(server: &Server, files: &[PathBuf]) -> anyhow::Result<()> {
                     .resume(&record, again.as_deref())
                     .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
                 tracing::info!(
-                    "pipeline {name:?} resumed with version {} (its file {} is the one in the registry)",
-                    record.active,
+                    "pipeline {name:?} resumed with {} (its file {} is the one in the registry)",
+                    active_versions(&record),
                     path.display()
                 );
             }
@@ -280,8 +280,9 @@ fn start_pipelines(server: &Server, files: &[PathBuf]) -> anyhow::Result<()> {
         }
         match server.resume(&record, None) {
             Ok(()) => eprintln!(
-                "weir serve: pipeline {:?} resumed with version {} from the registry",
-                record.name, record.active
+                "weir serve: pipeline {:?} resumed with {} from the registry",
+                record.name,
+                active_versions(&record)
             ),
             Err(e) => eprintln!(
                 "weir serve: pipeline {:?} from the registry cannot be started: {e:#}",
@@ -290,6 +291,19 @@ fn start_pipelines(server: &Server, files: &[PathBuf]) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The active versions of `record`'s stages, as the log says them: `version 3` for a
+/// pipeline of one stage, `count v1, sum v3` for several.
+fn active_versions(record: &registry::PipelineRecord) -> String {
+    match record.stages.as_slice() {
+        [only] => format!("version {}", only.active),
+        stages => stages
+            .iter()
+            .map(|s| format!("{} v{}", s.name, s.active))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }
 
 async fn shutdown_signal() {

@@ -12,9 +12,10 @@ fn label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The `/metrics` answer: every figure of each of `pipelines` in Prometheus' text
-/// format, labelled with the pipeline's name (and the source, output or timer domain
-/// where a figure is per one).
+/// The `/metrics` answer: every figure of each stage of each of `pipelines` in
+/// Prometheus' text format, labelled with the pipeline's name and the stage's (a `[udf]`
+/// pipeline's one stage is named as the pipeline), and the source, output or timer
+/// domain where a figure is per one.
 pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
@@ -26,12 +27,18 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
     };
     let all: Vec<(String, weir_run::LiveStatus, Option<u32>)> = pipelines
         .iter()
-        .map(|(n, d)| (label(n), d.control.status(), d.active_version()))
+        .flat_map(|(n, d)| {
+            d.stages.iter().map(move |stage| {
+                (
+                    format!("pipeline=\"{}\",stage=\"{}\"", label(n), label(&stage.name)),
+                    stage.control.status(),
+                    stage.active_version(),
+                )
+            })
+        })
         .collect();
     let per = |f: &dyn Fn(&weir_run::LiveStatus) -> f64| -> Vec<(String, f64)> {
-        all.iter()
-            .map(|(n, s, _)| (format!("pipeline=\"{n}\""), f(s)))
-            .collect()
+        all.iter().map(|(n, s, _)| (n.clone(), f(s))).collect()
     };
     family(
         "weir_records_processed_total",
@@ -64,7 +71,7 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
                     ("failed", c.failed),
                     ("unreadable_state", c.unreadable_state),
                 ]
-                .map(|(cause, count)| (format!("pipeline=\"{n}\",cause=\"{cause}\""), count as f64))
+                .map(|(cause, count)| (format!("{n},cause=\"{cause}\""), count as f64))
             })
             .collect(),
     );
@@ -79,7 +86,7 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
         "gauge",
         "Wall clock minus the pipeline watermark.",
         all.iter()
-            .filter_map(|(n, s, _)| Some((format!("pipeline=\"{n}\""), s.watermark_lag_ms? as f64)))
+            .filter_map(|(n, s, _)| Some((n.clone(), s.watermark_lag_ms? as f64)))
             .collect(),
     );
     family(
@@ -89,10 +96,7 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
         all.iter()
             .flat_map(|(n, s, _)| {
                 s.shards.iter().enumerate().map(move |(shard, status)| {
-                    (
-                        format!("pipeline=\"{n}\",shard=\"{shard}\""),
-                        status.processed as f64,
-                    )
+                    (format!("{n},shard=\"{shard}\""), status.processed as f64)
                 })
             })
             .collect(),
@@ -116,12 +120,9 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
         all.iter()
             .flat_map(|(n, s, _)| {
                 [
+                    (format!("{n},domain=\"event_time\""), s.event_timers as f64),
                     (
-                        format!("pipeline=\"{n}\",domain=\"event_time\""),
-                        s.event_timers as f64,
-                    ),
-                    (
-                        format!("pipeline=\"{n}\",domain=\"processing_time\""),
+                        format!("{n},domain=\"processing_time\""),
                         s.processing_timers as f64,
                     ),
                 ]
@@ -165,10 +166,7 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
         all.iter()
             .flat_map(|(n, s, _)| {
                 s.sources.iter().map(move |(source, read)| {
-                    (
-                        format!("pipeline=\"{n}\",source=\"{}\"", label(source)),
-                        *read as f64,
-                    )
+                    (format!("{n},source=\"{}\"", label(source)), *read as f64)
                 })
             })
             .collect(),
@@ -180,10 +178,7 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
         all.iter()
             .flat_map(|(n, s, _)| {
                 s.outputs.iter().map(move |(output, emitted)| {
-                    (
-                        format!("pipeline=\"{n}\",output=\"{}\"", label(output)),
-                        *emitted as f64,
-                    )
+                    (format!("{n},output=\"{}\"", label(output)), *emitted as f64)
                 })
             })
             .collect(),
@@ -196,7 +191,7 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
             .map(|(n, s, v)| {
                 (
                     format!(
-                        "pipeline=\"{n}\",version=\"{}\",sha256=\"{}\"",
+                        "{n},version=\"{}\",sha256=\"{}\"",
                         v.map(|v| v.to_string()).unwrap_or_default(),
                         s.udf_sha256
                     ),

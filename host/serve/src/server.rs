@@ -3,12 +3,12 @@
 
 use crate::deployment::Deployment;
 use crate::refused::Refused;
-use crate::registry::{Desired, PipelineRecord, Registry};
+use crate::registry::{Desired, PipelineRecord, Registry, StageRecord};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use weir_control::Versions;
-use weir_pipeline::{Overrides, PipelineSpec};
+use weir_pipeline::{Overrides, StageGraph};
 
 /// What the handlers share.
 pub struct Server {
@@ -31,57 +31,92 @@ pub struct Server {
 }
 
 impl Server {
-    /// The pipeline file `text` resolved against `base` (where its relative paths
-    /// start), with its checkpoints in the data dir.
-    fn spec(&self, text: &str, base: &Path) -> Result<PipelineSpec, Refused> {
-        let mut spec =
-            PipelineSpec::parse(text, &base.join("pipeline.toml"), &Overrides::default())
-                .map_err(|e| Refused::new(400, format!("invalid pipeline: {e:#}")))?;
-        spec.checkpoint.dir = self.data_dir.join("state").join(&spec.name);
-        Ok(spec)
+    /// The pipeline file `text` (of one stage or several) resolved against `base`
+    /// (where its relative paths start), with its checkpoints in the data dir: a `[udf]`
+    /// pipeline's in `state/<pipeline>`, each stage's of a graph in
+    /// `state/<pipeline>/<stage>`.
+    fn graph(&self, text: &str, base: &Path) -> Result<StageGraph, Refused> {
+        let mut graph = StageGraph::parse(text, &base.join("pipeline.toml"), &Overrides::default())
+            .map_err(|e| Refused::new(400, format!("invalid pipeline: {e:#}")))?;
+        let dir = self.data_dir.join("state").join(&graph.name);
+        let single = graph.is_single();
+        for stage in &mut graph.stages {
+            stage.spec.checkpoint.dir = match single {
+                true => dir.clone(),
+                false => dir.join(&stage.name),
+            };
+        }
+        Ok(graph)
     }
 
     /// Starts a pipeline from its file's text; `base` is where its relative paths start.
-    /// Its component becomes its active version (a new number if the registry has not
-    /// seen its bytes for this pipeline), and the registry records it before this
+    /// Each stage's component becomes its active version (a new number if the registry
+    /// has not seen its bytes for that stage), and the registry records it before this
     /// returns.
     pub fn create(&self, text: &str, base: &Path) -> Result<String, Refused> {
-        let spec = self.spec(text, base)?;
-        let name = spec.name.clone();
-        // The name is reserved while the component is compiled and started, without
+        let graph = self.graph(text, base)?;
+        let name = graph.name.clone();
+        // The name is reserved while the components are compiled and started, without
         // holding `pipelines`: reads and calls on other pipelines go on meanwhile.
         let _reserved = self.reserve(&name)?;
-        let bytes = std::fs::read(&spec.udf.path).map_err(|e| {
-            Refused::new(
-                400,
-                format!("cannot read UDF component {}: {e}", spec.udf.path.display()),
-            )
-        })?;
-        let bytes = Arc::new(bytes);
-        let sha256 = self
-            .registry
-            .store_component(&bytes)
-            .map_err(|e| Refused::new(500, format!("{e:#}")))?;
         let known = self.registry.get(&name);
-        let versions = match &known {
-            Some(record) => self.registry.versions_of(record),
-            None => Versions::default(),
+        let mut first = Vec::with_capacity(graph.stages.len());
+        let mut all_versions = Vec::with_capacity(graph.stages.len());
+        // Per stage: its name, the number of its component and the component's hash.
+        let mut activated: Vec<(String, u32, String)> = Vec::new();
+        let release = |activated: &[(String, u32, String)]| {
+            for (_, _, sha256) in activated {
+                self.registry.release_component(sha256);
+            }
         };
-        let (number, seen) = versions.number_for(&sha256);
-        if !seen {
-            versions.insert(number, Arc::clone(&bytes), sha256.clone());
+        for stage in &graph.stages {
+            let stored = std::fs::read(&stage.spec.udf.path)
+                .map_err(|e| {
+                    Refused::new(
+                        400,
+                        format!(
+                            "cannot read UDF component {}: {e}",
+                            stage.spec.udf.path.display()
+                        ),
+                    )
+                })
+                .and_then(|bytes| {
+                    let sha256 = self
+                        .registry
+                        .store_component(&bytes)
+                        .map_err(|e| Refused::new(500, format!("{e:#}")))?;
+                    Ok((Arc::new(bytes), sha256))
+                });
+            let (bytes, sha256) = match stored {
+                Ok(stored) => stored,
+                Err(refused) => {
+                    release(&activated);
+                    return Err(refused);
+                }
+            };
+            let versions = match &known {
+                Some(record) => self.registry.versions_of(record, &stage.name),
+                None => Versions::default(),
+            };
+            let (number, seen) = versions.number_for(&sha256);
+            if !seen {
+                versions.insert(number, Arc::clone(&bytes), sha256.clone());
+            }
+            activated.push((stage.name.clone(), number, sha256));
+            first.push(bytes);
+            all_versions.push(versions);
         }
         let started = Deployment::start(
-            spec,
-            bytes,
-            versions,
+            graph,
+            first,
+            all_versions,
             self.group.as_deref(),
             self.probation_calls,
         );
         let mut deployment = match started {
             Ok(deployment) => deployment,
             Err(refused) => {
-                self.registry.release_component(&sha256);
+                release(&activated);
                 return Err(refused);
             }
         };
@@ -93,19 +128,18 @@ impl Server {
                 definition: text.to_string(),
                 base: base.to_path_buf(),
                 desired: Desired::Running,
-                active: number,
-                versions: Vec::new(),
+                stages: Vec::new(),
                 history: Vec::new(),
             },
             |record| {
                 record.definition = text.to_string();
                 record.base = base.to_path_buf();
                 record.desired = Desired::Running;
-                record.activate(number, &sha256, keep);
-                record.record("created", "");
+                record.stages = stage_records(&record.stages, &activated, keep);
+                record.record("created", "", "");
             },
         );
-        self.registry.release_component(&sha256);
+        release(&activated);
         if let Err(e) = recorded {
             deployment.stop();
             return Err(Refused::new(
@@ -128,8 +162,9 @@ impl Server {
             return;
         };
         let pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(d) = pipelines.get(name) {
-            d.versions.retain(|number| record.version(number).is_some());
+        for stage in pipelines.get(name).iter().flat_map(|d| &d.stages) {
+            let kept = record.stage(&stage.name);
+            (stage.versions).retain(|number| kept.is_some_and(|k| k.version(number).is_some()));
         }
     }
 
@@ -163,18 +198,28 @@ impl Server {
     /// A pipeline whose definition can be read but that cannot be started is shown as
     /// `failed` with the reason (see [`Deployment::failed`]), and the error returned.
     pub fn resume(&self, record: &PipelineRecord, again: Option<&str>) -> anyhow::Result<()> {
-        let spec = self
-            .spec(&record.definition, &record.base)
+        let graph = self
+            .graph(&record.definition, &record.base)
             .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-        let versions = self.registry.versions_of(record);
-        let started = record
-            .version(record.active)
-            .ok_or_else(|| anyhow::anyhow!("no version {} is kept", record.active))
-            .and_then(|active| self.registry.component(&active.sha256))
-            .and_then(|bytes| {
+        let versions: Vec<Versions> = (graph.stages.iter())
+            .map(|stage| self.registry.versions_of(record, &stage.name))
+            .collect();
+        let active = |name: &str| -> anyhow::Result<Arc<Vec<u8>>> {
+            let stage = record.stage(name).ok_or_else(|| {
+                anyhow::anyhow!("the registry holds no version of stage {name:?}")
+            })?;
+            let version = stage.version(stage.active).ok_or_else(|| {
+                anyhow::anyhow!("no version {} of stage {name:?} is kept", stage.active)
+            })?;
+            Ok(Arc::new(self.registry.component(&version.sha256)?))
+        };
+        let started = (graph.stages.iter())
+            .map(|stage| active(&stage.name))
+            .collect::<anyhow::Result<Vec<_>>>()
+            .and_then(|first| {
                 Deployment::start(
-                    spec.clone(),
-                    Arc::new(bytes),
+                    graph.clone(),
+                    first,
                     versions.clone(),
                     self.group.as_deref(),
                     self.probation_calls,
@@ -188,7 +233,7 @@ impl Server {
                 let mut pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
                 pipelines.insert(
                     record.name.clone(),
-                    Deployment::failed(spec, versions, reason),
+                    Deployment::failed(graph, versions, reason),
                 );
                 return Err(e);
             }
@@ -199,7 +244,7 @@ impl Server {
                 || record.clone(),
                 |r| {
                     r.desired = Desired::Running;
-                    r.record("started", why);
+                    r.record("started", "", why);
                 },
             )?;
         }
@@ -208,30 +253,26 @@ impl Server {
         Ok(())
     }
 
-    /// Records what pipelines did by themselves: a running version that is no longer the
-    /// one the registry has as active (probation rolled it back), and a pipeline whose
-    /// inputs all ended. Called a few times a second by `weir serve` (never while a
-    /// deploy or rollback of that pipeline is under way).
+    /// Records what pipelines did by themselves: a stage's running version that is no
+    /// longer the one the registry has as active (probation rolled it back), and a
+    /// pipeline whose inputs all ended. Called a few times a second by `weir serve`
+    /// (never while a deploy or rollback of that pipeline is under way).
     pub fn record_what_pipelines_did(&self) {
         let pipelines = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
         for (name, d) in pipelines.iter() {
             let Ok(_turn) = d.swapping.try_lock() else {
                 continue;
             };
-            let status = d.control.status();
-            let Some(running) = d.versions.number_of(&status.udf_sha256) else {
-                continue; // not started yet, or tasks of a group on several versions
-            };
             let Some(record) = self.registry.get(name) else {
                 continue;
             };
-            if status.state == weir_run::RunState::Finished && record.desired == Desired::Running {
+            if d.state() == weir_run::RunState::Finished && record.desired == Desired::Running {
                 let finished = self.registry.update(
                     name,
                     || record.clone(),
                     |r| {
                         r.desired = Desired::Finished;
-                        r.record("finished", "every input ended");
+                        r.record("finished", "", "every input ended");
                     },
                 );
                 if let Err(e) = finished {
@@ -239,24 +280,58 @@ impl Server {
                 }
                 continue;
             }
-            if record.active == running {
-                continue;
-            }
-            let keep = self.registry.keep_versions();
-            let reason = status.last_error.unwrap_or_default();
-            let sha = status.udf_sha256.clone();
-            if let Err(e) = self.registry.update(
-                name,
-                || record.clone(),
-                |r| {
-                    r.activate(running, &sha, keep);
-                    r.record("rolled back automatically", reason);
-                },
-            ) {
-                tracing::error!("pipeline {name:?}: cannot record its rollback: {e:#}");
+            for stage in &d.stages {
+                let status = stage.control.status();
+                let Some(running) = stage.versions.number_of(&status.udf_sha256) else {
+                    continue; // not started yet, or tasks of a group on several versions
+                };
+                if record
+                    .stage(&stage.name)
+                    .is_none_or(|s| s.active == running)
+                {
+                    continue;
+                }
+                let keep = self.registry.keep_versions();
+                let reason = status.last_error.unwrap_or_default();
+                let sha = status.udf_sha256.clone();
+                if let Err(e) = self.registry.change(name, |r| {
+                    if let Some(versions) = r.stage_mut(&stage.name) {
+                        versions.activate(running, &sha, keep);
+                    }
+                    r.record("rolled back automatically", &stage.name, reason);
+                }) {
+                    tracing::error!(
+                        "pipeline {name:?}, stage {:?}: cannot record its rollback: {e:#}",
+                        stage.name
+                    );
+                }
             }
         }
     }
+}
+
+/// The stages of a record after a create: each stage of `activated` (its name, the
+/// number of its component and the component's hash), in the graph's order, with the
+/// versions `old` kept of a stage of that name and that component made active (at most
+/// `keep` versions). Stages the pipeline no longer has are dropped.
+fn stage_records(
+    old: &[StageRecord],
+    activated: &[(String, u32, String)],
+    keep: usize,
+) -> Vec<StageRecord> {
+    activated
+        .iter()
+        .map(|(name, number, sha256)| {
+            let mut stage =
+                (old.iter().find(|s| &s.name == name).cloned()).unwrap_or_else(|| StageRecord {
+                    name: name.clone(),
+                    active: *number,
+                    versions: Vec::new(),
+                });
+            stage.activate(*number, sha256, keep);
+            stage
+        })
+        .collect()
 }
 
 /// A pipeline name reserved by [`Server::reserve`] while the pipeline is created.

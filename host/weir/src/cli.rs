@@ -209,6 +209,9 @@ enum Command {
         /// Swaps FILE in as the UDF of this running pipeline.
         #[arg(long)]
         pipeline: Option<String>,
+        /// With --pipeline: the stage whose UDF FILE is, in a pipeline of several stages.
+        #[arg(long, requires = "pipeline")]
+        stage: Option<String>,
         /// With --pipeline: answer once the new version has passed its probation (exit
         /// 0) or been rolled back (exit 1, saying why), waiting at most 60 s.
         #[arg(long, requires = "pipeline")]
@@ -232,9 +235,12 @@ enum Command {
         #[arg(short, long, value_enum, default_value = "table")]
         output: StatusFormat,
     },
-    /// Goes back to a pipeline's previous UDF version.
+    /// Goes back to a pipeline's previous UDF version (of one of its stages).
     Rollback {
         name: String,
+        /// The stage to roll back, in a pipeline of several stages.
+        #[arg(long)]
+        stage: Option<String>,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -549,12 +555,13 @@ pub fn main() -> ExitCode {
         Command::Deploy {
             file,
             pipeline,
+            stage,
             wait,
             server,
         } => {
             let client = server.client();
             answer(match pipeline {
-                Some(name) => client.deploy_udf(&name, &file, wait),
+                Some(name) => client.deploy_udf(&name, stage.as_deref(), &file, wait),
                 None => client.create(&file),
             })
         }
@@ -580,7 +587,11 @@ pub fn main() -> ExitCode {
                 })),
             }
         }
-        Command::Rollback { name, server } => answer(server.client().rollback(&name)),
+        Command::Rollback {
+            name,
+            stage,
+            server,
+        } => answer(server.client().rollback(&name, stage.as_deref())),
         Command::Stop { name, server } => answer(server.client().stop(&name)),
         Command::New {
             name,

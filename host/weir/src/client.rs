@@ -89,12 +89,14 @@ impl Client {
     pub fn deploy_udf(
         &self,
         pipeline: &str,
+        stage: Option<&str>,
         wasm: &Path,
         wait: bool,
     ) -> anyhow::Result<serde_json::Value> {
         let bytes =
             std::fs::read(wasm).with_context(|| format!("cannot read {}", wasm.display()))?;
-        let query = if wait { "?wait=true" } else { "" };
+        let wait = wait.then_some("true");
+        let query = query(&[("stage", stage), ("wait", wait)]);
         self.call(
             "PUT",
             &format!("/api/pipelines/{pipeline}/udf{query}"),
@@ -111,11 +113,16 @@ impl Client {
         }
     }
 
-    /// Swaps the pipeline's previous UDF version back in.
-    pub fn rollback(&self, pipeline: &str) -> anyhow::Result<serde_json::Value> {
+    /// Swaps the previous UDF version of the pipeline (of its stage `stage`) back in.
+    pub fn rollback(
+        &self,
+        pipeline: &str,
+        stage: Option<&str>,
+    ) -> anyhow::Result<serde_json::Value> {
+        let query = query(&[("stage", stage)]);
         self.call(
             "POST",
-            &format!("/api/pipelines/{pipeline}/rollback"),
+            &format!("/api/pipelines/{pipeline}/rollback{query}"),
             Some(Vec::new()),
         )
     }
@@ -127,6 +134,29 @@ impl Client {
             &format!("/api/pipelines/{pipeline}/stop"),
             Some(Vec::new()),
         )
+    }
+}
+
+/// A URL's query of the `params` that have a value (`?stage=sum&wait=true`), each value
+/// percent-encoded but for letters, digits and `-_.~`; empty when none has one.
+fn query(params: &[(&str, Option<&str>)]) -> String {
+    let encode = |value: &str| -> String {
+        value
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                other => format!("%{other:02X}"),
+            })
+            .collect()
+    };
+    let given: Vec<String> = (params.iter())
+        .filter_map(|(name, value)| Some(format!("{name}={}", encode((*value)?))))
+        .collect();
+    match given.is_empty() {
+        true => String::new(),
+        false => format!("?{}", given.join("&")),
     }
 }
 
@@ -197,17 +227,34 @@ pub fn status_table(answer: &serde_json::Value) -> String {
         "ERRORS",
     ];
     let mut rows = vec![header.map(String::from).to_vec()];
-    for pipeline in &pipelines {
-        let status = &pipeline["status"];
+    // A pipeline of several stages is a row per stage, `pipeline/stage`: a stage is
+    // described as a pipeline of one stage is (state, UDF and status).
+    let rows_of = |pipeline: &serde_json::Value| -> Vec<(String, serde_json::Value)> {
+        let name = pipeline["name"].as_str().unwrap_or("?");
+        match pipeline["stages"].as_array() {
+            Some(stages) if stages.len() > 1 => stages
+                .iter()
+                .map(|s| {
+                    (
+                        format!("{name}/{}", s["name"].as_str().unwrap_or("?")),
+                        s.clone(),
+                    )
+                })
+                .collect(),
+            _ => vec![(name.to_string(), pipeline.clone())],
+        }
+    };
+    for (name, part) in pipelines.iter().flat_map(rows_of) {
+        let status = &part["status"];
         let number = |value: &serde_json::Value| {
             value
                 .as_u64()
                 .map_or_else(|| "-".to_string(), |n| n.to_string())
         };
         rows.push(vec![
-            pipeline["name"].as_str().unwrap_or("?").to_string(),
-            pipeline["state"].as_str().unwrap_or("?").to_string(),
-            number(&pipeline["udf"]["version"]),
+            name,
+            part["state"].as_str().unwrap_or("?").to_string(),
+            number(&part["udf"]["version"]),
             status["records_per_second"]
                 .as_f64()
                 .map_or_else(|| "-".to_string(), |r| format!("{r:.1}")),

@@ -285,7 +285,7 @@ fn every_mistake_in_a_graph_is_named() {
     );
     assert!(
         message
-            .contains("this pipeline has 2 stages ([[stage]]): only `weir run` and `weir dev` run"),
+            .contains("this pipeline has 2 stages ([[stage]]): only `weir run`, `weir dev` and `weir serve` run"),
         "{message}"
     );
 }

@@ -4,137 +4,40 @@
 //! ```text
 //! DATA/registry/
 //!   pipelines/<name>.json      one record per pipeline: its definition (the pipeline
-//!                              file's text and base folder), whether it should run, the
-//!                              kept versions, the active one, and its history
+//!                              file's text and base folder), whether it should run, per
+//!                              stage the kept versions and the active one, its history
 //!   components/<sha256>.wasm   every kept version's component, stored once by content
 //! ```
 //!
-//! A record file starts with a line `weir-registry 1 <sha256 of the rest>`, then the
-//! record as JSON; a file whose hash does not match is reported and not used. Every change
+//! A record file starts with a line `weir-registry 2 <sha256 of the rest>`, then the
+//! record as JSON (format 1, written before pipelines had stages, is read as a pipeline
+//! of one stage and written as format 2 at its next change); a file whose hash does not match is reported and not used. Every change
 //! is written to a temporary file, synced, renamed over the old one and its folder synced
 //! before the API answers, so a `kill -9` leaves each record as it was before the call or
 //! after it, never between. A component is stored (and synced) before any record names
 //! it; leftover temporary files are removed when the registry is opened.
 
 use anyhow::Context as _;
-use serde::{Deserialize, Serialize};
+mod record;
+
+pub use record::{Desired, HistoryEntry, PipelineRecord, StageRecord, VersionRecord, MAX_HISTORY};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use weir_control::{UdfVersion, Versions};
 use weir_core::identity::sha256_hex;
-use weir_core::time::wall_clock_ms;
 
-/// How many versions of a pipeline the registry keeps (and can roll back to) unless
-/// `weir serve --keep-versions` says otherwise.
+/// How many versions of each stage of a pipeline the registry keeps (and can roll back
+/// to) unless `weir serve --keep-versions` says otherwise.
 pub const DEFAULT_KEEP_VERSIONS: usize = 10;
 
-/// The first word of a record file, and the format's version after it.
-const HEADER: &str = "weir-registry 1";
+/// The first word of a record file; the format's version follows it.
+const HEADER: &str = "weir-registry";
 
-/// Whether a pipeline should run when the server starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Desired {
-    /// Started again with its active version (it resumes from its checkpoint).
-    Running,
-    /// Stopped through the API: stays stopped until it is created again.
-    Stopped,
-    /// It ended by itself (every input ended): not started again, which would read its
-    /// inputs once more.
-    Finished,
-}
-
-/// One kept version of a pipeline's UDF.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VersionRecord {
-    /// Its number (1 for the first, then one more per new component).
-    pub number: u32,
-    /// The SHA-256 of its component: `components/<sha256>.wasm`.
-    pub sha256: String,
-    /// When it was first deployed, in ms since the epoch.
-    pub deployed_at: i64,
-}
-
-/// Something that happened to a pipeline, as its history shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryEntry {
-    /// When, in ms since the epoch.
-    pub at: i64,
-    /// `created`, `deployed`, `rolled back`, `rolled back automatically`, `stopped`,
-    /// `started`, `finished`.
-    pub action: String,
-    /// The version active after it.
-    pub version: u32,
-    /// What came of it, or why (empty when there is nothing to add).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub detail: String,
-}
-
-/// Everything the registry keeps about one pipeline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PipelineRecord {
-    /// The pipeline's name (also the record file's name).
-    pub name: String,
-    /// The pipeline file's text, as it was created.
-    pub definition: String,
-    /// The folder its relative paths start from.
-    pub base: PathBuf,
-    /// Whether it should run when the server starts.
-    pub desired: Desired,
-    /// The number of the version running (or to run).
-    pub active: u32,
-    /// The kept versions, oldest first (at most the registry's `keep_versions`; the
-    /// active one always among them).
-    pub versions: Vec<VersionRecord>,
-    /// What happened to it, oldest first (the last [`MAX_HISTORY`] entries).
-    pub history: Vec<HistoryEntry>,
-}
-
-/// The most history entries a record keeps.
-pub const MAX_HISTORY: usize = 200;
-
-impl PipelineRecord {
-    /// The kept version with this number.
-    pub fn version(&self, number: u32) -> Option<&VersionRecord> {
-        self.versions.iter().find(|v| v.number == number)
-    }
-
-    /// Appends a history entry for `action` (the version active now), keeping the last
-    /// [`MAX_HISTORY`].
-    pub fn record(&mut self, action: &str, detail: impl Into<String>) {
-        self.history.push(HistoryEntry {
-            at: wall_clock_ms(),
-            action: action.to_string(),
-            version: self.active,
-            detail: detail.into(),
-        });
-        let excess = self.history.len().saturating_sub(MAX_HISTORY);
-        self.history.drain(..excess);
-    }
-
-    /// Makes the version with `sha256` (numbered `number`, known or new) the active one;
-    /// adds it to the kept versions if it is new, then drops the oldest beyond `keep`
-    /// (never the active one).
-    pub fn activate(&mut self, number: u32, sha256: &str, keep: usize) {
-        if self.version(number).is_none() {
-            self.versions.push(VersionRecord {
-                number,
-                sha256: sha256.to_string(),
-                deployed_at: wall_clock_ms(),
-            });
-            self.versions.sort_by_key(|v| v.number);
-        }
-        self.active = number;
-        while self.versions.len() > keep.max(1) {
-            let Some(oldest) = self.versions.iter().position(|v| v.number != self.active) else {
-                break;
-            };
-            self.versions.remove(oldest);
-        }
-    }
-}
+/// The format records are written in (format 1, read too, is a pipeline of one stage).
+const FORMAT: u32 = 2;
 
 /// The registry: the records in memory, and the folder they are kept in.
 pub struct Registry {
@@ -267,11 +170,13 @@ impl Registry {
         Ok(bytes)
     }
 
-    /// The kept versions of `record` with their components, for rollbacks: the versions
-    /// whose component cannot be read are left out (and reported).
-    pub fn versions_of(&self, record: &PipelineRecord) -> Versions {
+    /// The kept versions of stage `stage` of `record` with their components, for
+    /// rollbacks: the versions whose component cannot be read are left out (and
+    /// reported); none for a stage the record does not hold.
+    pub fn versions_of(&self, record: &PipelineRecord, stage: &str) -> Versions {
         let mut kept = Vec::new();
-        for v in &record.versions {
+        let versions = record.stage(stage).map_or(&[][..], |s| &s.versions);
+        for v in versions {
             match self.component(&v.sha256) {
                 Ok(bytes) => kept.push(UdfVersion {
                     number: v.number,
@@ -280,7 +185,7 @@ impl Registry {
                     deployed_at: v.deployed_at,
                 }),
                 Err(e) => tracing::warn!(
-                    "pipeline {:?}: version {} cannot be rolled back to: {e:#}",
+                    "pipeline {:?}, stage {stage:?}: version {} cannot be rolled back to: {e:#}",
                     record.name,
                     v.number
                 ),
@@ -325,7 +230,7 @@ impl Registry {
         let mut record = records.get(name).cloned().unwrap_or_else(create);
         change(&mut record);
         let body = serde_json::to_vec_pretty(&record)?;
-        let mut file = format!("{HEADER} {}\n", sha256_hex(&body)).into_bytes();
+        let mut file = format!("{HEADER} {FORMAT} {}\n", sha256_hex(&body)).into_bytes();
         file.extend_from_slice(&body);
         let path = self.record_path(name);
         write_durably(&path, &file)
@@ -362,7 +267,8 @@ impl Registry {
         let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let named: BTreeSet<&str> = records
             .values()
-            .flat_map(|r| r.versions.iter().map(|v| v.sha256.as_str()))
+            .flat_map(|r| r.stages.iter().flat_map(|s| &s.versions))
+            .map(|v| v.sha256.as_str())
             .chain(pending.iter().map(String::as_str))
             .collect();
         let Ok(entries) = std::fs::read_dir(self.dir.join("components")) else {
@@ -378,7 +284,7 @@ impl Registry {
     }
 }
 
-/// Reads and checks one record file.
+/// Reads and checks one record file, of format 2 or 1.
 fn read_record(path: &Path) -> anyhow::Result<PipelineRecord> {
     let data = std::fs::read(path)?;
     let newline = data
@@ -386,27 +292,32 @@ fn read_record(path: &Path) -> anyhow::Result<PipelineRecord> {
         .position(|&b| b == b'\n')
         .context("no header line")?;
     let header = std::str::from_utf8(&data[..newline]).context("the header is not text")?;
-    let sha = header
+    let (format, sha) = header
         .strip_prefix(HEADER)
-        .map(str::trim)
-        .with_context(|| format!("the header is not `{HEADER} <sha256>`"))?;
+        .and_then(|rest| rest.trim().split_once(' '))
+        .and_then(|(format, sha)| Some((format.parse::<u32>().ok()?, sha.trim())))
+        .with_context(|| format!("the header is not `{HEADER} {FORMAT} <sha256>`"))?;
     let body = &data[newline + 1..];
     anyhow::ensure!(
         sha256_hex(body) == sha,
         "its SHA-256 does not match its header: the file is damaged"
     );
-    let record: PipelineRecord = serde_json::from_slice(body).context("not a registry record")?;
+    let record: PipelineRecord = match format {
+        1 => serde_json::from_slice::<record::PipelineRecordV1>(body)
+            .context("not a registry record of format 1")?
+            .into(),
+        FORMAT => serde_json::from_slice(body).context("not a registry record")?,
+        other => anyhow::bail!(
+            "it is of format {other}, which this weir does not know (it writes format {FORMAT}): a newer weir wrote it"
+        ),
+    };
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     anyhow::ensure!(
         stem.as_deref() == Some(record.name.as_str()),
         "it holds pipeline {:?}, not the one its name says",
         record.name
     );
-    anyhow::ensure!(
-        record.version(record.active).is_some(),
-        "its active version {} is not among its versions",
-        record.active
-    );
+    record.check()?;
     Ok(record)
 }
 
@@ -445,12 +356,7 @@ mod tests {
             definition: "name = \"x\"".into(),
             base: "/b".into(),
             desired: Desired::Running,
-            active: 1,
-            versions: vec![VersionRecord {
-                number: 1,
-                sha256: sha.into(),
-                deployed_at: 0,
-            }],
+            stages: vec![StageRecord::first(name, sha)],
             history: Vec::new(),
         }
     }
@@ -463,7 +369,7 @@ mod tests {
         let sha = registry.store_component(b"component one").unwrap();
         for name in ["a", "b"] {
             registry
-                .update(name, || record(name, &sha), |r| r.record("created", ""))
+                .update(name, || record(name, &sha), |r| r.record("created", "", ""))
                 .unwrap();
         }
         std::fs::write(dir.path().join("pipelines/c.json.tmp-1"), "half").unwrap();
@@ -506,14 +412,14 @@ mod tests {
                 .update(
                     "p",
                     || unreachable!(),
-                    |r| r.activate(i as u32 + 1, sha, keep),
+                    |r| r.stages[0].activate(i as u32 + 1, sha, keep),
                 )
                 .unwrap();
             registry.release_component(sha);
         }
         let p = registry.get("p").unwrap();
-        let kept: Vec<u32> = p.versions.iter().map(|v| v.number).collect();
-        assert_eq!((kept, p.active), (vec![3, 4], 4));
+        let kept: Vec<u32> = p.stages[0].versions.iter().map(|v| v.number).collect();
+        assert_eq!((kept, p.stages[0].active), (vec![3, 4], 4));
         assert!(
             registry.component(&shas[0]).is_err(),
             "v1's component is removed"
@@ -526,5 +432,96 @@ mod tests {
             registry.records().is_empty(),
             "a removed pipeline stays gone"
         );
+    }
+
+    #[test]
+    fn a_record_of_format_1_is_read_as_one_stage_and_written_as_format_2() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("pipelines")).unwrap();
+        let body = br#"{"name":"p","definition":"name = \"p\"","base":"/b","desired":"running","active":2,
+            "versions":[{"number":1,"sha256":"aa","deployed_at":5},{"number":2,"sha256":"bb","deployed_at":6}],
+            "history":[{"at":7,"action":"deployed","version":2}]}"#;
+        let mut file = format!("weir-registry 1 {}\n", sha256_hex(body)).into_bytes();
+        file.extend_from_slice(body);
+        std::fs::write(dir.path().join("pipelines/p.json"), &file).unwrap();
+
+        let (registry, damaged) = Registry::open(dir.path(), 3).unwrap();
+        assert!(damaged.is_empty(), "{damaged:?}");
+        let p = registry.get("p").unwrap();
+        assert_eq!(p.stages.len(), 1);
+        assert_eq!((p.stages[0].name.as_str(), p.stages[0].active), ("p", 2));
+        assert_eq!(p.stages[0].versions[0].sha256, "aa");
+        assert_eq!(p.history[0].version, 2);
+        registry
+            .change("p", |r| r.record("stopped", "", ""))
+            .unwrap();
+        let written = std::fs::read_to_string(dir.path().join("pipelines/p.json")).unwrap();
+        assert!(written.starts_with("weir-registry 2 "), "{written}");
+        drop(registry);
+        let (registry, damaged) = Registry::open(dir.path(), 3).unwrap();
+        assert!(damaged.is_empty(), "{damaged:?}");
+        let p = registry.get("p").unwrap();
+        assert_eq!(p.history.len(), 2);
+        assert_eq!(
+            p.history[1].version, 2,
+            "a one-stage entry names its version"
+        );
+    }
+
+    #[test]
+    fn stages_keep_their_own_versions_and_history_names_the_stage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (registry, _) = Registry::open(dir.path(), 2).unwrap();
+        let shas: Vec<String> = ["count", "sum", "sum v2", "sum v3"]
+            .iter()
+            .map(|c| registry.store_component(c.as_bytes()).unwrap())
+            .collect();
+        let graph = PipelineRecord {
+            stages: vec![
+                StageRecord::first("count", &shas[0]),
+                StageRecord::first("sum", &shas[1]),
+            ],
+            ..record("g", &shas[0])
+        };
+        registry
+            .update("g", || graph, |r| r.record("created", "", ""))
+            .unwrap();
+        for (number, sha) in [(2, &shas[2]), (3, &shas[3])] {
+            registry
+                .change("g", |r| {
+                    r.stage_mut("sum").unwrap().activate(number, sha, 2);
+                    r.record("deployed", "sum", "");
+                })
+                .unwrap();
+        }
+        for sha in &shas {
+            registry.release_component(sha);
+        }
+        // Components are pruned at a change.
+        registry
+            .change("g", |r| r.record("stopped", "", ""))
+            .unwrap();
+        let g = registry.get("g").unwrap();
+        assert_eq!(g.stage("count").unwrap().active, 1);
+        let sum = g.stage("sum").unwrap();
+        let kept: Vec<u32> = sum.versions.iter().map(|v| v.number).collect();
+        assert_eq!((kept, sum.active), (vec![2, 3], 3));
+        let entries: Vec<(&str, &str, u32)> = g
+            .history
+            .iter()
+            .map(|h| (h.action.as_str(), h.stage.as_str(), h.version))
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                ("created", "", 0),
+                ("deployed", "sum", 2),
+                ("deployed", "sum", 3),
+                ("stopped", "", 0)
+            ]
+        );
+        assert!(registry.component(&shas[0]).is_ok(), "count's v1 is kept");
+        assert!(registry.component(&shas[1]).is_err(), "sum's v1 is not");
+        assert_eq!(registry.versions_of(&g, "sum").last().unwrap().number, 3);
     }
 }
