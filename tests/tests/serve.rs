@@ -3296,6 +3296,11 @@ fn a_pipeline_of_stages_is_served_and_one_stage_is_deployed_and_rolled_back_alon
         ],
         "a row per stage:\n{table}"
     );
+    if let Some(browser) = chromium() {
+        the_console_draws_each_stage(&browser, &server);
+    } else {
+        eprintln!("the console's drawing of a graph is not checked: no chromium on PATH (`bash scripts/browser.sh` installs it)");
+    }
     let (code, stdout, stderr) = weir_cli(&[
         "rollback",
         "graph",
@@ -3364,5 +3369,71 @@ fn a_pipeline_of_stages_is_served_and_one_stage_is_deployed_and_rolled_back_alon
     assert_eq!(
         versions, expected,
         "v1, then v2 from the deploy ({before_deploy} counted before it), then v1 from the rollback ({before_rollback} before it)"
+    );
+}
+
+/// The console's page of the two-stage pipeline `graph` (stage 2 on v2): a row per stage
+/// in its graph, with its nodes and a records/s on every edge (stage 2's input named as
+/// stage 1), and per stage its versions with its own rollback button and the history's
+/// entries about it.
+fn the_console_draws_each_stage(browser: &Path, server: &Server) {
+    let dom = dump_dom(browser, &format!("{}/#/pipeline/graph", server.url));
+    let context = || format!("the page:\n{dom}");
+    for node in [
+        "first/source:events",
+        "first/udf",
+        "first/sink:main",
+        "second/source:first",
+        "second/udf",
+        "second/sink:main",
+    ] {
+        assert_eq!(
+            elements(&dom, &format!("data-node=\"{node}\"")).len(),
+            1,
+            "node {node}: {}",
+            context()
+        );
+    }
+    for edge in [
+        "first/source:events",
+        "first/output:main",
+        "second/source:first",
+        "second/output:main",
+    ] {
+        let at = dom
+            .find(&format!("data-edge=\"{edge}\""))
+            .unwrap_or_else(|| panic!("edge {edge}: {}", context()));
+        assert!(
+            cell(&dom[at..], "edge-rate").is_some_and(|r| r.ends_with("rec/s")),
+            "edge {edge}: {}",
+            context()
+        );
+    }
+    assert!(
+        text_of(&dom, "data-node=\"second/udf\"").starts_with("second"),
+        "{}",
+        context()
+    );
+    assert!(dom.contains("UDF v2"), "stage 2's version: {}", context());
+    for stage in ["first", "second"] {
+        assert_eq!(
+            elements(&dom, &format!("id=\"rollback-{stage}\"")).len(),
+            1,
+            "{}",
+            context()
+        );
+    }
+    let section = &dom[dom
+        .find("id=\"versions-second\"")
+        .expect("stage 2's versions")..];
+    let history: Vec<String> = elements(section, "class=\"history-entry\"")
+        .iter()
+        .map(|(tag, _)| attribute(tag, "data-action").to_string())
+        .collect();
+    assert_eq!(
+        history.first().map(String::as_str),
+        Some("deployed"),
+        "{}",
+        context()
     );
 }

@@ -114,19 +114,48 @@ async function callApi(method, path) {
   return body;
 }
 
-// The buttons' handler: rollback or stop of pipeline `name`, its outcome shown beside them.
-async function act(name, action) {
-  const result = document.getElementById("action-result");
-  result.className = "";
+// The buttons' handler: rollback or stop of pipeline `name` (a rollback of its stage
+// `stage`, in a pipeline of several), its outcome shown beside them.
+async function act(name, action, stage) {
+  const result = document.getElementById("action-result" + (stage ? "-" + stage : ""));
+  result.className = "action-result";
   result.textContent = action + "…";
   try {
-    const body = await callApi("POST", `/api/pipelines/${encodeURIComponent(name)}/${action}`);
+    const query = stage ? "?stage=" + encodeURIComponent(stage) : "";
+    const body = await callApi("POST", `/api/pipelines/${encodeURIComponent(name)}/${action}${query}`);
     result.textContent = action === "rollback" ? `rolled back to v${body.version}` : `stopped (${body.state})`;
   } catch (e) {
-    result.className = "failed";
+    result.className = "action-result failed";
     result.textContent = action + " failed: " + e.message;
   }
   refresh();
+}
+
+// What the overview and the head of a page show of a pipeline: its status, or for a
+// pipeline of several stages (a status each) the records its first stages read (those
+// reading sources), the largest watermark lag, and every stage's dead letters and errors.
+function pipelineStatus(p) {
+  if (p.status) return p.status;
+  const stages = p.stages || [];
+  const roots = stages.filter((st, i) => p.graph.stages[i].sources.some(src => src.type !== "stage"));
+  const sum = (list, f) => list.reduce((n, st) => n + (f(st.status) || 0), 0);
+  const lags = stages.map(st => st.status.watermark_lag_ms).filter(v => v !== null && v !== undefined);
+  const causes = {};
+  for (const st of stages) for (const [k, v] of Object.entries(st.status.dead_letter_causes || {})) causes[k] = (causes[k] || 0) + v;
+  const history = (roots[0] ? roots[0].status.history : []).map(([t], i) =>
+    [t, roots.reduce((n, st) => n + ((st.status.history[i] || [])[1] || 0), 0)]);
+  return {
+    records_per_second: sum(roots, s => s.records_per_second), processed: sum(roots, s => s.processed), history,
+    watermark_lag_ms: lags.length ? Math.max(...lags) : null, dead_letters: sum(stages, s => s.dead_letters),
+    dead_letter_causes: causes, late: sum(stages, s => s.late),
+    exceptions: stages.flatMap(st => st.status.exceptions).sort((a, b) => a.at - b.at),
+  };
+}
+
+// The UDF column of the overview: "v2", or per stage "count v1, sum v2".
+function udfVersions(p) {
+  if (p.udf) return "v" + (p.udf.version ?? "?");
+  return (p.stages || []).map(st => `${st.name} v${st.udf.version ?? "?"}`).join(", ");
 }
 
 /** Why the present run sent records to the dead letters: "3 rejected by the UDF, 1 ...". */
@@ -143,11 +172,11 @@ function figure(label, value, cls, attrs) {
 
 function overview(body) {
   const rows = body.pipelines.map(p => {
-    const s = p.status;
+    const s = pipelineStatus(p);
     return el("tr", { "data-pipeline": p.name },
       el("td", { class: "name" }, el("a", { href: "#/pipeline/" + encodeURIComponent(p.name) }, p.name)),
       el("td", { class: "state state-" + p.state }, p.state),
-      el("td", { class: "number" }, "v" + (p.udf.version ?? "?")),
+      el("td", { class: "number" }, udfVersions(p)),
       el("td", { class: "num rate" }, rate(s.records_per_second)),
       el("td", {}, chart(rates(s.history), "rec/s", 220, 60)),
       el("td", { class: "num processed" }, s.processed),
@@ -161,16 +190,17 @@ function overview(body) {
       el("tbody", { id: "pipelines" }, ...rows)));
 }
 
-// Per-edge rates from the counts at this poll and the one before.
-function edgeRates(p) {
-  const now = Date.now(), s = p.status, before = previous[p.name];
+// Per-edge rates of `part` (a pipeline, or a stage named `pipeline/stage`) from the
+// counts at this poll and the one before.
+function edgeRates(part) {
+  const now = Date.now(), s = part.status, before = previous[part.name];
   const out = { sources: {}, outputs: {} };
   if (before && now > before.at) {
     const dt = (now - before.at) / 1000;
     for (const [n, c] of s.sources) if (n in before.sources) out.sources[n] = Math.max(0, c - before.sources[n]) / dt;
     for (const [n, c] of s.outputs) if (n in before.outputs) out.outputs[n] = Math.max(0, c - before.outputs[n]) / dt;
   }
-  previous[p.name] = { at: now, sources: Object.fromEntries(s.sources), outputs: Object.fromEntries(s.outputs) };
+  previous[part.name] = { at: now, sources: Object.fromEntries(s.sources), outputs: Object.fromEntries(s.outputs) };
   return out;
 }
 
@@ -181,23 +211,39 @@ function edge(kind, name, count, perSecond) {
     el("span", { class: "edge-count muted" }, count + " records"));
 }
 
-function graph(p) {
-  const s = p.status, r = edgeRates(p);
+// One keyed stage drawn as its inputs, its UDF and its outputs, a records/s on every
+// edge: `part` has the stage's `name` (for its rates), `status`, `graph` and `udf`; its
+// nodes and edges are named with `prefix` ("" for a pipeline of one stage, "count/" for
+// stage count of several). An input from another stage and an output read by other
+// stages say so.
+function stageRow(part, prefix) {
+  const s = part.status, r = edgeRates(part);
   const counts = list => Object.fromEntries(list);
   const read = counts(s.sources), emitted = counts(s.outputs);
   const sources = el("div", { class: "column" }), inEdges = el("div", { class: "column" });
-  for (const src of p.graph.sources) {
-    sources.append(el("div", { class: "node node-source", "data-node": "source:" + src.name }, src.name, el("div", { class: "kind" }, src.type + " source")));
-    inEdges.append(edge("source", src.name, read[src.name] ?? 0, r.sources[src.name]));
+  for (const src of part.graph.sources) {
+    const kind = src.type === "stage" ? "from stage" : src.type + " source";
+    sources.append(el("div", { class: "node node-" + (src.type === "stage" ? "stage-input" : "source"), "data-node": prefix + "source:" + src.name }, src.name, el("div", { class: "kind" }, kind)));
+    inEdges.append(edge(prefix + "source", src.name, read[src.name] ?? 0, r.sources[src.name]));
   }
-  const udf = el("div", { class: "node node-udf", "data-node": "udf" }, p.graph.udf, el("div", { class: "kind" }, "UDF v" + (p.udf.version ?? "?")));
+  const udf = el("div", { class: "node node-udf", "data-node": prefix + "udf" }, part.graph.udf, el("div", { class: "kind" }, "UDF v" + (part.udf.version ?? "?")));
   const outEdges = el("div", { class: "column" }), sinks = el("div", { class: "column" });
-  for (const sink of p.graph.sinks) {
-    outEdges.append(edge("output", sink.output, emitted[sink.output] ?? 0, r.outputs[sink.output]));
-    sinks.append(el("div", { class: "node node-sink", "data-node": "sink:" + sink.output }, sink.output, el("div", { class: "kind" }, sink.type + " sink")));
+  for (const sink of part.graph.sinks) {
+    const readers = sink.stages ? ` and ${sink.stages} stage(s)` : "";
+    outEdges.append(edge(prefix + "output", sink.output, emitted[sink.output] ?? 0, r.outputs[sink.output]));
+    sinks.append(el("div", { class: "node node-sink", "data-node": prefix + "sink:" + sink.output }, sink.output, el("div", { class: "kind" }, sink.type + " sink" + readers)));
   }
-  return el("section", { id: "graph" }, el("h2", {}, "Graph"),
-    el("div", { class: "graph" }, sources, inEdges, udf, outEdges, sinks),
+  return el("div", { class: "graph", "data-stage": part.name }, sources, inEdges, udf, outEdges, sinks);
+}
+
+// The pipeline's graph: one row for a pipeline of one stage; for several, a row per
+// stage, in the graph's order, each headed by the stage's name.
+function graph(p) {
+  const s = pipelineStatus(p);
+  const rows = p.status ? [stageRow(p, "")] : p.stages.flatMap((st, i) => [
+    el("h3", { class: "stage-name" }, "stage " + st.name + " (" + st.state + ")"),
+    stageRow({ name: p.name + "/" + st.name, status: st.status, graph: p.graph.stages[i], udf: st.udf }, st.name + "/")]);
+  return el("section", { id: "graph" }, el("h2", {}, "Graph"), ...rows,
     el("p", { class: "muted" }, `records/s per edge between two polls; dead letters: ${s.dead_letters}, late: ${s.late}. ` +
       "Backpressure is not measured: a sink that cannot keep up shows as a records/s on its edge lower than the source's."));
 }
@@ -220,20 +266,24 @@ function exceptions(s) {
     entries.length ? el("div", { class: "exceptions" }, ...entries) : el("p", { class: "muted" }, "none"));
 }
 
-function versions(p) {
-  const rows = (p.history || []).slice().reverse().map(h =>
+// The UDF versions and history of pipeline `p`, with its rollback and stop buttons; with
+// `stage`, those of that stage of `p` (its own rollback; the history's entries about it).
+function versions(p, stage) {
+  const suffix = stage ? "-" + stage.name : "";
+  const history = (p.history || []).filter(h => !stage || h.stage === stage.name);
+  const rows = history.slice().reverse().map(h =>
     el("tr", { class: "history-entry", "data-action": h.action, "data-version": h.version },
-      el("td", {}, dateTime(h.at)), el("td", { class: "action" }, h.action), el("td", {}, "v" + h.version), el("td", { class: "detail" }, h.detail || "")));
-  const kept = (p.versions || []).map(v =>
+      el("td", {}, dateTime(h.at)), el("td", { class: "action" }, h.action), el("td", {}, h.version ? "v" + h.version : ""), el("td", { class: "detail" }, h.detail || "")));
+  const kept = ((stage || p).versions || []).map(v =>
     el("tr", { class: "version" + (v.active ? " active" : "") },
       el("td", {}, "v" + v.version + (v.active ? " (active)" : "")), el("td", {}, el("code", {}, v.sha256.slice(0, 12))),
       el("td", { class: "num" }, bytes(v.bytes)), el("td", {}, dateTime(v.deployed_at))));
   const name = p.name;
-  return el("section", { id: "versions" }, el("h2", {}, "UDF versions"),
+  return el("section", { id: "versions" + suffix, class: "versions" }, el("h2", {}, stage ? `UDF versions of stage ${stage.name}` : "UDF versions"),
     el("div", { class: "actions" },
-      el("button", { id: "rollback", onclick: () => act(name, "rollback") }, "roll back to the version before"),
-      el("button", { id: "stop", onclick: () => act(name, "stop") }, "stop"),
-      el("span", { id: "action-result", class: token() ? "" : "muted" }, token() ? "" : "rollback and stop need the API token (enter it above)")),
+      el("button", { id: "rollback" + suffix, onclick: () => act(name, "rollback", stage && stage.name) }, "roll back to the version before"),
+      stage ? null : el("button", { id: "stop", onclick: () => act(name, "stop") }, "stop"),
+      el("span", { id: "action-result" + suffix, class: "action-result" + (token() ? "" : " muted") }, token() ? "" : "rollback and stop need the API token (enter it above)")),
     el("table", {}, el("thead", {}, el("tr", {}, ...["version", "sha256", "size", "deployed at"].map(h => el("th", {}, h)))), el("tbody", {}, ...kept)),
     el("h2", {}, "History"),
     el("div", { class: "scroll" }, el("table", {}, el("thead", {}, el("tr", {}, ...["at", "what", "version", "detail"].map(h => el("th", {}, h)))), el("tbody", {}, ...rows))));
@@ -251,23 +301,34 @@ function tasks(s) {
 }
 
 function pipelinePage(p) {
-  const s = p.status;
+  const s = pipelineStatus(p);
+  const udf = p.udf ? figure("UDF", `${p.udf.name} v${p.udf.version ?? "?"}`, "udf") : figure("stages", udfVersions(p), "udf");
   const head = el("section", { id: "summary" },
     el("h2", {}, el("a", { href: "#/" }, "pipelines"), " / ", el("span", { class: "name" }, p.name)),
     el("div", { class: "figures" },
-      figure("state", p.state, "state state-" + p.state),
-      figure("UDF", `${p.udf.name} v${p.udf.version ?? "?"}`, "udf"),
-      figure("records/s", rate(s.records_per_second), "rate"),
-      figure("processed", s.processed, "processed"),
-      figure("watermark", dateTime(s.watermark), "watermark"),
+      figure("state", p.state, "state state-" + p.state), udf,
+      figure(p.status ? "records/s" : "records/s in", rate(s.records_per_second), "rate"),
+      figure(p.status ? "processed" : "read", s.processed, "processed"),
+      p.status && figure("watermark", dateTime(s.watermark), "watermark"),
       figure("watermark lag", duration(s.watermark_lag_ms), "lag", { "data-ms": s.watermark_lag_ms ?? "" }),
-      figure("keys", s.keys, "keys"), figure("state", bytes(s.state_bytes), "state-bytes"),
-      figure("timers", s.event_timers + s.processing_timers, "timers"),
+      p.status && figure("keys", s.keys, "keys"), p.status && figure("state", bytes(s.state_bytes), "state-bytes"),
+      p.status && figure("timers", s.event_timers + s.processing_timers, "timers"),
       figure("dead letters", s.dead_letters, "dead-letters", { title: deadLetterCauses(s) }),
       deadLetterCauses(s) && figure("why dead letters", deadLetterCauses(s), "dead-letter-causes"),
       figure("late", s.late, "late")));
   const throughput = el("section", { id: "throughput" }, el("h2", {}, "Records/s, last minutes"), chart(rates(s.history), "rec/s"));
   const definition = el("section", { id: "definition" }, el("h2", {}, "Pipeline file"), el("pre", { class: "definition" }, p.definition || ""));
+  if (!p.status) {
+    // A pipeline of several stages: its stop, then per stage its figures, checkpoints,
+    // errors and versions.
+    const stop = el("div", { class: "actions" }, el("button", { id: "stop", onclick: () => act(p.name, "stop") }, "stop"),
+      el("span", { id: "action-result", class: "action-result" }, ""));
+    const stages = p.stages.map(st => el("section", { class: "stage", "data-stage": st.name },
+      el("h2", {}, `Stage ${st.name}: ${st.udf.name} v${st.udf.version ?? "?"}, ${rate(st.status.records_per_second)}, ${st.status.processed} processed, ` +
+        `${st.status.keys} keys, ${bytes(st.status.state_bytes)} of state`),
+      el("div", { class: "grid" }, checkpoints(st.status), exceptions(st.status)), versions(p, st)));
+    return [head, stop, graph(p), throughput, ...stages, definition];
+  }
   return [head, graph(p), el("div", { class: "grid" }, throughput, checkpoints(s)), tasks(s),
     el("div", { class: "grid" }, exceptions(s), versions(p)), definition].filter(Boolean);
 }
@@ -285,12 +346,15 @@ async function refresh() {
     const body = await response.json();
     if (!response.ok) throw new Error(body.error || response.statusText);
     // Keep what the user typed or was told across refreshes.
-    const result = document.getElementById("action-result");
-    const kept = result && result.textContent && !result.classList.contains("muted") ? [result.className, result.textContent] : null;
+    const told = [...view.querySelectorAll(".action-result")]
+      .filter(r => r.textContent && !r.classList.contains("muted")).map(r => [r.id, r.className, r.textContent]);
     const scrolls = [...view.querySelectorAll(".scroll, .exceptions")].map(n => n.scrollTop);
     view.replaceChildren(...(name === null ? [overview(body)] : pipelinePage(body)));
     [...view.querySelectorAll(".scroll, .exceptions")].forEach((n, i) => { n.scrollTop = scrolls[i] || 0; });
-    if (kept) { const r = document.getElementById("action-result"); r.className = kept[0]; r.textContent = kept[1]; }
+    for (const [id, className, text] of told) {
+      const r = document.getElementById(id);
+      if (r) { r.className = className; r.textContent = text; }
+    }
     updated.textContent = (name === null ? body.pipelines.length + " pipeline(s)" : name) + ", updated " + new Date().toLocaleTimeString();
   } catch (e) {
     updated.textContent = "cannot reach weir serve: " + e.message;
