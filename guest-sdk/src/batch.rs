@@ -163,8 +163,8 @@ pub(crate) struct Overlay {
     /// How many of those each key has, so most timer calls skip the map.
     pending_per_key: Vec<u32>,
     skipped: Vec<bool>,
-    /// The earliest event-time timer this batch registered.
-    earliest_registered: i64,
+    /// The earliest event-time timer this batch registered, if it registered one.
+    earliest_registered: Option<i64>,
     /// The time-to-live of each state, by id (see [`declared`]).
     ttls: Vec<Option<StateTtl>>,
     timer_ops: Writer,
@@ -430,7 +430,7 @@ impl Overlay {
             return; // the host holds this timer (it is ahead in the batch): one timer
         }
         if domain == TimeDomain::EventTime {
-            self.earliest_registered = self.earliest_registered.min(at);
+            self.earliest_registered = Some(self.earliest_registered.map_or(at, |e| e.min(at)));
         }
         self.timer_op(key, code, weir_wire::REGISTER, at);
     }
@@ -712,7 +712,7 @@ pub(crate) fn run<T: ProcessFunction>(
         pending,
         pending_per_key,
         skipped: vec![false; entries.len()],
-        earliest_registered: i64::MAX,
+        earliest_registered: None,
         ttls: TTLS.with_borrow(Clone::clone),
         timer_ops: Writer::with_capacity(entries.len() * 14),
         timer_op_count: 0,
@@ -777,7 +777,7 @@ fn run_entries<T: ProcessFunction>(
         // this entry. Stop, and let the host fire it and send the rest again.
         if index > 0
             && before > seen_watermark
-            && with(|o| o.earliest_registered <= before).unwrap_or(false)
+            && with(|o| o.earliest_registered.is_some_and(|e| e <= before)).unwrap_or(false)
         {
             return Ok(index as u32);
         }
@@ -835,7 +835,9 @@ fn run_entries<T: ProcessFunction>(
         };
         // A timer registered here that is already due must fire before anything after
         // this entry: stop, and let the host fire it and send the rest again.
-        if with(|o| o.earliest_registered <= due_after).unwrap_or(false) {
+        // (None registered: nothing to fire, also at the end of input's watermark, the
+        // largest there is.)
+        if with(|o| o.earliest_registered.is_some_and(|e| e <= due_after)).unwrap_or(false) {
             return Ok(index as u32 + 1);
         }
         seen_watermark = due_after;

@@ -175,6 +175,17 @@ class BatchTest(unittest.TestCase):
         self.assertEqual(timer_ops, [(0, 0, 0, 1_500)])
         self.assertEqual(len(emits), 2)
 
+    def test_the_end_of_inputs_timers_are_taken_in_one_batch(self):
+        # The end of input's watermark is the largest timestamp; no timer registered, so
+        # none can be due: every timer of the batch is taken.
+        end = 2**63 - 1
+        consumed, skipped, _, timer_ops, emits, _ = self.run_batch(
+            [(b"a", {}), (b"b", {}), (b"c", {})],
+            [("t", 0, MINUTE, end), ("t", 1, 2 * MINUTE, end), ("t", 2, 3 * MINUTE, end)],
+        )
+        self.assertEqual((consumed, skipped, timer_ops), (3, 0, []))
+        self.assertEqual(len(emits), 3)
+
     def test_a_pending_timer_deleted_is_skipped_and_one_registered_again_is_the_hosts(self):
         consumed, skipped, _, timer_ops, emits, _ = self.run_batch(
             [(b"a", {}), (b"b", {})],

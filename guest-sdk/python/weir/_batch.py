@@ -169,7 +169,7 @@ class _Overlay:
         self.timestamp = 0
         self.watermark = _I64_MIN
         self.skipped = set()  # timer entries the UDF deleted before they fired
-        self.earliest_registered = _I64_MAX
+        self.earliest_registered = None  # the earliest event-time timer registered
         self.timer_ops = []
         self.emits = []
         self.emit_count = 0
@@ -414,7 +414,7 @@ class _Overlay:
                 batch.scan_to_watermark(at)
             if batch.pending and (key, at) in batch.pending:
                 return  # the host holds this timer (it is ahead in the batch): one timer
-            if at < self.earliest_registered:
+            if self.earliest_registered is None or at < self.earliest_registered:
                 self.earliest_registered = at
         self.timer_ops.append(_TIMER_OP.pack(key, code, _REGISTER, at))
 
@@ -715,6 +715,7 @@ def _run_entries(o, batch, udf, inputs, make_context, make_element, make_timer, 
         if (
             seen_watermark is not None
             and before > seen_watermark
+            and o.earliest_registered is not None
             and o.earliest_registered <= before
         ):
             return index
@@ -751,7 +752,9 @@ def _run_entries(o, batch, udf, inputs, make_context, make_element, make_timer, 
         index += 1
         # A timer registered here that is already due must fire before anything after
         # this entry: stop, and let the host fire it and send the rest again.
-        if o.earliest_registered <= due_after:
+        # (None registered: nothing to fire, also at the end of input's watermark, the
+        # largest there is.)
+        if o.earliest_registered is not None and o.earliest_registered <= due_after:
             return index
         seen_watermark = due_after
     return index

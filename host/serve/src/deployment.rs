@@ -340,13 +340,18 @@ impl Deployment {
         self.stages.len() == 1
     }
 
-    /// The pipeline's state: its stages' when they agree; otherwise the first of
-    /// failed, restarting, starting, running, waiting for tasks and stopped that one
-    /// of them is in (finished only once all are).
+    /// The pipeline's state, from its stages' (see [`Self::state_of`]).
     pub fn state(&self) -> RunState {
         let states: Vec<RunState> = (self.stages.iter())
             .map(|s| s.control.status().state)
             .collect();
+        Self::state_of(&states)
+    }
+
+    /// The state of a pipeline whose stages are in `states`: theirs when they agree;
+    /// otherwise the first of failed, restarting, starting, running, waiting for tasks
+    /// and stopped that one of them is in (finished only once all are).
+    pub fn state_of(states: &[RunState]) -> RunState {
         [
             RunState::Failed,
             RunState::Restarting,

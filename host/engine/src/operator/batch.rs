@@ -163,17 +163,7 @@ impl KeyedOperator {
         let batch = match result {
             Ok(batch) => batch,
             Err(error) => {
-                if let CallError::Timeout(_) = error {
-                    // The deadline is per call: a batch of slow but finite calls can miss
-                    // it. Smaller batches from now on; the replay below runs each entry
-                    // with its own deadline.
-                    self.batch_limit = (self.batch_limit / 2).max(1);
-                    tracing::warn!(
-                        "UDF {:?}: a batch ran past the call timeout; batches now hold at most {} entries",
-                        self.function.name(),
-                        self.batch_limit
-                    );
-                }
+                self.batch_failed(&error);
                 return self.replay(elements, start, taken, unfinished);
             }
         };
@@ -228,6 +218,78 @@ impl KeyedOperator {
         self.flush_emitted(Ok(()))
             .map_err(|e| (start + consumed_elements.saturating_sub(1), e))?;
         Ok(start + consumed_elements)
+    }
+
+    /// Fires the event-time timers due at `watermark` in batches, as many as a batch
+    /// holds each, when the function takes batches: a watermark marker of an upstream
+    /// stage, an idle source or the end of input can make thousands due at once. Says
+    /// whether all fired; `false` leaves the rest to one call each: always for a function
+    /// that takes no batches or a pipeline with a time-to-live (state then expires
+    /// between two timers), and after a failed batch, whose timers the one-call path runs
+    /// again and so reports a failure on its exact timer.
+    pub(super) fn fire_event_timers_in_batches(
+        &mut self,
+        watermark: Timestamp,
+    ) -> Result<bool, OperatorError> {
+        // A function that stops a batch early (a timer it registered is due already) gets
+        // batches of as many as it took, twice as many again each time it takes one whole;
+        // one that took a single timer of several gets one call each from there (the
+        // SDKs before 2026-12-06 stopped after every timer at the end of input).
+        let mut limit = self.batch_limit;
+        while self.function.takes_batches() && self.batch_limit > 0 && !self.host.states.any_ttl() {
+            if self.stopping_at(watermark) {
+                return Err(OperatorError::Stopped);
+            }
+            let entries: Vec<BatchEntry<'_>> = (self.host.timers)
+                .event_due_between(None, watermark)
+                .take(limit.min(self.batch_limit))
+                .map(|(at, _, key)| BatchEntry::Timer {
+                    domain: TimeDomain::EventTime,
+                    timestamp: at,
+                    key,
+                    watermark,
+                })
+                .collect();
+            if entries.is_empty() {
+                return Ok(true);
+            }
+            match self.function.process_batch(&mut self.host, &entries) {
+                Ok(batch) if batch.consumed > 0 => {
+                    let stopped_early = batch.consumed < entries.len();
+                    limit = match stopped_early {
+                        true => batch.consumed,
+                        false => limit.saturating_mul(2),
+                    };
+                    self.counters.event_timers += (batch.consumed - batch.skipped) as u64;
+                    self.passed_calls(batch.consumed as u64);
+                    self.flush_emitted(Ok(()))?;
+                    if stopped_early && batch.consumed == 1 {
+                        return Ok(false);
+                    }
+                }
+                Ok(_) => return Ok(false),
+                Err(error) => {
+                    self.host.emitted.clear();
+                    self.batch_failed(&error);
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// After a failed batch: a batch that ran past the call timeout makes the batches
+    /// smaller from now on (the deadline is per call, and a batch of slow but finite
+    /// calls can miss it; the replay runs each entry with its own deadline).
+    fn batch_failed(&mut self, error: &CallError) {
+        if let CallError::Timeout(_) = error {
+            self.batch_limit = (self.batch_limit / 2).max(1);
+            tracing::warn!(
+                "UDF {:?}: a batch ran past the call timeout; batches now hold at most {} entries",
+                self.function.name(),
+                self.batch_limit
+            );
+        }
     }
 
     /// Runs the elements of a failed batch again one call at a time (nothing of the batch

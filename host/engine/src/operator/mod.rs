@@ -572,8 +572,13 @@ impl KeyedOperator {
         self.host.timers.pending(TimeDomain::ProcessingTime) > 0
     }
 
+    /// Fires the event-time timers due at `watermark`, in timestamp order (then key
+    /// order): in batches when the function takes them, else one call each.
     fn fire_event_timers(&mut self, watermark: Timestamp) -> Result<(), OperatorError> {
         self.host.watermark = watermark;
+        if self.fire_event_timers_in_batches(watermark)? {
+            return Ok(());
+        }
         loop {
             if self.stopping_at(watermark) {
                 return Err(OperatorError::Stopped);

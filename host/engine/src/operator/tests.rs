@@ -40,6 +40,10 @@ struct Counter {
     always_fail: bool,
     /// Says it takes batches, and fails every batch (the operator must replay).
     failing_batches: bool,
+    /// Says it takes batches, and takes the timers at their start and at most one
+    /// element (as the SDKs do when a timer it registered may be due), recording the
+    /// size of each batch it took.
+    batches: Option<Arc<Mutex<Vec<usize>>>>,
     count: StateId,
     main: OutputId,
     /// An extra output to declare in `init` (to test unrouted outputs).
@@ -55,6 +59,7 @@ impl Counter {
             delay,
             always_fail: false,
             failing_batches: false,
+            batches: None,
             count: 0,
             main: 0,
             extra_output: None,
@@ -118,15 +123,50 @@ impl ProcessFunction for Counter {
     }
 
     fn takes_batches(&self) -> bool {
-        self.failing_batches
+        self.failing_batches || self.batches.is_some()
     }
 
     fn process_batch(
         &mut self,
-        _host: &mut HostServices,
-        _entries: &[BatchEntry<'_>],
+        host: &mut HostServices,
+        entries: &[BatchEntry<'_>],
     ) -> Result<BatchTaken, CallError> {
-        Err(CallError::Trapped("this batch always fails".into()))
+        let Some(batches) = self.batches.clone().filter(|_| !self.failing_batches) else {
+            return Err(CallError::Trapped("this batch always fails".into()));
+        };
+        let mut consumed = 0;
+        for entry in entries {
+            match *entry {
+                BatchEntry::Element { .. } if consumed > 0 => break,
+                BatchEntry::Element { element, key, .. } => {
+                    host.enter(key, element.timestamp);
+                    self.process_element(host, element)?;
+                }
+                BatchEntry::Timer {
+                    domain,
+                    timestamp,
+                    key,
+                    ..
+                } => {
+                    host.timer_for(key, domain, timestamp, false);
+                    let bytes = host.keys.entry(key).key().to_vec();
+                    host.enter(key, timestamp);
+                    let timer = FiredTimer {
+                        domain,
+                        timestamp,
+                        key: &bytes,
+                    };
+                    self.on_timer(host, timer)?;
+                }
+            }
+            host.leave();
+            consumed += 1;
+        }
+        batches.lock().unwrap().push(consumed);
+        Ok(BatchTaken {
+            consumed,
+            skipped: 0,
+        })
     }
 }
 
@@ -592,4 +632,44 @@ fn shards_together_give_each_key_what_one_operator_gives_it() {
         "record numbers repeat across shards"
     );
     assert_eq!(per_key(together), expected);
+}
+
+#[test]
+fn timers_due_at_the_end_of_input_fire_in_one_batch_as_they_would_one_call_each() {
+    let records = [
+        ("a", "x", 1),
+        ("b", "x", 5),
+        ("a", "x", 20),
+        ("c", "x", 21),
+        ("d", "x", 22),
+    ];
+    let (mut single, single_out) = operator(Counter::new("v1", 10));
+    single.process_elements(&elements(&records)).unwrap();
+    single.end_source(0).unwrap();
+
+    let mut batching = Counter::new("v1", 10);
+    let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
+    batching.batches = Some(Arc::clone(&sizes));
+    let (mut batched, batched_out) = operator(batching);
+    batched.process_elements(&elements(&records)).unwrap();
+    let before_end = sizes.lock().unwrap().len();
+    batched.end_source(0).unwrap();
+
+    let expected = taken(&single_out);
+    assert_eq!(
+        expected[expected.len() - 3..],
+        ["v1:t:a@30#7", "v1:t:c@31#8", "v1:t:d@32#9"],
+        "the end of input fires a's, c's and d's last timers"
+    );
+    assert_eq!(taken(&batched_out), expected);
+    assert_eq!(
+        sizes.lock().unwrap()[before_end..],
+        [3],
+        "the three timers in one batch"
+    );
+    assert_eq!(batched.counters().event_timers, 5);
+    assert_eq!(
+        batched.counters().event_timers,
+        single.counters().event_timers
+    );
 }

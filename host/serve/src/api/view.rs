@@ -16,12 +16,19 @@ pub fn describe(server: &Server, name: &str, d: &Deployment) -> serde_json::Valu
         .get(name)
         .map(|r| (r.history, r.definition))
         .unwrap_or_default();
-    let stages: Vec<serde_json::Value> = d.stages.iter().map(describe_stage).collect();
+    // One status per stage, read once: the pipeline's state agrees with what each
+    // stage's shows.
+    let statuses: Vec<_> = d.stages.iter().map(|s| s.control.status()).collect();
+    let states: Vec<_> = statuses.iter().map(|s| s.state).collect();
+    let stages: Vec<serde_json::Value> = (d.stages.iter())
+        .zip(statuses)
+        .map(|(stage, status)| describe_stage(stage, status))
+        .collect();
     let mut pipeline = json!({
         "name": name,
         "definition": definition,
         "graph": graph(d),
-        "state": d.state(),
+        "state": Deployment::state_of(&states),
         "history": history,
     });
     if let [only] = stages.as_slice() {
@@ -33,19 +40,18 @@ pub fn describe(server: &Server, name: &str, d: &Deployment) -> serde_json::Valu
     pipeline
 }
 
-/// One stage as the API shows it: its name, state, UDF (with the version running),
-/// kept versions and live status.
-fn describe_stage(stage: &DeployedStage) -> serde_json::Value {
-    let status = stage.control.status();
+/// One stage as the API shows it, from its live `status`: its name, state, UDF (with
+/// the version running), kept versions and status.
+fn describe_stage(stage: &DeployedStage, status: weir_run::LiveStatus) -> serde_json::Value {
     json!({
         "name": stage.name,
         "state": status.state,
         "udf": {
             "name": stage.spec.udf.name,
-            "version": stage.active_version(),
+            "version": stage.versions.number_of(&status.udf_sha256),
             "sha256": status.udf_sha256,
         },
-        "versions": stage.version_info(),
+        "versions": stage.versions.info(&status.udf_sha256),
         "status": status,
     })
 }
