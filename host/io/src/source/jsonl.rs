@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use weir_core::position::Position;
 
@@ -210,16 +211,31 @@ impl Source for FileSource {
 /// processing-time timers while no line arrives.
 pub struct StdinSource {
     location: String,
-    lines: Receiver<std::io::Result<SourceRecord>>,
+    lines: Lines,
     /// Lines taken so far.
     line: u64,
 }
 
+/// The lines a reader thread reads, taken by one source at a time.
+type Lines = Arc<Mutex<Receiver<std::io::Result<SourceRecord>>>>;
+
 impl StdinSource {
-    /// The process's standard input, named `stdin` in messages, lines of at most
-    /// `max_record_bytes`. Its reader thread starts at once.
+    /// The process's standard input, named `stdin` in messages. One thread reads it for
+    /// every stdin source the process opens, one after another (`weir serve` runs a
+    /// pipeline stopped through its API again, `weir dev` runs a graph again): a line
+    /// read but not taken by a source that ended is the next one's, never lost in a
+    /// reader of its own that outlived its run. Lines hold at most the
+    /// `max_record_bytes` of the first stdin source opened.
     pub fn stdin(max_record_bytes: usize) -> Self {
-        Self::from_reader("stdin", std::io::stdin(), max_record_bytes)
+        static STDIN: OnceLock<Lines> = OnceLock::new();
+        let lines = STDIN.get_or_init(|| {
+            read_lines("stdin", move || Ok(std::io::stdin()), max_record_bytes)
+        });
+        Self {
+            location: "stdin".to_string(),
+            lines: Arc::clone(lines),
+            line: 0,
+        }
     }
 
     /// Any reader, named `location` in messages, read line by line (of at most
@@ -250,41 +266,52 @@ impl StdinSource {
         open: impl FnOnce() -> std::io::Result<R> + Send + 'static,
         max_record_bytes: usize,
     ) -> Self {
-        let (tx, rx) = mpsc::sync_channel(4096);
-        std::thread::Builder::new()
-            .name(format!("weir-{location}"))
-            .spawn(move || {
-                let reader = match open() {
-                    Ok(reader) => reader,
+        Self {
+            location: location.to_string(),
+            lines: read_lines(location, open, max_record_bytes),
+            line: 0,
+        }
+    }
+}
+
+/// Starts a thread that opens a reader with `open` and reads its lines (of at most
+/// `max_record_bytes`) ahead into the channel returned, until the reader ends or the
+/// channel is dropped.
+fn read_lines<R: Read + Send + 'static>(
+    location: &str,
+    open: impl FnOnce() -> std::io::Result<R> + Send + 'static,
+    max_record_bytes: usize,
+) -> Lines {
+    let (tx, rx) = mpsc::sync_channel(4096);
+    std::thread::Builder::new()
+        .name(format!("weir-{location}"))
+        .spawn(move || {
+            let reader = match open() {
+                Ok(reader) => reader,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let mut lines = LineReader::new(BufReader::new(reader), 0, 0, max_record_bytes);
+            loop {
+                let mut record = SourceRecord::default();
+                match lines.next(&mut record) {
+                    Ok(true) => {
+                        if tx.send(Ok(record)).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(false) => return,
                     Err(e) => {
                         let _ = tx.send(Err(e));
                         return;
                     }
-                };
-                let mut lines = LineReader::new(BufReader::new(reader), 0, 0, max_record_bytes);
-                loop {
-                    let mut record = SourceRecord::default();
-                    match lines.next(&mut record) {
-                        Ok(true) => {
-                            if tx.send(Ok(record)).is_err() {
-                                return;
-                            }
-                        }
-                        Ok(false) => return,
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                            return;
-                        }
-                    }
                 }
-            })
-            .expect("cannot start a reader thread");
-        Self {
-            location: location.to_string(),
-            lines: rx,
-            line: 0,
-        }
-    }
+            }
+        })
+        .expect("cannot start a reader thread");
+    Arc::new(Mutex::new(rx))
 }
 
 impl Source for StdinSource {
@@ -293,7 +320,8 @@ impl Source for StdinSource {
     }
 
     fn poll(&mut self, record: &mut SourceRecord, wait: Duration) -> anyhow::Result<Polled> {
-        match self.lines.recv_timeout(wait) {
+        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        match lines.recv_timeout(wait) {
             Ok(Ok(next)) => {
                 *record = next;
                 self.line = record.line.unwrap_or(self.line);
