@@ -3243,6 +3243,90 @@ fn a_stopped_graph_created_again_resumes_both_stages_from_the_stop_s_checkpoint(
     );
 }
 
+/// A broken version deployed to stage 2 of a graph fails its first call there and is
+/// rolled back in that stage alone, while stage 1 runs on: the registry's history says so
+/// naming the stage, and stage 2 counts each of stage 1's records once, all with its
+/// first version (the failed call's record again, by the old one).
+#[test]
+fn a_broken_version_of_one_stage_is_rolled_back_in_that_stage_alone() {
+    let work = Workdir::new();
+    let file = stdin_graph(&work);
+    let mut server = Server::start(&[file.as_path()]);
+    server.wait_for("graph", "its stages to run", Duration::from_secs(60), |p| {
+        p["state"] == "running"
+    });
+    let mut next_seq = 1;
+    let mut send = |server: &mut Server, n: u64| {
+        let stdin = server.stdin.as_mut().unwrap();
+        for seq in next_seq..next_seq + n {
+            writeln!(
+                stdin,
+                r#"{{"key": "a", "seq": {seq}, "ts": {}}}"#,
+                seq * 10_000
+            )
+            .unwrap();
+        }
+        stdin.flush().unwrap();
+        next_seq += n;
+    };
+    let first_out = work.path("first.jsonl");
+    let second_out = work.path("second.jsonl");
+    send(&mut server, 2);
+    weir_e2e::wait_for("stage 2 to count", Duration::from_secs(30), || {
+        versioned_counts(&second_out).len() == 3
+    });
+    let broken = server.request(
+        "PUT",
+        "/api/pipelines/graph/udf?stage=second",
+        Some(TOKEN),
+        &wasm("versioned-udf-broken"),
+    );
+    assert_eq!(broken.status, 200, "{}", broken.text);
+    assert_eq!(broken.json["version"], 2, "{}", broken.text);
+    send(&mut server, 2);
+    let p = server.wait_for(
+        "graph",
+        "the rollback, recorded",
+        Duration::from_secs(30),
+        |p| {
+            (p["history"].as_array().unwrap().iter())
+                .any(|h| h["action"] == "rolled back automatically")
+        },
+    );
+    let last = p["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (&last["stage"], &last["version"]),
+        (&serde_json::json!("second"), &serde_json::json!(1)),
+        "{p:#}"
+    );
+    assert!(
+        last["detail"]
+            .as_str()
+            .unwrap()
+            .contains("version 3 is broken"),
+        "{p:#}"
+    );
+    assert_eq!(p["stages"][1]["udf"]["version"], 1, "{p:#}");
+    assert_eq!(p["stages"][0]["udf"]["version"], 1, "{p:#}");
+    assert_eq!(p["stages"][0]["status"]["udf_errors"], 0, "{p:#}");
+    assert_eq!(p["stages"][1]["status"]["udf_errors"], 1, "{p:#}");
+    drop(server.stdin.take());
+    server.wait_for("graph", "its input to end", Duration::from_secs(60), |p| {
+        p["state"] == "finished"
+    });
+    assert_eq!(
+        versioned_counts(&first_out),
+        (1..=4).map(|n| (1, n)).collect::<Vec<_>>(),
+        "stage 1 ran on, untouched"
+    );
+    let written = lines_so_far(&first_out).len() as u64;
+    assert_eq!(
+        versioned_counts(&second_out),
+        (1..=written).map(|n| (1, n)).collect::<Vec<_>>(),
+        "stage 2 counted each record once, with its first version"
+    );
+}
+
 /// A pipeline of two stages runs in `weir serve`: the API shows each stage with its own
 /// UDF version, a deploy and a rollback name the stage they are for and change that
 /// stage alone while the other runs on, the registry's history and `/metrics` name the

@@ -228,9 +228,8 @@ impl StdinSource {
     /// `max_record_bytes` of the first stdin source opened.
     pub fn stdin(max_record_bytes: usize) -> Self {
         static STDIN: OnceLock<Lines> = OnceLock::new();
-        let lines = STDIN.get_or_init(|| {
-            read_lines("stdin", move || Ok(std::io::stdin()), max_record_bytes)
-        });
+        let lines = STDIN
+            .get_or_init(|| read_lines("stdin", move || Ok(std::io::stdin()), max_record_bytes));
         Self {
             location: "stdin".to_string(),
             lines: Arc::clone(lines),
