@@ -3327,6 +3327,117 @@ fn a_broken_version_of_one_stage_is_rolled_back_in_that_stage_alone() {
     );
 }
 
+/// A graph whose first stage fails on a poison record is restarted as a whole from the
+/// checkpoint all its stages completed, as often as `[restart]` says, then shown failed
+/// with the failing stage's error; across the restarts the sinks hold what was processed
+/// up to the last checkpoint once: stage 2 counts each key's records once, with no gap.
+#[test]
+fn a_failed_graph_is_restarted_as_a_whole_from_its_stages_checkpoint() {
+    let work = Workdir::new();
+    let mut input = String::new();
+    for seq in 0..20_000 {
+        input.push_str(&format!(
+            "{{\"key\":\"k{}\",\"ts\":{seq},\"seq\":{seq}}}\n",
+            seq % 5
+        ));
+    }
+    input.push_str("{\"key\":\"p\",\"ts\":20000,\"fail\":\"error\"}\n");
+    work.write("poisoned.jsonl", &input);
+    let toml = format!(
+        r#"name = "poisoned-graph"
+
+[[source]]
+name = "events"
+type = "file"
+path = "poisoned.jsonl"
+key = "key"
+timestamp = "ts"
+timestamp_format = "epoch_ms"
+
+[[stage]]
+name = "first"
+udf = {{ path = "{first}", max_batch = 7 }}
+[[stage.input]]
+from = "events"
+
+[[stage]]
+name = "second"
+udf = {{ path = "{second}" }}
+[[stage.input]]
+from = "first"
+key = "key"
+
+[[sink]]
+stage = "first"
+output = "main"
+type = "file"
+path = "first.jsonl"
+
+[[sink]]
+stage = "second"
+output = "main"
+type = "file"
+path = "second.jsonl"
+
+[checkpoint]
+interval = "50ms"
+
+[restart]
+attempts = 2
+delay = "300ms"
+"#,
+        first = component("misbehaving-udf").display(),
+        second = component("versioned-udf-v1").display(),
+    );
+    let file = work.write("graph.toml", &toml);
+    let server = Server::start(&[Path::new(&file)]);
+    // While the other stage ends after the first failed, and during the restart's
+    // delay, the pipeline is `restarting`.
+    let restarting = server.wait_for(
+        "poisoned-graph",
+        "a restart",
+        Duration::from_secs(30),
+        |p| p["stages"][0]["status"]["restarts"] == 1,
+    );
+    assert_eq!(restarting["state"], "restarting", "{restarting:#}");
+    let failed = server.wait_for("poisoned-graph", "the end", Duration::from_secs(30), |p| {
+        p["state"] == "failed"
+    });
+    let first = &failed["stages"][0]["status"];
+    assert_eq!(
+        first["restarts"], 2,
+        "two restarts, then failed: {failed:#}"
+    );
+    let error = first["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("record 20001 of source \"events\""),
+        "the failing stage's error names the poison record: {error}\n{failed:#}\n{}",
+        server.log()
+    );
+    let counts: Vec<(String, u64)> = read_jsonl(work.path("second.jsonl"))
+        .iter()
+        .filter(|r| r.get("timer").is_none())
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap().to_string(),
+                r["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    for key in 0..5 {
+        let name = format!("k{key}");
+        let mine: Vec<u64> = (counts.iter())
+            .filter(|(k, _)| *k == name)
+            .map(|(_, n)| *n)
+            .collect();
+        assert_eq!(
+            mine,
+            (1..=mine.len() as u64).collect::<Vec<_>>(),
+            "key {name}: what the sinks hold of stage 1's records is counted once, none twice, across the restarts"
+        );
+    }
+}
+
 /// A pipeline of two stages runs in `weir serve`: the API shows each stage with its own
 /// UDF version, a deploy and a rollback name the stage they are for and change that
 /// stage alone while the other runs on, the registry's history and `/metrics` name the

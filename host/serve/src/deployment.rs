@@ -37,6 +37,10 @@ impl DeployedStage {
     }
 }
 
+/// Resolves a pipeline's definition again into a graph ready to run: a restart after a
+/// failure runs a graph of its own.
+pub type Resolve = Box<dyn Fn() -> Result<StageGraph, Refused> + Send>;
+
 /// A pipeline `weir serve` runs: started from its file, steered through the API.
 pub struct Deployment {
     /// The pipeline's name.
@@ -58,19 +62,21 @@ pub struct Deployment {
 /// allows (a stop request ends the wait). Returns the failure that ended it for good,
 /// if one did, with the index of the stage it happened in.
 fn run_restarting(
-    graph: &StageGraph,
+    graph: StageGraph,
+    again: &Resolve,
     first: Vec<Prepared>,
     stages: &[Arc<RunControl>],
     versions: &[Versions],
     stop: &Arc<AtomicBool>,
 ) -> Option<(usize, String)> {
+    let mut graph = graph;
     let options = RunOptions {
         progress: false,
         stop: Some(Arc::clone(stop)),
         fresh: false,
         control: None,
     };
-    let restart = &graph.stages[0].spec.restart;
+    let restart = graph.stages[0].spec.restart;
     let mut next = Some(first);
     let mut restarts = 0;
     loop {
@@ -79,7 +85,7 @@ fn run_restarting(
             .into_iter()
             .map(|Prepared { function, identity }| (function, identity))
             .collect();
-        let failed = run_graph_with(graph, functions, &options, stages).err()?;
+        let failed = run_graph_with(&graph, functions, &options, stages).err()?;
         let at = (graph.stages.iter())
             .position(|s| s.name == failed.stage)
             .unwrap_or(0);
@@ -125,6 +131,18 @@ fn run_restarting(
             }
             return None;
         }
+        // A graph's stages are joined by exchanges and checkpoint in step through state
+        // of their own, which the run that failed closed: the restart runs a graph
+        // resolved again from the definition.
+        graph = match again() {
+            Ok(fresh) => fresh,
+            Err(refused) => {
+                return Some((
+                    at,
+                    format!("{failure}; the restart failed: {}", refused.message),
+                ))
+            }
+        };
         // Each stage's version that was running when it failed (a swap may have
         // replaced the one the deployment started with).
         let mut prepared = Vec::with_capacity(stages.len());
@@ -202,9 +220,10 @@ impl Deployment {
     /// Checks each stage's UDF component in `first` (one of that stage's `versions`,
     /// in the graph's order) and starts the pipeline with them on its own thread: the
     /// whole pipeline, or with `group` this process's share of its tasks (a pipeline of
-    /// one stage only).
+    /// one stage only). `again` resolves the definition anew for each restart.
     pub fn start(
         graph: StageGraph,
+        again: Resolve,
         first: Vec<Arc<Vec<u8>>>,
         versions: Vec<Versions>,
         group: Option<&str>,
@@ -258,6 +277,7 @@ impl Deployment {
             })
             .collect();
         let name = graph.name.clone();
+        let run_name = name.clone();
         let run_steering = steering.clone();
         let run_stop = Arc::clone(&stop);
         let group = group.map(str::to_string);
@@ -271,10 +291,10 @@ impl Deployment {
                         controls[0].update(|s| s.state = RunState::Stopped);
                         result.err().map(|e| (0, format!("{e:#}")))
                     }
-                    _ => run_restarting(&graph, prepared, &controls, &versions, &run_stop),
+                    _ => run_restarting(graph, &again, prepared, &controls, &versions, &run_stop),
                 };
                 if let Some((at, failure)) = failure {
-                    tracing::error!("pipeline {:?} failed: {failure}", graph.name);
+                    tracing::error!("pipeline {run_name:?} failed: {failure}");
                     for (index, control) in controls.iter().enumerate() {
                         control.update(|s| {
                             s.state = RunState::Failed;
@@ -345,13 +365,24 @@ impl Deployment {
         let states: Vec<RunState> = (self.stages.iter())
             .map(|s| s.control.status().state)
             .collect();
-        Self::state_of(&states)
+        self.state_of(&states)
     }
 
-    /// The state of a pipeline whose stages are in `states`: theirs when they agree;
-    /// otherwise the first of failed, restarting, starting, running, waiting for tasks
-    /// and stopped that one of them is in (finished only once all are).
-    pub fn state_of(states: &[RunState]) -> RunState {
+    /// The state of this pipeline when its stages are in `states`: theirs when they
+    /// agree; otherwise the first of failed, restarting, starting, running, waiting for
+    /// tasks and stopped that one of them is in (finished only once all are). A stage
+    /// that failed while the pipeline's thread still runs is `restarting`: the other
+    /// stages are ending, then `[restart]` decides, and the pipeline is `failed` once it
+    /// gave up.
+    pub fn state_of(&self, states: &[RunState]) -> RunState {
+        let state = Self::first_of(states);
+        match state {
+            RunState::Failed if self.is_running() => RunState::Restarting,
+            state => state,
+        }
+    }
+
+    fn first_of(states: &[RunState]) -> RunState {
         [
             RunState::Failed,
             RunState::Restarting,

@@ -31,22 +31,16 @@ pub struct Server {
 }
 
 impl Server {
-    /// The pipeline file `text` (of one stage or several) resolved against `base`
-    /// (where its relative paths start), with its checkpoints in the data dir: a `[udf]`
-    /// pipeline's in `state/<pipeline>`, each stage's of a graph in
-    /// `state/<pipeline>/<stage>`.
+    /// The pipeline file `text` resolved against `base` with its checkpoints in the data
+    /// dir (see [`resolve`]).
     fn graph(&self, text: &str, base: &Path) -> Result<StageGraph, Refused> {
-        let mut graph = StageGraph::parse(text, &base.join("pipeline.toml"), &Overrides::default())
-            .map_err(|e| Refused::new(400, format!("invalid pipeline: {e:#}")))?;
-        let dir = self.data_dir.join("state").join(&graph.name);
-        let single = graph.is_single();
-        for stage in &mut graph.stages {
-            stage.spec.checkpoint.dir = match single {
-                true => dir.clone(),
-                false => dir.join(&stage.name),
-            };
-        }
-        Ok(graph)
+        resolve(text, base, &self.data_dir)
+    }
+
+    /// [`Self::graph`] again, as often as asked: for the restarts of a deployment.
+    fn resolver(&self, text: &str, base: &Path) -> crate::deployment::Resolve {
+        let (text, base, data_dir) = (text.to_string(), base.to_path_buf(), self.data_dir.clone());
+        Box::new(move || resolve(&text, &base, &data_dir))
     }
 
     /// Starts a pipeline from its file's text; `base` is where its relative paths start.
@@ -108,6 +102,7 @@ impl Server {
         }
         let started = Deployment::start(
             graph,
+            self.resolver(text, base),
             first,
             all_versions,
             self.group.as_deref(),
@@ -219,6 +214,7 @@ impl Server {
             .and_then(|first| {
                 Deployment::start(
                     graph.clone(),
+                    self.resolver(&record.definition, &record.base),
                     first,
                     versions.clone(),
                     self.group.as_deref(),
@@ -332,6 +328,23 @@ fn stage_records(
             stage
         })
         .collect()
+}
+
+/// The pipeline file `text` (of one stage or several) resolved against `base` (where
+/// its relative paths start), with its checkpoints in `data_dir`: a `[udf]` pipeline's in
+/// `state/<pipeline>`, each stage's of a graph in `state/<pipeline>/<stage>`.
+fn resolve(text: &str, base: &Path, data_dir: &Path) -> Result<StageGraph, Refused> {
+    let mut graph = StageGraph::parse(text, &base.join("pipeline.toml"), &Overrides::default())
+        .map_err(|e| Refused::new(400, format!("invalid pipeline: {e:#}")))?;
+    let dir = data_dir.join("state").join(&graph.name);
+    let single = graph.is_single();
+    for stage in &mut graph.stages {
+        stage.spec.checkpoint.dir = match single {
+            true => dir.clone(),
+            false => dir.join(&stage.name),
+        };
+    }
+    Ok(graph)
 }
 
 /// A pipeline name reserved by [`Server::reserve`] while the pipeline is created.

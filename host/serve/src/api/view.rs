@@ -28,7 +28,7 @@ pub fn describe(server: &Server, name: &str, d: &Deployment) -> serde_json::Valu
         "name": name,
         "definition": definition,
         "graph": graph(d),
-        "state": Deployment::state_of(&states),
+        "state": d.state_of(&states),
         "history": history,
     });
     if let [only] = stages.as_slice() {
