@@ -3438,6 +3438,30 @@ delay = "300ms"
     }
 }
 
+/// A server in a consumer group refuses a pipeline of several stages, saying why; the
+/// registry records nothing.
+#[test]
+fn a_server_in_a_group_refuses_a_graph_and_says_why() {
+    let work = Workdir::new();
+    let file = stdin_graph(&work);
+    let server = Server::start_in_group(&[], "graph-refused");
+    let reply = server.create(&std::fs::read_to_string(&file).unwrap(), &work.path(""));
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    let error = reply.json["error"].as_str().unwrap();
+    assert!(
+        error.contains("has 2 stages") && error.contains("--group"),
+        "{error}"
+    );
+    assert_eq!(
+        server.get("/api/pipelines").json["pipelines"],
+        serde_json::json!([])
+    );
+    assert!(!server
+        .data_dir()
+        .join("registry/pipelines/graph.json")
+        .exists());
+}
+
 /// A pipeline of two stages runs in `weir serve`: the API shows each stage with its own
 /// UDF version, a deploy and a rollback name the stage they are for and change that
 /// stage alone while the other runs on, the registry's history and `/metrics` name the
