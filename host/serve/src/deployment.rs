@@ -411,7 +411,7 @@ impl Deployment {
             (None, _) => Err(Refused::new(
                 400,
                 format!(
-                    "pipeline {:?} has {} stages ({}): name the one this call is for with ?stage=NAME",
+                    "pipeline {:?} has {} stages ({}): name the one this call is for with ?stage=NAME (`weir deploy` and `weir rollback`: --stage NAME)",
                     self.name,
                     self.stages.len(),
                     names()
