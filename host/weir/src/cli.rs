@@ -8,6 +8,7 @@ use std::sync::Arc;
 use weir_pipeline::{Overrides, PipelineSpec, StageGraph};
 use weir_run::{run, run_graph, GraphFailure, GraphReport, RunOptions};
 
+use crate::client::{answer, ServerArgs};
 use crate::project::{Project, ProjectArgs};
 use anyhow::Context as _;
 
@@ -283,26 +284,6 @@ enum Command {
     },
 }
 
-/// How a client reaches `weir serve`.
-#[derive(clap::Args, Debug)]
-struct ServerArgs {
-    /// The server's admin API.
-    #[arg(long, default_value = "http://127.0.0.1:7878", env = "WEIR_SERVER")]
-    server: String,
-    /// The API token (default: $WEIR_TOKEN, or the one in the server's data dir).
-    #[arg(long)]
-    token: Option<String>,
-    /// The server's data dir, where it keeps its token.
-    #[arg(long, default_value = ".weir-serve")]
-    data_dir: PathBuf,
-}
-
-impl ServerArgs {
-    fn client(&self) -> crate::client::Client {
-        crate::client::Client::new(&self.server, self.token.clone(), &self.data_dir)
-    }
-}
-
 /// A duration of more than 0 (`10s`, `500ms`), for a flag.
 fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
     match weir_core::time::parse_duration_ms(text) {
@@ -316,25 +297,6 @@ fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
 fn finished(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Prints a client call's answer, or its error.
-fn answer(result: anyhow::Result<serde_json::Value>) -> ExitCode {
-    match result {
-        Ok(value) => {
-            if !value.is_null() {
-                use std::io::Write as _;
-                let text = serde_json::to_string_pretty(&value).unwrap_or_default();
-                // A closed pipe (`| head`) is not an error worth a panic.
-                let _ = writeln!(std::io::stdout(), "{text}");
-            }
-            ExitCode::SUCCESS
-        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

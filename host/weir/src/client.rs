@@ -3,7 +3,48 @@
 
 use anyhow::Context as _;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
+
+/// How a client reaches `weir serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServerArgs {
+    /// The server's admin API.
+    #[arg(long, default_value = "http://127.0.0.1:7878", env = "WEIR_SERVER")]
+    pub server: String,
+    /// The API token (default: $WEIR_TOKEN, or the one in the server's data dir).
+    #[arg(long)]
+    pub token: Option<String>,
+    /// The server's data dir, where it keeps its token.
+    #[arg(long, default_value = ".weir-serve")]
+    pub data_dir: PathBuf,
+}
+
+impl ServerArgs {
+    /// A client of the server these arguments name.
+    pub fn client(&self) -> Client {
+        Client::new(&self.server, self.token.clone(), &self.data_dir)
+    }
+}
+
+/// Prints a client call's answer, or its error.
+pub fn answer(result: anyhow::Result<serde_json::Value>) -> ExitCode {
+    match result {
+        Ok(value) => {
+            if !value.is_null() {
+                use std::io::Write as _;
+                let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+                // A closed pipe (`| head`) is not an error worth a panic.
+                let _ = writeln!(std::io::stdout(), "{text}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// Where the server is and how to talk to it.
 #[derive(Debug, Clone)]
