@@ -2586,10 +2586,11 @@ delay = "300ms"
     let file = work.path("poisoned.toml");
     std::fs::write(&file, toml).unwrap();
     let server = Server::start(&[&file]);
+    // From the failure until it gave up or ran again, the pipeline is `restarting`.
     let restarting = server.wait_for("poisoned", "a restart", Duration::from_secs(20), |p| {
-        state(p) == "restarting"
+        p["status"]["restarts"] == 1
     });
-    assert_eq!(restarting["status"]["restarts"], 1, "{restarting:#}");
+    assert_eq!(state(&restarting), "restarting", "{restarting:#}");
     let failed = server.wait_for("poisoned", "the end", Duration::from_secs(20), |p| {
         state(p) == "failed"
     });
@@ -3090,6 +3091,30 @@ fn a_watermark_near_the_start_of_time_gives_a_lag_that_does_not_wrap() {
 // Pipelines of several stages
 // ----------------------------------------------------------------------------------
 
+/// Records of key `a` written to the server's stdin, numbered on from 1: `seq` N at
+/// event time N * 10 s.
+#[derive(Default)]
+struct SeqFeed {
+    sent: u64,
+}
+
+impl SeqFeed {
+    /// Writes the next `n` records.
+    fn send(&mut self, server: &mut Server, n: u64) {
+        let stdin = server.stdin.as_mut().unwrap();
+        for seq in self.sent + 1..=self.sent + n {
+            writeln!(
+                stdin,
+                r#"{{"key": "a", "seq": {seq}, "ts": {}}}"#,
+                seq * 10_000
+            )
+            .unwrap();
+        }
+        stdin.flush().unwrap();
+        self.sent += n;
+    }
+}
+
 /// The JSON lines a sink wrote so far (none before it created its file).
 fn lines_so_far(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -3182,23 +3207,10 @@ fn a_stopped_graph_created_again_resumes_both_stages_from_the_stop_s_checkpoint(
     server.wait_for("graph", "its stages to run", Duration::from_secs(60), |p| {
         p["state"] == "running"
     });
-    let mut next_seq = 1;
-    let mut send = |server: &mut Server, n: u64| {
-        let stdin = server.stdin.as_mut().unwrap();
-        for seq in next_seq..next_seq + n {
-            writeln!(
-                stdin,
-                r#"{{"key": "a", "seq": {seq}, "ts": {}}}"#,
-                seq * 10_000
-            )
-            .unwrap();
-        }
-        stdin.flush().unwrap();
-        next_seq += n;
-    };
+    let mut feed = SeqFeed::default();
     let first_out = work.path("first.jsonl");
     let second_out = work.path("second.jsonl");
-    send(&mut server, 4);
+    feed.send(&mut server, 4);
     weir_e2e::wait_for("stage 2 to count", Duration::from_secs(30), || {
         versioned_counts(&second_out).len() == 7
     });
@@ -3220,7 +3232,7 @@ fn a_stopped_graph_created_again_resumes_both_stages_from_the_stop_s_checkpoint(
         Duration::from_secs(60),
         |p| p["state"] == "running",
     );
-    send(&mut server, 3);
+    feed.send(&mut server, 3);
     drop(server.stdin.take());
     server.wait_for("graph", "its input to end", Duration::from_secs(60), |p| {
         p["state"] == "finished"
@@ -3255,23 +3267,10 @@ fn a_broken_version_of_one_stage_is_rolled_back_in_that_stage_alone() {
     server.wait_for("graph", "its stages to run", Duration::from_secs(60), |p| {
         p["state"] == "running"
     });
-    let mut next_seq = 1;
-    let mut send = |server: &mut Server, n: u64| {
-        let stdin = server.stdin.as_mut().unwrap();
-        for seq in next_seq..next_seq + n {
-            writeln!(
-                stdin,
-                r#"{{"key": "a", "seq": {seq}, "ts": {}}}"#,
-                seq * 10_000
-            )
-            .unwrap();
-        }
-        stdin.flush().unwrap();
-        next_seq += n;
-    };
+    let mut feed = SeqFeed::default();
     let first_out = work.path("first.jsonl");
     let second_out = work.path("second.jsonl");
-    send(&mut server, 2);
+    feed.send(&mut server, 2);
     weir_e2e::wait_for("stage 2 to count", Duration::from_secs(30), || {
         versioned_counts(&second_out).len() == 3
     });
@@ -3283,7 +3282,7 @@ fn a_broken_version_of_one_stage_is_rolled_back_in_that_stage_alone() {
     );
     assert_eq!(broken.status, 200, "{}", broken.text);
     assert_eq!(broken.json["version"], 2, "{}", broken.text);
-    send(&mut server, 2);
+    feed.send(&mut server, 2);
     let p = server.wait_for(
         "graph",
         "the rollback, recorded",
@@ -3485,20 +3484,7 @@ fn a_pipeline_of_stages_is_served_and_one_stage_is_deployed_and_rolled_back_alon
         "a graph has no one status: {p:#}"
     );
 
-    let mut next_seq = 1;
-    let mut send = |server: &mut Server, n: u64| {
-        let stdin = server.stdin.as_mut().unwrap();
-        for seq in next_seq..next_seq + n {
-            writeln!(
-                stdin,
-                r#"{{"key": "a", "seq": {seq}, "ts": {}}}"#,
-                seq * 10_000
-            )
-            .unwrap();
-        }
-        stdin.flush().unwrap();
-        next_seq += n;
-    };
+    let mut feed = SeqFeed::default();
     let first_out = work.path("first.jsonl");
     let second_out = work.path("second.jsonl");
     // Stage 2 has counted every record stage 1 wrote for the first `sent` records: a
@@ -3511,7 +3497,7 @@ fn a_pipeline_of_stages_is_served_and_one_stage_is_deployed_and_rolled_back_alon
         });
         lines
     };
-    send(&mut server, 3);
+    feed.send(&mut server, 3);
     let before_deploy = caught_up(3, "stage 2 to count stage 1's first records");
 
     let v2 = std::fs::read(component("versioned-udf-v2")).unwrap();
@@ -3574,7 +3560,7 @@ fn a_pipeline_of_stages_is_served_and_one_stage_is_deployed_and_rolled_back_alon
         .metric("weir_records_processed_total{pipeline=\"graph\",stage=\"first\"}")
         .is_some());
 
-    send(&mut server, 3);
+    feed.send(&mut server, 3);
     let before_rollback = caught_up(6, "stage 2 to count with its new version");
     let (code, table, stderr) = weir_cli(&["status", "graph", "--server", &server.url]);
     assert_eq!(code, Some(0), "{stderr}");
@@ -3607,7 +3593,7 @@ fn a_pipeline_of_stages_is_served_and_one_stage_is_deployed_and_rolled_back_alon
     assert_eq!(code, Some(0), "{stderr}");
     let rolled: Value = serde_json::from_str(&stdout).expect("JSON");
     assert_eq!(rolled["version"], 1, "{stdout}");
-    send(&mut server, 2);
+    feed.send(&mut server, 2);
     drop(server.stdin.take());
     let p = server.wait_for(
         "graph",
