@@ -2,9 +2,12 @@
 
 use super::{Polled, Source, SourceRecord};
 use anyhow::Context as _;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -219,6 +222,9 @@ pub struct StdinSource {
 /// The lines a reader thread reads, taken by one source at a time.
 type Lines = Arc<Mutex<Receiver<std::io::Result<SourceRecord>>>>;
 
+/// A named pipe's lines, and whether its reader thread has ended.
+type Stream = (Lines, Arc<AtomicBool>);
+
 impl StdinSource {
     /// The process's standard input, named `stdin` in messages. One thread reads it for
     /// every stdin source the process opens, one after another (`weir serve` runs a
@@ -249,15 +255,39 @@ impl StdinSource {
     }
 
     /// A named pipe (or another stream that is not a regular file) at `path`: opened and
-    /// read on its own thread, since opening a FIFO waits for a writer and reading it
-    /// waits for data, and neither may hold up the pipeline.
+    /// read on a thread of its own, since opening a FIFO waits for a writer and reading
+    /// it waits for data, and neither may hold up the pipeline. As with stdin, a source
+    /// opened again on the same path while that thread still reads (a run restarted, or
+    /// created again after a stop) takes the lines from it: a second reader of the pipe
+    /// would take some of them, and its run had ended. Once the pipe ended, a new thread
+    /// opens it again.
     pub fn open_stream(path: &Path, max_record_bytes: usize) -> Self {
-        let owned = path.to_path_buf();
-        Self::spawn(
-            &path.display().to_string(),
-            move || File::open(owned),
-            max_record_bytes,
-        )
+        static STREAMS: OnceLock<Mutex<HashMap<PathBuf, Stream>>> = OnceLock::new();
+        let mut streams = STREAMS
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let location = path.display().to_string();
+        let lines = match streams.get(path) {
+            Some((lines, ended)) if !ended.load(Ordering::Acquire) => Arc::clone(lines),
+            _ => {
+                let owned = path.to_path_buf();
+                let ended = Arc::new(AtomicBool::new(false));
+                let lines = read_lines_until(
+                    &location,
+                    move || File::open(owned),
+                    max_record_bytes,
+                    Arc::clone(&ended),
+                );
+                streams.insert(path.to_path_buf(), (Arc::clone(&lines), ended));
+                lines
+            }
+        };
+        Self {
+            location,
+            lines,
+            line: 0,
+        }
     }
 
     fn spawn<R: Read + Send + 'static>(
@@ -281,36 +311,57 @@ fn read_lines<R: Read + Send + 'static>(
     open: impl FnOnce() -> std::io::Result<R> + Send + 'static,
     max_record_bytes: usize,
 ) -> Lines {
+    read_lines_until(location, open, max_record_bytes, Arc::default())
+}
+
+/// [`read_lines`], setting `ended` once the thread has read the last line it will.
+fn read_lines_until<R: Read + Send + 'static>(
+    location: &str,
+    open: impl FnOnce() -> std::io::Result<R> + Send + 'static,
+    max_record_bytes: usize,
+    ended: Arc<AtomicBool>,
+) -> Lines {
     let (tx, rx) = mpsc::sync_channel(4096);
     std::thread::Builder::new()
         .name(format!("weir-{location}"))
         .spawn(move || {
-            let reader = match open() {
-                Ok(reader) => reader,
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                    return;
-                }
-            };
-            let mut lines = LineReader::new(BufReader::new(reader), 0, 0, max_record_bytes);
-            loop {
-                let mut record = SourceRecord::default();
-                match lines.next(&mut record) {
-                    Ok(true) => {
-                        if tx.send(Ok(record)).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(false) => return,
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
-                }
-            }
+            read_into(open, max_record_bytes, tx);
+            ended.store(true, Ordering::Release);
         })
         .expect("cannot start a reader thread");
     Arc::new(Mutex::new(rx))
+}
+
+/// Opens a reader with `open` and sends its lines to `tx` until it ends, fails, or no
+/// one takes them any more.
+fn read_into<R: Read>(
+    open: impl FnOnce() -> std::io::Result<R>,
+    max_record_bytes: usize,
+    tx: mpsc::SyncSender<std::io::Result<SourceRecord>>,
+) {
+    let reader = match open() {
+        Ok(reader) => reader,
+        Err(e) => {
+            let _ = tx.send(Err(e));
+            return;
+        }
+    };
+    let mut lines = LineReader::new(BufReader::new(reader), 0, 0, max_record_bytes);
+    loop {
+        let mut record = SourceRecord::default();
+        match lines.next(&mut record) {
+            Ok(true) => {
+                if tx.send(Ok(record)).is_err() {
+                    return;
+                }
+            }
+            Ok(false) => return,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        }
+    }
 }
 
 impl Source for StdinSource {
