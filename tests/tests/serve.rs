@@ -2535,18 +2535,26 @@ fn a_damaged_registry_file_is_reported_and_the_server_starts_with_the_rest() {
 // ---------------------------------------------------------------------------------------
 // The restart strategy
 
-#[test]
-fn a_failed_pipeline_is_restarted_from_its_checkpoint_as_often_as_its_restart_strategy_says() {
-    let work = Workdir::new();
+/// `records` JSON lines over keys `k0`..`k4` (`ts` and `seq` 0, 1, ...), then the poison
+/// record the misbehaving UDF fails on, every time (`"fail"`), at `ts` `records`.
+fn poisoned_input(records: u64) -> String {
     let mut input = String::new();
-    for seq in 0..200 {
+    for seq in 0..records {
         input.push_str(&format!(
             "{{\"key\":\"k{}\",\"ts\":{seq},\"seq\":{seq}}}\n",
             seq % 5
         ));
     }
-    // The poison record: the UDF fails on it, every time (on_error is "fail").
-    input.push_str("{\"key\":\"p\",\"ts\":200,\"fail\":\"error\"}\n");
+    input.push_str(&format!(
+        "{{\"key\":\"p\",\"ts\":{records},\"fail\":\"error\"}}\n"
+    ));
+    input
+}
+
+#[test]
+fn a_failed_pipeline_is_restarted_from_its_checkpoint_as_often_as_its_restart_strategy_says() {
+    let work = Workdir::new();
+    let mut input = poisoned_input(200);
     for seq in 201..210 {
         input.push_str(&format!("{{\"key\":\"k1\",\"ts\":{seq},\"seq\":{seq}}}\n"));
     }
@@ -3333,61 +3341,16 @@ fn a_broken_version_of_one_stage_is_rolled_back_in_that_stage_alone() {
 #[test]
 fn a_failed_graph_is_restarted_as_a_whole_from_its_stages_checkpoint() {
     let work = Workdir::new();
-    let mut input = String::new();
-    for seq in 0..20_000 {
-        input.push_str(&format!(
-            "{{\"key\":\"k{}\",\"ts\":{seq},\"seq\":{seq}}}\n",
-            seq % 5
-        ));
-    }
-    input.push_str("{\"key\":\"p\",\"ts\":20000,\"fail\":\"error\"}\n");
-    work.write("poisoned.jsonl", &input);
-    let toml = format!(
-        r#"name = "poisoned-graph"
-
-[[source]]
-name = "events"
-type = "file"
-path = "poisoned.jsonl"
-key = "key"
-timestamp = "ts"
-timestamp_format = "epoch_ms"
-
-[[stage]]
-name = "first"
-udf = {{ path = "{first}", max_batch = 7 }}
-[[stage.input]]
-from = "events"
-
-[[stage]]
-name = "second"
-udf = {{ path = "{second}" }}
-[[stage.input]]
-from = "first"
-key = "key"
-
-[[sink]]
-stage = "first"
-output = "main"
-type = "file"
-path = "first.jsonl"
-
-[[sink]]
-stage = "second"
-output = "main"
-type = "file"
-path = "second.jsonl"
-
-[checkpoint]
-interval = "50ms"
-
-[restart]
-attempts = 2
-delay = "300ms"
-"#,
-        first = component("misbehaving-udf").display(),
-        second = component("versioned-udf-v1").display(),
-    );
+    work.write("events.jsonl", &poisoned_input(20_000));
+    let first = component("misbehaving-udf");
+    let second = component("versioned-udf-v1");
+    let toml = weir_e2e::graphs::two_stage_pipeline(
+        "poisoned-graph",
+        &first.display().to_string(),
+        &second.display().to_string(),
+        1,
+    )
+        + "\n[checkpoint]\ninterval = \"50ms\"\n\n[restart]\nattempts = 2\ndelay = \"300ms\"\n";
     let file = work.write("graph.toml", &toml);
     let server = Server::start(&[Path::new(&file)]);
     // While the other stage ends after the first failed, and during the restart's

@@ -62,14 +62,13 @@ pub struct Deployment {
 /// allows (a stop request ends the wait). Returns the failure that ended it for good,
 /// if one did, with the index of the stage it happened in.
 fn run_restarting(
-    graph: StageGraph,
+    mut graph: StageGraph,
     again: &Resolve,
     first: Vec<Prepared>,
     stages: &[Arc<RunControl>],
     versions: &[Versions],
     stop: &Arc<AtomicBool>,
 ) -> Option<(usize, String)> {
-    let mut graph = graph;
     let options = RunOptions {
         progress: false,
         stop: Some(Arc::clone(stop)),
