@@ -831,3 +831,183 @@ fn a_graph_of_two_roots_stopped_mid_run_resumes_from_the_checkpoint_both_took() 
         );
     }
 }
+
+/// `weir` with `args`, `lines` written to its stdin, then stdin closed; its stderr.
+fn weir_fed(args: &[&str], lines: &[String]) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(weir_e2e::weir_bin())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start weir");
+    let mut stdin = child.stdin.take().unwrap();
+    for line in lines {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
+}
+
+/// The epoch of the newest checkpoint in `dir` (0: none).
+fn newest_epoch(dir: &Path) -> u64 {
+    newest_checkpoint(dir).map_or(0, |name| {
+        name.trim_start_matches("checkpoint-")
+            .trim_end_matches(".weir")
+            .parse()
+            .unwrap()
+    })
+}
+
+/// A graph of a bounded root `a` (a file of 60 records) and a live root `b` (stdin),
+/// both feeding the co-process stage `c`: once `a` completed, its final checkpoint
+/// stands for it, so `b` and `c` checkpoint on. Stopped with SIGTERM after more records
+/// came on stdin, the graph ends with a last checkpoint every stage completed (no
+/// "takes no further checkpoint"), and the second run resumes from it, past `a`'s
+/// final section: `a` writes nothing again, `b` lost no line of stdin (which cannot be
+/// read again), and `c` counts each of `a`'s and `b`'s records of a key once.
+#[test]
+fn a_stage_that_completed_leaves_the_others_checkpointing_and_stopping_in_step() {
+    const KEYS: u64 = 6;
+    let work = Workdir::new();
+    let bounded: Vec<Value> = (0..60)
+        .map(|i| json!({"key": format!("k{}", i % KEYS), "seq": i, "ts": 1_000_000 + 100 * i}))
+        .collect();
+    work.write_jsonl("x.jsonl", &bounded);
+    let live = |range: std::ops::Range<u64>| -> Vec<String> {
+        range
+            .map(|i| {
+                json!({"key": format!("k{}", i % KEYS), "seq": 1000 + i, "ts": 1_000_000 + 5_000 * i})
+                    .to_string()
+            })
+            .collect()
+    };
+    let v1 = component("versioned-udf-v1").display().to_string();
+    let mut text = String::from("name = \"bounded-and-live\"\n");
+    text += "[[source]]\nname = \"x\"\ntype = \"file\"\npath = \"x.jsonl\"\nkey = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n";
+    text += "[[source]]\nname = \"y\"\ntype = \"stdin\"\nkey = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n";
+    for (stage, from) in [("a", "x"), ("b", "y")] {
+        text += &format!(
+            "[[stage]]\nname = \"{stage}\"\nudf = {{ path = \"{v1}\" }}\n[[stage.input]]\nfrom = \"{from}\"\n\n"
+        );
+    }
+    text += &format!("[[stage]]\nname = \"c\"\nudf = {{ path = \"{v1}\" }}\n");
+    for from in ["a", "b"] {
+        text += &format!("[[stage.input]]\nfrom = \"{from}\"\nkey = \"key\"\n");
+    }
+    for stage in ["a", "b", "c"] {
+        text += &format!(
+            "\n[[sink]]\nstage = \"{stage}\"\noutput = \"main\"\ntype = \"file\"\npath = \"{stage}.jsonl\"\n"
+        );
+    }
+    let pipeline = work.write("graph.toml", &text);
+    weir_fed(&["run", &pipeline, "-q", "--no-checkpoints"], &live(0..300));
+    let expected: Vec<Vec<Value>> = ["a", "b"]
+        .iter()
+        .map(|s| read_jsonl(work.path(&format!("{s}.jsonl"))))
+        .collect();
+    for stage in ["a", "b", "c"] {
+        std::fs::remove_file(work.path(&format!("{stage}.jsonl"))).unwrap();
+    }
+
+    let state = work.path("state");
+    let state_dir = state.display().to_string();
+    let args = [
+        "run",
+        &pipeline,
+        "--state-dir",
+        &state_dir,
+        "--checkpoint-interval",
+        "100ms",
+    ];
+    let mut child = std::process::Command::new(weir_e2e::weir_bin())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start weir");
+    let log = weir_e2e::StderrLog::capture(&mut child);
+    let mut stdin = child.stdin.take().unwrap();
+    let send = |stdin: &mut std::process::ChildStdin, lines: &[String]| {
+        use std::io::Write as _;
+        for line in lines {
+            writeln!(stdin, "{line}").unwrap();
+        }
+        stdin.flush().unwrap();
+    };
+    send(&mut stdin, &live(0..100));
+    weir_e2e::wait_for("a's final checkpoint", Duration::from_secs(60), || {
+        log.text().contains("completed: its final checkpoint")
+    });
+    let a_final = newest_epoch(&state.join("a"));
+    send(&mut stdin, &live(100..200));
+    let b_sent_all = || {
+        read_jsonl_so_far(&work.path("b.jsonl"))
+            .iter()
+            .any(|r| r["seq"] == 1199)
+    };
+    weir_e2e::wait_for(
+        "b to process what was sent",
+        Duration::from_secs(60),
+        b_sent_all,
+    );
+    weir_e2e::wait_for("b and c to checkpoint on", Duration::from_secs(60), || {
+        newest_epoch(&state.join("c")) > a_final + 1
+    });
+    // SAFETY: kill(2) on the pid of a child that has not been waited for.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    drop(stdin);
+    let log = log.finish();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("no further checkpoint"), "{log}");
+    let last = newest_epoch(&state.join("b"));
+    assert_eq!(newest_epoch(&state.join("c")), last, "{log}");
+    assert_eq!(newest_epoch(&state.join("a")), a_final, "{log}");
+
+    let resumed = weir_fed(&args, &live(200..300));
+    assert!(
+        resumed.contains(&format!("resuming from checkpoint {last}")),
+        "b and c resume from the stop's checkpoint, after a's final one ({a_final}): {resumed}"
+    );
+    for (stage, expected) in ["a", "b"].iter().zip(&expected) {
+        assert_eq!(
+            &read_jsonl(work.path(&format!("{stage}.jsonl"))),
+            expected,
+            "stage {stage}: what the uninterrupted run wrote"
+        );
+    }
+    let mut of_key: HashMap<String, u64> = HashMap::new();
+    for record in expected.iter().flatten() {
+        *of_key
+            .entry(record["key"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    let mut counts: HashMap<String, Vec<u64>> = HashMap::new();
+    for record in read_jsonl(work.path("c.jsonl")) {
+        if let Some(count) = record.get("count") {
+            let key = record["key"].as_str().unwrap().to_string();
+            counts.entry(key).or_default().push(count.as_u64().unwrap());
+        }
+    }
+    assert_eq!(counts.len(), of_key.len());
+    for (key, got) in &counts {
+        assert_eq!(
+            *got,
+            (1..=of_key[key]).collect::<Vec<_>>(),
+            "stage c counts each of a's and b's records of key {key} once"
+        );
+    }
+}
+
+/// The JSON lines a sink wrote so far (none before it created its file).
+fn read_jsonl_so_far(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .map(|text| weir_e2e::parse_jsonl(&text))
+        .unwrap_or_default()
+}

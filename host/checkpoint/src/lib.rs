@@ -96,6 +96,11 @@ pub struct Meta {
     pub dead_letters: DeadLetterMeta,
     /// The operator's counters, which a restored run counts on from.
     pub counters: CounterMeta,
+    /// A stage of several wrote it when its run completed: its final section, which
+    /// stands for the stage in every later epoch of its graph ([`aligned`]). Absent
+    /// when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub finished: bool,
 }
 
 /// One state the UDF had declared: restoring matches it to the running UDF's state of
@@ -174,8 +179,11 @@ pub struct Checkpointer {
     pub store: CheckpointStore,
     interval: Duration,
     next_due: Instant,
-    /// The last epoch written (or restored).
+    /// The last epoch written (or restored; for a stage of several restored from its
+    /// final section, the graph's epoch that section stands for).
     epoch: u64,
+    /// The newest section in the store, written or restored: the next increment's parent.
+    section: u64,
     /// The current chain: its full base, how many increments, their bytes, the base's.
     base: Option<u64>,
     chain_len: usize,
@@ -230,6 +238,7 @@ impl Checkpointer {
             interval,
             next_due: Instant::now() + interval,
             epoch: 0,
+            section: 0,
             base: None,
             chain_len: 0,
             chain_bytes: 0,
@@ -241,7 +250,13 @@ impl Checkpointer {
         if let Some(chain) = &chain {
             let newest = chain.newest().meta.epoch;
             this.store.discard_after(newest)?;
-            this.epoch = newest;
+            this.section = newest;
+            this.epoch = newest.max(
+                spec.aligned
+                    .as_ref()
+                    .and_then(|a| a.resume_epoch)
+                    .unwrap_or(0),
+            );
             this.base = Some(chain.files[0].meta.epoch);
             this.base_bytes = chain.sizes[0];
             this.chain_len = chain.files.len() - 1;
@@ -280,8 +295,16 @@ impl Checkpointer {
         aligned.epochs.complete() >= self.epoch
     }
 
-    /// The run completed: for a stage of several, the others learn that no epoch will
-    /// complete again ([`aligned::GraphEpochs::end`]).
+    /// For a stage of several whose run completed: whether it takes its final section now,
+    /// waits, or ends without one ([`aligned::GraphEpochs::on_complete`]); `None` for a
+    /// run of one stage.
+    pub fn on_complete(&self) -> Option<aligned::OnStop> {
+        let aligned = self.aligned.as_ref()?;
+        Some(aligned.epochs.on_complete(aligned.stage, self.epoch))
+    }
+
+    /// A stage of several ends without a last section in step: the others learn that no
+    /// epoch will complete again ([`aligned::GraphEpochs::end`]).
     pub fn ended(&self) {
         if let Some(aligned) = &self.aligned {
             aligned.epochs.end(aligned.stage);
@@ -309,7 +332,7 @@ impl Checkpointer {
             || self.chain_bytes > self.base_bytes;
         Planned {
             epoch: self.epoch + 1,
-            parent: (!full).then_some(self.epoch),
+            parent: (!full).then_some(self.section),
         }
     }
 
@@ -333,15 +356,19 @@ impl Checkpointer {
         self.store.write(epoch, data, keep_from)?;
         if let Some(aligned) = &self.aligned {
             aligned.epochs.taken(aligned.stage, epoch);
+            if file.meta.finished {
+                aligned.epochs.finished(aligned.stage, epoch);
+            }
         }
         self.epoch = epoch;
+        self.section = epoch;
         self.next_due = Instant::now() + self.interval;
         Ok(size)
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use weir_core::output::SinkState;
 
@@ -355,7 +382,7 @@ mod tests {
         }
     }
 
-    fn meta(epoch: u64, parent: Option<u64>) -> Meta {
+    pub(crate) fn meta(epoch: u64, parent: Option<u64>) -> Meta {
         Meta {
             epoch,
             parent,
@@ -384,6 +411,7 @@ mod tests {
                 length: Some(0),
             },
             counters: CounterMeta::default(),
+            finished: false,
         }
     }
 

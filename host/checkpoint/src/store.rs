@@ -119,6 +119,14 @@ impl CheckpointStore {
         }
     }
 
+    /// Whether checkpoint `epoch` reads back intact and is a stage's final section
+    /// ([`Meta::finished`](crate::Meta::finished)); a damaged one is not.
+    pub fn is_final(&self, epoch: u64) -> bool {
+        let file = self.backend.read(epoch);
+        file.and_then(|data| CheckpointFile::decode(&data))
+            .is_ok_and(|file| file.meta.finished)
+    }
+
     fn load_chain(&self, epoch: u64) -> anyhow::Result<Chain> {
         let mut files = Vec::new();
         let mut sizes = Vec::new();

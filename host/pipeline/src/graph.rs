@@ -163,6 +163,7 @@ impl StageGraph {
                     stage: index,
                     epochs: Arc::clone(&epochs),
                     restore: None,
+                    resume_epoch: None,
                 });
             }
         }

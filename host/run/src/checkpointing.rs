@@ -274,6 +274,16 @@ impl Checkpoints {
         }
     }
 
+    /// What a stage of several whose run completed does next: take its final section,
+    /// wait for the epoch before it to complete, or end without one
+    /// ([`weir_checkpoint::aligned::GraphEpochs::on_complete`]); any other run stops.
+    pub fn on_complete(&self) -> OnStop {
+        match &self.checkpointer {
+            Some(checkpointer) => checkpointer.on_complete().unwrap_or(OnStop::Stop),
+            None => OnStop::Stop,
+        }
+    }
+
     /// A stage of several stops without a last checkpoint in step: no epoch completes
     /// again, and the others stop without waiting for one.
     pub fn give_up(&self) {
@@ -282,17 +292,20 @@ impl Checkpoints {
         }
     }
 
-    /// The run completed: a stage of several tells the others (which then take no
-    /// further checkpoint) and leaves its checkpoints to the graph; a run of one stage
-    /// removes them, and a new one starts from scratch.
-    pub fn completed(&mut self) -> anyhow::Result<()> {
+    /// The run completed: a stage of several that took its final section (`last`)
+    /// leaves its checkpoints to the graph, and one that could not tells the others
+    /// (which then take no further checkpoint); a run of one stage removes them, and a
+    /// new one starts from scratch.
+    pub fn completed(&mut self, last: bool) -> anyhow::Result<()> {
         match &mut self.checkpointer {
             Some(checkpointer) if checkpointer.in_step() => {
+                if !last {
+                    checkpointer.ended();
+                }
                 // The section being written lands before the run returns: the graph
                 // clears every stage's checkpoints once all completed, and must find no
                 // write in flight (nor the directory still locked by it).
                 checkpointer.store.wait()?;
-                checkpointer.ended();
                 Ok(())
             }
             _ => self.clear(),
@@ -338,6 +351,8 @@ pub(crate) struct Cut<'a> {
     pub inputs: &'a mut Inputs,
     /// The dead-letter output.
     pub dead_letters: &'a mut DeadLetters,
+    /// The run completed: this is a stage's final section (`weir_checkpoint::aligned`).
+    pub finished: bool,
 }
 
 impl Checkpoints {
@@ -353,6 +368,7 @@ impl Checkpoints {
             stage,
             inputs,
             dead_letters,
+            finished,
         } = cut;
         if self.checkpointer.is_none() {
             return Ok(());
@@ -450,6 +466,7 @@ impl Checkpoints {
                 event_timers: counters.event_timers,
                 processing_timers: counters.processing_timers,
             },
+            finished,
         };
         let at = meta.written_at;
         let file = CheckpointFile { meta, sinks, keyed };

@@ -176,6 +176,7 @@ impl Runner {
         if self.stopped_in_timers {
             return self.stop(progress);
         }
+        let last = self.take_final_section(&stopped)?;
         self.finish_shared_sinks()?;
         self.dead_letters.flush()?;
         // Everything read is in the sinks: sources with a position store of their own
@@ -186,7 +187,7 @@ impl Runner {
         }
         // The run is complete: nothing to resume, and a new run starts from scratch. (A
         // stage of several leaves that to the graph, once every stage completed.)
-        self.checkpoints.completed()?;
+        self.checkpoints.completed(last)?;
         if let Some(bar) = progress {
             bar.finish_and_clear();
         }
@@ -196,6 +197,12 @@ impl Runner {
     /// Takes a checkpoint (if checkpoints are on) of everything processed so far. Called
     /// between two runs of records, with every read-ahead queue empty.
     fn take_checkpoint(&mut self) -> anyhow::Result<()> {
+        self.take_section(false)
+    }
+
+    /// Takes a checkpoint; `finished`: the run completed, and it is a stage's final
+    /// section (`weir_checkpoint::aligned`).
+    fn take_section(&mut self, finished: bool) -> anyhow::Result<()> {
         self.checkpoints.take(Cut {
             pipeline: &self.pipeline,
             udf: &self.udf.current,
@@ -203,7 +210,42 @@ impl Runner {
             stage: &mut self.stage,
             inputs: &mut self.inputs,
             dead_letters: &mut self.dead_letters,
+            finished,
         })
+    }
+
+    /// A stage of several whose run completed (the end of input's timers fired) takes its
+    /// final section in step, once the epoch before it is complete: it stands for the
+    /// stage in every later epoch, so the stages still running checkpoint on. Returns
+    /// whether it was taken: not under a stop request, once the graph's epochs ended (a
+    /// stage failed), nor in a run of one stage.
+    fn take_final_section(&mut self, stopped: &dyn Fn() -> bool) -> anyhow::Result<bool> {
+        if !self.checkpoints.in_step() {
+            return Ok(false);
+        }
+        // What the end of input emitted goes on before the barrier, while this waits.
+        self.flush_sinks()?;
+        loop {
+            match self.checkpoints.on_complete() {
+                OnStop::Stop => return Ok(false),
+                _ if stopped() => return Ok(false),
+                OnStop::Checkpoint => {
+                    self.take_section(true)?;
+                    if let Some(last) = self.checkpoints.history.back() {
+                        tracing::info!(
+                            "stage {:?} completed: its final checkpoint {} stands for it while the other stages run on",
+                            self.pipeline,
+                            last.epoch
+                        );
+                    }
+                    return Ok(true);
+                }
+                OnStop::Wait => {
+                    self.checkpoints.commit_durable(&mut self.inputs)?;
+                    std::thread::sleep(STOP_WAIT_POLL);
+                }
+            }
+        }
     }
 
     /// Ends the run on a stop request that came while a record's failed call waited to
@@ -457,10 +499,11 @@ impl Runner {
     /// advance.
     fn end_drained_inputs(&mut self) -> anyhow::Result<()> {
         while let Some(input) = self.inputs.end_next_drained() {
-            if self.inputs.all_ended() {
+            if self.inputs.all_ended() && !self.checkpoints.in_step() {
                 // The last input ended: the final watermark fires every event-time
                 // timer now, and no checkpoint follows (a completed run removes
-                // them), so the keys those timers release need not be remembered.
+                // them), so the keys those timers release need not be remembered. (A
+                // stage of several takes its final section after them.)
                 for shard in self.stage.shards_mut() {
                     shard.host_mut().keys_mut().stop_tracking();
                 }
