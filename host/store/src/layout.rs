@@ -1,0 +1,152 @@
+//! How keyed state and timers are laid out as the store's keys.
+//!
+//! Every row of one record key starts with the key's *prefix*: its key group (2 bytes,
+//! big-endian), its length (2 bytes, big-endian) and its bytes. The prefix is
+//! prefix-free (no key's prefix starts another's), so all rows of a key are one
+//! contiguous range in every keyspace, and keys come in the same order in each: a walk
+//! over two keyspaces can merge them key by key. Key groups first means a restore at
+//! another parallelism reads a shard's groups as ranges (Flink's layout).
+//!
+//! - `state` rows: prefix, state id (4 bytes BE), then by kind: a value has nothing more;
+//!   a list item its position (8 bytes BE), so items come in the order they were
+//!   appended; a map entry its map key's bytes, so entries come in byte order.
+//! - `timers_by_key` rows: prefix, domain (1 byte), time (8 bytes, sign bit flipped,
+//!   BE, so that times sort as numbers); the key's timers in time order.
+//! - `timers_by_time` rows: domain, time, then the prefix: the due timers of a clock
+//!   first.
+
+use weir_core::key::key_group;
+use weir_core::state::StateId;
+use weir_core::time::timers::TimeDomain;
+use weir_core::time::Timestamp;
+
+/// The longest record key the store takes: its rows' keys must stay under the store's
+/// limit of 65,536 bytes with a state id and a map key or a timer after it.
+pub const MAX_KEY_BYTES: usize = 16 * 1024;
+
+/// The longest map key (of one map state entry) the store takes.
+pub const MAX_MAP_KEY_BYTES: usize = 32 * 1024;
+
+/// The kind tag of a `state` row, after the state id.
+pub const VALUE: u8 = 0;
+/// A list item's row.
+pub const LIST_ITEM: u8 = 1;
+/// A map entry's row.
+pub const MAP_ENTRY: u8 = 2;
+
+/// The prefix of every row of record key `key` (see the module docs). Fails for a key
+/// over [`MAX_KEY_BYTES`].
+pub fn key_prefix(key: &[u8]) -> anyhow::Result<Vec<u8>> {
+    anyhow::ensure!(
+        key.len() <= MAX_KEY_BYTES,
+        "a record key of {} bytes is over the disk state backend's limit of {MAX_KEY_BYTES}",
+        key.len()
+    );
+    let mut out = Vec::with_capacity(4 + key.len() + 16);
+    out.extend_from_slice(&key_group(key).to_be_bytes());
+    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    out.extend_from_slice(key);
+    Ok(out)
+}
+
+/// The record key of a row that starts with a key prefix, and the rest of the row's key.
+pub fn split_prefix(row: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = u16::from_be_bytes(row.get(2..4)?.try_into().ok()?) as usize;
+    let key = row.get(4..4 + len)?;
+    Some((key, &row[4 + len..]))
+}
+
+/// The length of the key prefix a row starts with.
+pub fn prefix_len(row: &[u8]) -> Option<usize> {
+    split_prefix(row).map(|(key, _)| 4 + key.len())
+}
+
+/// The prefix of every `state` row of `state` of the key whose prefix is `prefix`, with
+/// its kind tag.
+pub fn state_prefix(prefix: &[u8], state: StateId, tag: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + 5 + 8);
+    out.extend_from_slice(prefix);
+    out.extend_from_slice(&state.to_be_bytes());
+    out.push(tag);
+    out
+}
+
+/// A `state` row's state id and kind tag, and what follows them, from the part after
+/// the key prefix.
+pub fn split_state(rest: &[u8]) -> Option<(StateId, u8, &[u8])> {
+    let state = StateId::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+    Some((state, *rest.get(4)?, &rest[5..]))
+}
+
+/// A time as 8 bytes that sort as the numbers do.
+pub fn time_bytes(at: Timestamp) -> [u8; 8] {
+    ((at as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+/// The time [`time_bytes`] wrote.
+pub fn time_of(bytes: &[u8]) -> Option<Timestamp> {
+    let raw = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+    Some((raw ^ (1 << 63)) as Timestamp)
+}
+
+/// A clock's byte in timer rows.
+pub fn domain_byte(domain: TimeDomain) -> u8 {
+    match domain {
+        TimeDomain::EventTime => 0,
+        TimeDomain::ProcessingTime => 1,
+    }
+}
+
+/// The clock of a timer row's domain byte.
+pub fn domain_of(byte: u8) -> Option<TimeDomain> {
+    match byte {
+        0 => Some(TimeDomain::EventTime),
+        1 => Some(TimeDomain::ProcessingTime),
+        _ => None,
+    }
+}
+
+/// A `timers_by_key` row: the key's prefix, the domain and the time.
+pub fn timer_by_key(prefix: &[u8], domain: TimeDomain, at: Timestamp) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + 9);
+    out.extend_from_slice(prefix);
+    out.push(domain_byte(domain));
+    out.extend_from_slice(&time_bytes(at));
+    out
+}
+
+/// A `timers_by_time` row: the domain, the time and the key's prefix.
+pub fn timer_by_time(prefix: &[u8], domain: TimeDomain, at: Timestamp) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + 9);
+    out.push(domain_byte(domain));
+    out.extend_from_slice(&time_bytes(at));
+    out.extend_from_slice(prefix);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_sort_as_numbers_and_read_back() {
+        let times = [i64::MIN, -5, -1, 0, 1, 7, 1_700_000_000_000, i64::MAX];
+        let bytes: Vec<[u8; 8]> = times.iter().map(|&t| time_bytes(t)).collect();
+        assert!(bytes.windows(2).all(|w| w[0] < w[1]));
+        for (t, b) in times.iter().zip(&bytes) {
+            assert_eq!(time_of(b), Some(*t));
+        }
+    }
+
+    #[test]
+    fn a_key_prefix_is_no_other_keys_prefix() {
+        let a = key_prefix(b"ab").unwrap();
+        let b = key_prefix(b"abc").unwrap();
+        assert!(!b.starts_with(&a) && !a.starts_with(&b));
+        let row = state_prefix(&b, 3, MAP_ENTRY);
+        let (key, rest) = split_prefix(&row).unwrap();
+        assert_eq!(key, b"abc");
+        assert_eq!(split_state(rest), Some((3, MAP_ENTRY, &[][..])));
+        assert!(key_prefix(&vec![0; MAX_KEY_BYTES + 1]).is_err());
+    }
+}

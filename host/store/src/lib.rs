@@ -1,0 +1,483 @@
+//! Disk-backed keyed state: what the `disk` state backend keeps of every key (its state
+//! entries and its pending timers) in an embedded LSM store, so that a shard's state is
+//! bounded by its disk, not its memory (Flink's RocksDB backend, Kafka Streams' stores).
+//!
+//! The store is [fjall](https://docs.rs/fjall), in pure Rust (RocksDB's C++ build costs a
+//! fresh machine ~15 minutes of both cores; fjall builds in seconds). One [`DiskStore`]
+//! per shard keeps three keyspaces ([`layout`]): the state entries, one row each (a
+//! value, a list item, a map entry: changing one map entry of a key with 100,000 reads
+//! and writes that entry alone), and the pending timers by key and by time.
+//!
+//! The store is a working copy, not a durable one: checkpoints stay the record of the
+//! state (the same files as the memory backend's, so a pipeline can switch backends and
+//! keep its state). A run opens its store empty, restores the checkpoint into it, and
+//! the store is deleted when the run ends; nothing is synced while it runs. A full
+//! checkpoint reads a [`StoreSnapshot`], which sees the store as it was when taken while
+//! the run goes on writing, so it can be encoded on another thread.
+
+#![warn(missing_docs)]
+
+pub mod layout;
+#[cfg(test)]
+mod tests;
+
+use anyhow::Context as _;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, Readable};
+use layout::{key_prefix, LIST_ITEM, MAP_ENTRY, VALUE};
+use std::path::{Path, PathBuf};
+use weir_core::key::Key;
+use weir_core::state::{ByteMap, Slot, StateId};
+use weir_core::time::timers::TimeDomain;
+use weir_core::time::Timestamp;
+
+/// One shard's keyed state and timers on disk (see the [crate docs](crate)).
+pub struct DiskStore {
+    db: Database,
+    state: Keyspace,
+    timers_by_key: Keyspace,
+    timers_by_time: Keyspace,
+    path: PathBuf,
+}
+
+/// A map state's entries as the store returns them: map key, value.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+impl DiskStore {
+    /// Opens an empty store in `dir` (deleting what a run before left there), keeping up
+    /// to `cache_bytes` of its blocks in memory. The directory is deleted again when the
+    /// store is dropped.
+    pub fn open(dir: &Path, cache_bytes: u64) -> anyhow::Result<Self> {
+        let describe = || format!("cannot open the state store in {}", dir.display());
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(describe)?;
+        }
+        std::fs::create_dir_all(dir).with_context(describe)?;
+        let db = Database::builder(dir)
+            .temporary(true)
+            .manual_journal_persist(true)
+            .worker_threads(1)
+            .cache_size(cache_bytes)
+            .open()
+            .with_context(describe)?;
+        let keyspace = |name: &str| {
+            db.keyspace(name, KeyspaceCreateOptions::default)
+                .with_context(describe)
+        };
+        Ok(Self {
+            state: keyspace("state")?,
+            timers_by_key: keyspace("timers_by_key")?,
+            timers_by_time: keyspace("timers_by_time")?,
+            db,
+            path: dir.to_path_buf(),
+        })
+    }
+
+    /// Where the store is, for messages and status.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Adds the store's path to an error of the store.
+    fn failed<T>(&self, result: fjall::Result<T>) -> anyhow::Result<T> {
+        result.with_context(|| format!("the state store in {}", self.path.display()))
+    }
+
+    /// The rows of `keyspace` that start with `prefix`, with the part after it.
+    fn rows(&self, keyspace: &Keyspace, prefix: &[u8]) -> anyhow::Result<Entries> {
+        let mut out = Vec::new();
+        for guard in keyspace.prefix(prefix) {
+            let (row, value) = self.failed(guard.into_inner())?;
+            out.push((row[prefix.len()..].to_vec(), value.to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Removes every row of `keyspace` that starts with `prefix`.
+    fn remove_rows(&self, keyspace: &Keyspace, prefix: &[u8]) -> anyhow::Result<()> {
+        for guard in keyspace.prefix(prefix) {
+            let row = self.failed(guard.key())?;
+            self.failed(keyspace.remove(row))?;
+        }
+        Ok(())
+    }
+
+    // ---- state entries ---------------------------------------------------------------
+
+    /// `key`'s value of value state `state`, if set.
+    pub fn value_get(&self, key: &[u8], state: StateId) -> anyhow::Result<Option<Vec<u8>>> {
+        let row = layout::state_prefix(&key_prefix(key)?, state, VALUE);
+        Ok(self.failed(self.state.get(row))?.map(|v| v.to_vec()))
+    }
+
+    /// Sets `key`'s value of value state `state`.
+    pub fn value_set(&self, key: &[u8], state: StateId, value: &[u8]) -> anyhow::Result<()> {
+        let row = layout::state_prefix(&key_prefix(key)?, state, VALUE);
+        self.failed(self.state.insert(row, value))
+    }
+
+    /// `key`'s items of list state `state`, in the order they were added.
+    pub fn list_get(&self, key: &[u8], state: StateId) -> anyhow::Result<Vec<Vec<u8>>> {
+        let prefix = layout::state_prefix(&key_prefix(key)?, state, LIST_ITEM);
+        let rows = self.rows(&self.state, &prefix)?;
+        Ok(rows.into_iter().map(|(_, item)| item).collect())
+    }
+
+    /// Adds `item` at the end of `key`'s list state `state`: one row, whatever the
+    /// list's length.
+    pub fn list_append(&self, key: &[u8], state: StateId, item: &[u8]) -> anyhow::Result<()> {
+        let prefix = layout::state_prefix(&key_prefix(key)?, state, LIST_ITEM);
+        let next = match self.state.prefix(&prefix).next_back() {
+            Some(last) => {
+                let row = self.failed(last.key())?;
+                let position = u64::from_be_bytes(row[prefix.len()..].try_into()?);
+                position + 1
+            }
+            None => 0,
+        };
+        let mut row = prefix;
+        row.extend_from_slice(&next.to_be_bytes());
+        self.failed(self.state.insert(row, item))
+    }
+
+    /// Replaces `key`'s list state `state` with `items` (none: clears it).
+    pub fn list_set(&self, key: &[u8], state: StateId, items: &[Vec<u8>]) -> anyhow::Result<()> {
+        let prefix = layout::state_prefix(&key_prefix(key)?, state, LIST_ITEM);
+        self.remove_rows(&self.state, &prefix)?;
+        for (position, item) in items.iter().enumerate() {
+            let mut row = prefix.clone();
+            row.extend_from_slice(&(position as u64).to_be_bytes());
+            self.failed(self.state.insert(row, item.as_slice()))?;
+        }
+        Ok(())
+    }
+
+    fn map_row(key: &[u8], state: StateId, map_key: &[u8]) -> anyhow::Result<Vec<u8>> {
+        anyhow::ensure!(
+            map_key.len() <= layout::MAX_MAP_KEY_BYTES,
+            "a map state key of {} bytes is over the disk state backend's limit of {}",
+            map_key.len(),
+            layout::MAX_MAP_KEY_BYTES
+        );
+        let mut row = layout::state_prefix(&key_prefix(key)?, state, MAP_ENTRY);
+        row.extend_from_slice(map_key);
+        Ok(row)
+    }
+
+    /// `key`'s value under `map_key` in map state `state`: one row read.
+    pub fn map_get(
+        &self,
+        key: &[u8],
+        state: StateId,
+        map_key: &[u8],
+    ) -> anyhow::Result<Option<Vec<u8>>> {
+        let row = Self::map_row(key, state, map_key)?;
+        Ok(self.failed(self.state.get(row))?.map(|v| v.to_vec()))
+    }
+
+    /// Puts `value` under `map_key` in `key`'s map state `state`: one row written.
+    pub fn map_put(
+        &self,
+        key: &[u8],
+        state: StateId,
+        map_key: &[u8],
+        value: &[u8],
+    ) -> anyhow::Result<()> {
+        let row = Self::map_row(key, state, map_key)?;
+        self.failed(self.state.insert(row, value))
+    }
+
+    /// Removes `map_key` from `key`'s map state `state`.
+    pub fn map_remove(&self, key: &[u8], state: StateId, map_key: &[u8]) -> anyhow::Result<()> {
+        let row = Self::map_row(key, state, map_key)?;
+        self.failed(self.state.remove(row))
+    }
+
+    /// `key`'s entries of map state `state`, in byte order of their keys.
+    pub fn map_entries(&self, key: &[u8], state: StateId) -> anyhow::Result<Entries> {
+        let prefix = layout::state_prefix(&key_prefix(key)?, state, MAP_ENTRY);
+        self.rows(&self.state, &prefix)
+    }
+
+    /// Removes `key`'s contents of `state`, of whatever kind.
+    pub fn clear(&self, key: &[u8], state: StateId) -> anyhow::Result<()> {
+        let mut prefix = key_prefix(key)?;
+        prefix.extend_from_slice(&state.to_be_bytes());
+        self.remove_rows(&self.state, &prefix)
+    }
+
+    /// Removes `key`'s contents of every state. Its timers stay.
+    pub fn clear_all(&self, key: &[u8]) -> anyhow::Result<()> {
+        self.remove_rows(&self.state, &key_prefix(key)?)
+    }
+
+    /// `key`'s contents of every state it holds, in state id order: what a checkpoint
+    /// writes of a key.
+    pub fn slots(&self, key: &[u8]) -> anyhow::Result<Vec<(StateId, Slot)>> {
+        let prefix = key_prefix(key)?;
+        let rows = self.rows(&self.state, &prefix)?;
+        slots_of(
+            rows.iter()
+                .map(|(rest, value)| (rest.as_slice(), value.as_slice())),
+        )
+    }
+
+    /// Replaces `key`'s contents of `state` with `slot` (a restore, or a key moved in).
+    pub fn set_slot(&self, key: &[u8], state: StateId, slot: &Slot) -> anyhow::Result<()> {
+        self.clear(key, state)?;
+        match slot {
+            Slot::Value(value) => self.value_set(key, state, value),
+            Slot::List(items) => self.list_set(key, state, items),
+            Slot::Map(map) => map
+                .iter()
+                .try_for_each(|(k, v)| self.map_put(key, state, k, v)),
+        }
+    }
+
+    // ---- timers ----------------------------------------------------------------------
+
+    /// Records that `key` has a timer of `domain` at `at` pending (once, however often).
+    pub fn add_timer(&self, key: &[u8], domain: TimeDomain, at: Timestamp) -> anyhow::Result<()> {
+        let prefix = key_prefix(key)?;
+        self.failed(
+            self.timers_by_key
+                .insert(layout::timer_by_key(&prefix, domain, at), []),
+        )?;
+        self.failed(
+            self.timers_by_time
+                .insert(layout::timer_by_time(&prefix, domain, at), []),
+        )
+    }
+
+    /// Removes `key`'s timer of `domain` at `at` (fired or deleted); none is no error.
+    pub fn remove_timer(
+        &self,
+        key: &[u8],
+        domain: TimeDomain,
+        at: Timestamp,
+    ) -> anyhow::Result<()> {
+        let prefix = key_prefix(key)?;
+        self.failed(
+            self.timers_by_key
+                .remove(layout::timer_by_key(&prefix, domain, at)),
+        )?;
+        self.failed(
+            self.timers_by_time
+                .remove(layout::timer_by_time(&prefix, domain, at)),
+        )
+    }
+
+    /// `key`'s pending timers, by domain then time.
+    pub fn timers(&self, key: &[u8]) -> anyhow::Result<Vec<(TimeDomain, Timestamp)>> {
+        let prefix = key_prefix(key)?;
+        let rows = self.rows(&self.timers_by_key, &prefix)?;
+        rows.iter().map(|(rest, _)| timer_of(rest)).collect()
+    }
+
+    /// Up to `limit` pending timers of `domain` due at or before `up_to`, earliest first
+    /// (keys due at the same time in the store's order: the engine orders those itself).
+    /// They stay pending until removed.
+    pub fn due_timers(
+        &self,
+        domain: TimeDomain,
+        up_to: Timestamp,
+        limit: usize,
+    ) -> anyhow::Result<Vec<(Timestamp, Key)>> {
+        let d = layout::domain_byte(domain);
+        let mut end = vec![d];
+        end.extend_from_slice(&layout::time_bytes(up_to));
+        end.push(0xff);
+        let mut out = Vec::new();
+        for guard in self.timers_by_time.range(vec![d]..end).take(limit) {
+            let row = self.failed(guard.key())?;
+            let at = layout::time_of(&row[1..]).context("a timer row")?;
+            let (key, _) = layout::split_prefix(&row[9..]).context("a timer row")?;
+            out.push((at, Key::from_slice(key)));
+        }
+        Ok(out)
+    }
+
+    /// When the earliest pending timer of `domain` is due, if any is pending.
+    pub fn next_timer(&self, domain: TimeDomain) -> anyhow::Result<Option<Timestamp>> {
+        let d = layout::domain_byte(domain);
+        match self.timers_by_time.prefix([d]).next() {
+            None => Ok(None),
+            Some(guard) => {
+                let row = self.failed(guard.key())?;
+                Ok(layout::time_of(&row[1..]))
+            }
+        }
+    }
+
+    // ---- checkpoints and figures -----------------------------------------------------
+
+    /// The store as it is now, for a full checkpoint read while the run writes on.
+    pub fn snapshot(&self) -> StoreSnapshot {
+        StoreSnapshot {
+            snapshot: self.db.snapshot(),
+            state: self.state.clone(),
+            timers_by_key: self.timers_by_key.clone(),
+            path: self.path.clone(),
+        }
+    }
+
+    /// Bytes the store takes on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.db.disk_space().unwrap_or(0)
+    }
+}
+
+/// The timer of a `timers_by_key` row, from the part after the key prefix.
+fn timer_of(rest: &[u8]) -> anyhow::Result<(TimeDomain, Timestamp)> {
+    let domain = rest.first().copied().and_then(layout::domain_of);
+    let at = rest.get(1..).and_then(layout::time_of);
+    domain.zip(at).context("a damaged timer row")
+}
+
+/// The slots of one key from its `state` rows (the parts after its prefix), in order.
+fn slots_of<'a>(
+    rows: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+) -> anyhow::Result<Vec<(StateId, Slot)>> {
+    let mut slots: Vec<(StateId, Slot)> = Vec::new();
+    for (rest, value) in rows {
+        let (state, tag, after) = layout::split_state(rest).context("a damaged state row")?;
+        if slots.last().is_none_or(|(last, _)| *last != state) {
+            slots.push((
+                state,
+                match tag {
+                    VALUE => Slot::Value(Vec::new()),
+                    LIST_ITEM => Slot::List(Vec::new()),
+                    MAP_ENTRY => Slot::Map(ByteMap::new()),
+                    other => anyhow::bail!("a state row of unknown kind {other}"),
+                },
+            ));
+        }
+        match (&mut slots.last_mut().expect("pushed above").1, tag) {
+            (Slot::Value(v), VALUE) => *v = value.to_vec(),
+            (Slot::List(items), LIST_ITEM) => items.push(value.to_vec()),
+            (Slot::Map(map), MAP_ENTRY) => {
+                map.insert(after.to_vec(), value.to_vec());
+            }
+            _ => anyhow::bail!("state {state} has rows of two kinds"),
+        }
+    }
+    Ok(slots)
+}
+
+/// One key as a snapshot holds it: what a full checkpoint writes of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredKey {
+    /// The record key.
+    pub key: Key,
+    /// Its contents of every state it holds, in state id order.
+    pub slots: Vec<(StateId, Slot)>,
+    /// Its pending timers, by domain then time.
+    pub timers: Vec<(TimeDomain, Timestamp)>,
+}
+
+/// The store at one moment ([`DiskStore::snapshot`]): read while the run writes on, on
+/// any thread. Keep it only while it is read: the store keeps what it sees until then.
+pub struct StoreSnapshot {
+    snapshot: fjall::Snapshot,
+    state: Keyspace,
+    timers_by_key: Keyspace,
+    path: PathBuf,
+}
+
+impl StoreSnapshot {
+    /// Every key with state or timers, each once, with its slots and timers, in the
+    /// store's key order (key group first).
+    pub fn keys(&self) -> KeyWalk<'_> {
+        KeyWalk {
+            state: self.rows(&self.state),
+            timers: self.rows(&self.timers_by_key),
+        }
+    }
+
+    /// Every row of `keyspace` as the snapshot sees it, in order.
+    fn rows(&self, keyspace: &Keyspace) -> Rows<'_> {
+        let path = &self.path;
+        let walk = self
+            .snapshot
+            .iter(keyspace)
+            .map(move |guard: fjall::Guard| {
+                guard
+                    .into_inner()
+                    .with_context(|| format!("the state store in {}", path.display()))
+            });
+        let walk: Box<dyn Iterator<Item = _> + '_> = Box::new(walk);
+        walk.peekable()
+    }
+}
+
+/// The rows of one keyspace in a snapshot, in order.
+type Rows<'a> = std::iter::Peekable<
+    Box<dyn Iterator<Item = anyhow::Result<(fjall::Slice, fjall::Slice)>> + 'a>,
+>;
+
+/// A walk over a snapshot's keys ([`StoreSnapshot::keys`]).
+pub struct KeyWalk<'a> {
+    state: Rows<'a>,
+    timers: Rows<'a>,
+}
+
+/// The key prefix of the next row of `rows`, if any (an error is taken off the walk).
+fn next_prefix(rows: &mut Rows<'_>) -> anyhow::Result<Option<Vec<u8>>> {
+    match rows.peek() {
+        None => Ok(None),
+        Some(Ok((row, _))) => {
+            let len = layout::prefix_len(row).context("a damaged row in the state store")?;
+            Ok(Some(row[..len].to_vec()))
+        }
+        Some(Err(_)) => match rows.next() {
+            Some(Err(e)) => Err(e),
+            _ => unreachable!("peeked an error"),
+        },
+    }
+}
+
+/// Takes the rows that start with `prefix` off `rows`, with the part after it.
+fn take_rows(rows: &mut Rows<'_>, prefix: &[u8]) -> anyhow::Result<Entries> {
+    let mut out = Vec::new();
+    while let Some(Ok((row, _))) = rows.peek() {
+        if !row.starts_with(prefix) {
+            break;
+        }
+        let (row, value) = rows.next().expect("peeked")?;
+        out.push((row[prefix.len()..].to_vec(), value.to_vec()));
+    }
+    Ok(out)
+}
+
+impl KeyWalk<'_> {
+    fn next_key(&mut self) -> anyhow::Result<Option<StoredKey>> {
+        // The smaller of the two next prefixes is the next key (see `layout`).
+        let prefix = match (
+            next_prefix(&mut self.state)?,
+            next_prefix(&mut self.timers)?,
+        ) {
+            (None, None) => return Ok(None),
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (Some(a), Some(b)) => a.min(b),
+        };
+        let state_rows = take_rows(&mut self.state, &prefix)?;
+        let timer_rows = take_rows(&mut self.timers, &prefix)?;
+        let (key, _) = layout::split_prefix(&prefix).context("a damaged row")?;
+        Ok(Some(StoredKey {
+            key: Key::from_slice(key),
+            slots: slots_of(state_rows.iter().map(|(r, v)| (r.as_slice(), v.as_slice())))?,
+            timers: timer_rows
+                .iter()
+                .map(|(rest, _)| timer_of(rest))
+                .collect::<anyhow::Result<_>>()?,
+        }))
+    }
+}
+
+impl Iterator for KeyWalk<'_> {
+    type Item = anyhow::Result<StoredKey>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_key().transpose()
+    }
+}

@@ -1,0 +1,307 @@
+//! The store against a model of the same operations in memory: maps of slots and sets of
+//! timers, as the memory backend keeps them.
+
+use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A small deterministic generator (xorshift64*), so a failure repeats.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// Every key's slots and timers, by key.
+type Keys = BTreeMap<Vec<u8>, (Vec<(StateId, Slot)>, Vec<(TimeDomain, Timestamp)>)>;
+
+/// What the store should hold: per key, its slots by state id, and its timers.
+#[derive(Default)]
+struct Model {
+    slots: BTreeMap<Vec<u8>, BTreeMap<StateId, Slot>>,
+    timers: BTreeMap<Vec<u8>, BTreeSet<(TimeDomain, Timestamp)>>,
+}
+
+impl Model {
+    fn slot(&mut self, key: &[u8], state: StateId, init: impl FnOnce() -> Slot) -> &mut Slot {
+        self.slots
+            .entry(key.to_vec())
+            .or_default()
+            .entry(state)
+            .or_insert_with(init)
+    }
+
+    /// Drops empty slots and keys, as the store holds no row for them.
+    fn tidy(&mut self) {
+        for slots in self.slots.values_mut() {
+            slots.retain(|_, slot| match slot {
+                Slot::Value(_) => true,
+                Slot::List(items) => !items.is_empty(),
+                Slot::Map(map) => !map.is_empty(),
+            });
+        }
+        self.slots.retain(|_, slots| !slots.is_empty());
+        self.timers.retain(|_, timers| !timers.is_empty());
+    }
+
+    fn keys(&mut self) -> Keys {
+        self.tidy();
+        let mut out = BTreeMap::new();
+        for (key, slots) in &self.slots {
+            let slots = slots.iter().map(|(s, slot)| (*s, slot.clone())).collect();
+            out.insert(key.clone(), (slots, Vec::new()));
+        }
+        for (key, timers) in &self.timers {
+            out.entry(key.clone())
+                .or_insert_with(|| (Vec::new(), Vec::new()))
+                .1 = timers.iter().copied().collect();
+        }
+        out
+    }
+}
+
+fn walk(snapshot: &StoreSnapshot) -> Keys {
+    let mut out = BTreeMap::new();
+    for stored in snapshot.keys() {
+        let stored = stored.unwrap();
+        let before = out.insert(stored.key.to_vec(), (stored.slots, stored.timers));
+        assert!(before.is_none(), "each key once");
+    }
+    out
+}
+
+const VALUE_STATE: StateId = 0;
+const LIST_STATE: StateId = 1;
+const MAP_STATE: StateId = 2;
+
+#[test]
+fn every_operation_matches_the_model_and_a_snapshot_sees_its_moment() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(&dir.path().join("store"), 1 << 20).unwrap();
+    let mut model = Model::default();
+    let mut dice = Dice(0x9e37_79b9_7f4a_7c15);
+    let mut halfway = None;
+    for step in 0..20_000u64 {
+        // Keys of 1 to 40 bytes, some sharing prefixes, so that prefix-freedom matters.
+        let key = format!("k{}", dice.roll(50))
+            .repeat(1 + dice.roll(3) as usize)
+            .into_bytes();
+        let map_key = format!("m{}", dice.roll(20)).into_bytes();
+        let bytes = step.to_le_bytes().to_vec();
+        match dice.roll(13) {
+            0 => {
+                store.value_set(&key, VALUE_STATE, &bytes).unwrap();
+                *model.slot(&key, VALUE_STATE, || Slot::Value(vec![])) = Slot::Value(bytes);
+            }
+            1 | 2 => {
+                store.list_append(&key, LIST_STATE, &bytes).unwrap();
+                match model.slot(&key, LIST_STATE, || Slot::List(vec![])) {
+                    Slot::List(items) => items.push(bytes),
+                    _ => unreachable!(),
+                }
+            }
+            3 => {
+                let items = vec![bytes.clone(); dice.roll(3) as usize];
+                store.list_set(&key, LIST_STATE, &items).unwrap();
+                *model.slot(&key, LIST_STATE, || Slot::List(vec![])) = Slot::List(items);
+            }
+            4 | 5 => {
+                store.map_put(&key, MAP_STATE, &map_key, &bytes).unwrap();
+                match model.slot(&key, MAP_STATE, || Slot::Map(ByteMap::new())) {
+                    Slot::Map(map) => map.insert(map_key, bytes),
+                    _ => unreachable!(),
+                };
+            }
+            6 => {
+                store.map_remove(&key, MAP_STATE, &map_key).unwrap();
+                if let Slot::Map(map) = model.slot(&key, MAP_STATE, || Slot::Map(ByteMap::new())) {
+                    map.remove(&map_key);
+                }
+            }
+            7 => {
+                let state = dice.roll(3) as StateId;
+                store.clear(&key, state).unwrap();
+                if let Some(slots) = model.slots.get_mut(&key) {
+                    slots.remove(&state);
+                }
+            }
+            8 => {
+                store.clear_all(&key).unwrap();
+                model.slots.remove(&key);
+            }
+            9 | 10 => {
+                let domain =
+                    [TimeDomain::EventTime, TimeDomain::ProcessingTime][dice.roll(2) as usize];
+                let at = dice.roll(1_000) as Timestamp - 500;
+                store.add_timer(&key, domain, at).unwrap();
+                model
+                    .timers
+                    .entry(key.clone())
+                    .or_default()
+                    .insert((domain, at));
+            }
+            11 => {
+                let pending = model
+                    .timers
+                    .get(&key)
+                    .and_then(|t| t.iter().next().copied());
+                if let Some((domain, at)) = pending {
+                    store.remove_timer(&key, domain, at).unwrap();
+                    model.timers.get_mut(&key).unwrap().remove(&(domain, at));
+                }
+            }
+            _ => {
+                let slot = Slot::Map([(map_key, bytes)].into_iter().collect());
+                store.set_slot(&key, MAP_STATE, &slot).unwrap();
+                *model.slot(&key, MAP_STATE, || Slot::Map(ByteMap::new())) = slot;
+            }
+        }
+        // Every read of this key agrees with the model.
+        model.tidy();
+        let slots = model.slots.get(&key).cloned().unwrap_or_default();
+        assert_eq!(
+            store.value_get(&key, VALUE_STATE).unwrap(),
+            match slots.get(&VALUE_STATE) {
+                Some(Slot::Value(v)) => Some(v.clone()),
+                _ => None,
+            }
+        );
+        assert_eq!(
+            store.list_get(&key, LIST_STATE).unwrap(),
+            match slots.get(&LIST_STATE) {
+                Some(Slot::List(items)) => items.clone(),
+                _ => vec![],
+            }
+        );
+        let map: Entries = match slots.get(&MAP_STATE) {
+            Some(Slot::Map(map)) => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            _ => vec![],
+        };
+        assert_eq!(store.map_entries(&key, MAP_STATE).unwrap(), map);
+        let first = map.first().map(|(k, _)| k.clone()).unwrap_or_default();
+        assert_eq!(
+            store.map_get(&key, MAP_STATE, &first).unwrap(),
+            map.first().map(|(_, v)| v.clone())
+        );
+        assert_eq!(
+            store.slots(&key).unwrap(),
+            slots.into_iter().collect::<Vec<_>>()
+        );
+        let timers: Vec<_> = model
+            .timers
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
+        assert_eq!(store.timers(&key).unwrap(), timers);
+        if step == 10_000 {
+            halfway = Some((store.snapshot(), model.keys()));
+        }
+    }
+    let (snapshot, then) = halfway.unwrap();
+    assert_eq!(
+        walk(&snapshot),
+        then,
+        "the snapshot sees the store as it was"
+    );
+    assert_eq!(walk(&store.snapshot()), model.keys());
+}
+
+#[test]
+fn due_timers_come_earliest_first_per_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(&dir.path().join("store"), 1 << 20).unwrap();
+    assert_eq!(store.next_timer(TimeDomain::EventTime).unwrap(), None);
+    for (key, at) in [
+        (&b"b"[..], 30),
+        (b"a", 10),
+        (b"c", -5),
+        (b"a", 30),
+        (b"d", 31),
+    ] {
+        store.add_timer(key, TimeDomain::EventTime, at).unwrap();
+    }
+    store
+        .add_timer(b"p", TimeDomain::ProcessingTime, 1)
+        .unwrap();
+    assert_eq!(store.next_timer(TimeDomain::EventTime).unwrap(), Some(-5));
+    let due = store.due_timers(TimeDomain::EventTime, 30, 100).unwrap();
+    let times: Vec<Timestamp> = due.iter().map(|(at, _)| *at).collect();
+    assert_eq!(times, [-5, 10, 30, 30], "up to 30, none of the other clock");
+    let mut at_30: Vec<&[u8]> = due[2..].iter().map(|(_, k)| k.as_slice()).collect();
+    at_30.sort();
+    assert_eq!(at_30, [b"a", b"b"]);
+    assert_eq!(
+        store
+            .due_timers(TimeDomain::EventTime, 30, 2)
+            .unwrap()
+            .len(),
+        2
+    );
+    store.remove_timer(b"c", TimeDomain::EventTime, -5).unwrap();
+    assert_eq!(store.next_timer(TimeDomain::EventTime).unwrap(), Some(10));
+    assert_eq!(
+        store
+            .due_timers(TimeDomain::ProcessingTime, i64::MAX, 10)
+            .unwrap(),
+        [(1, Key::from_slice(b"p"))]
+    );
+}
+
+#[test]
+fn one_entry_of_a_key_with_100_000_map_entries_is_read_and_written_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(&dir.path().join("store"), 1 << 20).unwrap();
+    for i in 0..100_000u32 {
+        store
+            .map_put(b"hot", MAP_STATE, &i.to_be_bytes(), b"v")
+            .unwrap();
+    }
+    store
+        .map_put(b"hot", MAP_STATE, &77u32.to_be_bytes(), b"w")
+        .unwrap();
+    store
+        .map_remove(b"hot", MAP_STATE, &78u32.to_be_bytes())
+        .unwrap();
+    assert_eq!(
+        store
+            .map_get(b"hot", MAP_STATE, &77u32.to_be_bytes())
+            .unwrap()
+            .as_deref(),
+        Some(&b"w"[..])
+    );
+    assert_eq!(
+        store
+            .map_get(b"hot", MAP_STATE, &78u32.to_be_bytes())
+            .unwrap(),
+        None
+    );
+    let entries = store.map_entries(b"hot", MAP_STATE).unwrap();
+    assert_eq!(entries.len(), 99_999);
+    assert!(entries.windows(2).all(|w| w[0].0 < w[1].0), "in byte order");
+}
+
+#[test]
+fn the_store_is_emptied_when_opened_and_deleted_when_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let store = DiskStore::open(&path, 1 << 20).unwrap();
+    store.value_set(b"k", VALUE_STATE, b"v").unwrap();
+    assert!(path.exists());
+    drop(store);
+    assert!(!path.exists(), "a working copy: gone with its run");
+    std::fs::create_dir_all(path.join("left-over")).unwrap();
+    let store = DiskStore::open(&path, 1 << 20).unwrap();
+    assert_eq!(store.value_get(b"k", VALUE_STATE).unwrap(), None);
+    assert!(!path.join("left-over").exists());
+    let err = format!(
+        "{:#}",
+        store.value_get(&vec![7; 20_000], VALUE_STATE).unwrap_err()
+    );
+    assert!(err.contains("over the disk state backend's limit"), "{err}");
+}
