@@ -29,6 +29,19 @@ else
   cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
 fi
+# The golden cases and the model suites again on the disk state backend: the cases with
+# no state in memory between runs of records (every key spilled and loaded back), the
+# model and crash suites with 64 KiB of it. Their outputs must not change.
+if cargo nextest --version >/dev/null 2>&1; then
+  WEIR_STATE_BACKEND=disk WEIR_STATE_CACHE=0 \
+    cargo nextest run --release -p weir-e2e --no-fail-fast --test cases 2>&1 | tee -a "$log"
+  [[ ${PIPESTATUS[0]} = 0 ]] || status=1
+  WEIR_STATE_BACKEND=disk WEIR_STATE_CACHE=64KiB \
+    cargo nextest run --release -p weir-e2e --no-fail-fast --test crash_recovery \
+    --test orders --test session_report --test stream_join --test tumbling_window \
+    --test state_versions --test stage_graph --test signals --test guest_batches 2>&1 | tee -a "$log"
+  [[ ${PIPESTATUS[0]} = 0 ]] || status=1
+fi
 # The Python and JavaScript SDKs and UDFs, natively.
 scripts/test-guests.sh 2>&1 | tee -a "$log"
 [[ ${PIPESTATUS[0]} = 0 ]] || status=1

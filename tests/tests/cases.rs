@@ -29,7 +29,8 @@
 //!   and so does an output with no expected file.
 //! - Normalising `stderr`, the only output normalised: the temp folder's path becomes
 //!   `$TMP` (the work folder is `$TMP/<case>`), the target directory `$TARGET` and the
-//!   repository `$REPO`; the summary's `peak memory` line is dropped, its
+//!   repository `$REPO`; the summary's `peak memory` line is dropped (and the disk
+//!   state backend's `state store` line, so that a case expects the same of both), its
 //!   `processed N records in T s (R records/s)` line keeps `processed N records` and its
 //!   `checkpoints: N taken, longest pause T ms` line keeps `checkpoints: N taken`.
 //!   Nothing else in any output may depend on the machine or the clock.
@@ -687,7 +688,9 @@ impl Workspace {
         }
         let mut out = String::with_capacity(text.len());
         for line in text.lines() {
-            if line.trim_start().starts_with("peak memory (RSS):") {
+            if line.trim_start().starts_with("peak memory (RSS):")
+                || line.trim_start().starts_with("state store (disk backend):")
+            {
                 continue;
             }
             let line = without_log_time(line);

@@ -24,17 +24,18 @@ const VALUE: u8 = 0;
 const LIST: u8 = 1;
 const MAP: u8 = 2;
 
-/// Every live key: a base for later increments.
-pub fn encode_full(keys: &KeyTable) -> Vec<u8> {
+/// Every live key: a base for later increments. Fails only if the `disk` backend's
+/// store cannot be read (a spilled key's slots are read from it).
+pub fn encode_full(keys: &KeyTable) -> anyhow::Result<Vec<u8>> {
     let mut out = Writer::default();
     for (id, _) in keys.iter() {
-        put(&mut out, keys, id);
+        put(&mut out, keys, id)?;
     }
-    out.into_inner()
+    Ok(out.into_inner())
 }
 
 /// The keys released and changed since the last call (see [`KeyTable::take_changes`]).
-pub fn encode_changes(keys: &mut KeyTable) -> Vec<u8> {
+pub fn encode_changes(keys: &mut KeyTable) -> anyhow::Result<Vec<u8>> {
     let (released, changed) = keys.take_changes();
     let mut out = Writer::default();
     for key in &released {
@@ -42,16 +43,22 @@ pub fn encode_changes(keys: &mut KeyTable) -> Vec<u8> {
         out.bytes(key);
     }
     for id in changed {
-        put(&mut out, keys, id);
+        put(&mut out, keys, id)?;
     }
-    out.into_inner()
+    Ok(out.into_inner())
 }
 
-fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) {
+fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) -> anyhow::Result<()> {
     let entry = keys.entry(id);
     out.u8(PUT);
     out.bytes(entry.key());
-    let slots: Vec<_> = entry.slots().collect();
+    let spilled;
+    let slots: Vec<(StateId, &Slot)> = if entry.is_spilled() {
+        spilled = keys.slots_of(id)?;
+        spilled.iter().map(|(state, slot)| (*state, slot)).collect()
+    } else {
+        entry.slots().collect()
+    };
     out.u32(slots.len() as u32);
     for (state, slot) in slots {
         out.u32(state);
@@ -88,6 +95,7 @@ fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) {
         });
         out.i64(at);
     }
+    Ok(())
 }
 
 /// Where a checkpointed state goes on restore.
@@ -274,7 +282,7 @@ mod tests {
             ),
         ]);
         host.keys.track_changes();
-        let full = encode_full(&host.keys);
+        let full = encode_full(&host.keys).unwrap();
 
         // Change a, drop b (state and timer), add c with a map.
         let a = host.keys.find(b"a").unwrap();
@@ -291,7 +299,7 @@ mod tests {
         let mut map = ByteMap::new();
         map.insert(b"k".to_vec(), b"v".to_vec());
         host.keys.entry_mut(c).set_slot(0, Slot::Map(map));
-        let delta = encode_changes(&mut host.keys);
+        let delta = encode_changes(&mut host.keys).unwrap();
 
         let mut restored = HostServices::new(0);
         apply(&mut restored, &full, &[Some(0.into())]).unwrap();
@@ -312,7 +320,7 @@ mod tests {
             (b"b", Slot::List(vec![b"x".to_vec()]), &[]),
             (b"c", Slot::Value(b"3".to_vec()), &[(ProcessingTime, 5)]),
         ]);
-        let full = encode_full(&host.keys);
+        let full = encode_full(&host.keys).unwrap();
         let mut left = HostServices::new(0);
         apply_where(&mut left, &full, &[Some(0.into())], |k| k != b"b").unwrap();
         let mut right = HostServices::new(0);
@@ -327,7 +335,7 @@ mod tests {
     #[test]
     fn a_state_the_udf_no_longer_declares_is_dropped() {
         let host = host_with(&[(b"a", Slot::Value(b"1".to_vec()), &[])]);
-        let full = encode_full(&host.keys);
+        let full = encode_full(&host.keys).unwrap();
         let mut restored = HostServices::new(0);
         apply(&mut restored, &full, &[None]).unwrap();
         assert!(restored.keys.is_empty());

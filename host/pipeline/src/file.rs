@@ -35,6 +35,8 @@ pub struct PipelineFile {
     /// `[restart]`: how `weir serve` restarts the pipeline after it failed (default: 3
     /// times, 10 s apart).
     pub restart: Option<RestartEntry>,
+    /// `[state]`: where keyed state is kept (default: in memory).
+    pub state: Option<StateEntry>,
     /// `parallelism = N`: how many keyed shards process the records, each on its own
     /// thread with its own UDF instance (default 1; at most [`KEY_GROUPS`]).
     pub parallelism: Option<usize>,
@@ -75,6 +77,17 @@ pub struct StageInputEntry {
     pub timestamp: Option<String>,
     /// From a stage, with a `timestamp` field: how it is written.
     pub timestamp_format: Option<TimestampFormat>,
+}
+
+/// `[state]`: the state backend.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateEntry {
+    /// `memory` (the default) or `disk`.
+    pub backend: Option<String>,
+    /// With `disk`: the bytes of state kept in memory at most, over all shards (default
+    /// 256MiB).
+    pub cache: Option<String>,
 }
 
 /// `[restart]`: Flink's fixed-delay restart strategy, for pipelines `weir serve` runs.

@@ -402,6 +402,7 @@ fn resolve_stage(
             dead_letter: stage_path(&common.dead_letter, &entry.name),
             checkpoint,
             restart: common.restart,
+            state: common.state,
             parallelism,
         },
     })

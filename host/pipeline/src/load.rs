@@ -55,6 +55,7 @@ impl PipelineSpec {
             dead_letter: common.dead_letter,
             checkpoint: common.checkpoint,
             restart: common.restart,
+            state: common.state,
             parallelism: common.parallelism,
         };
         spec.apply(overrides)?;
@@ -154,6 +155,7 @@ pub(crate) struct Common {
     pub(crate) dead_letter: PathBuf,
     pub(crate) checkpoint: CheckpointSpec,
     pub(crate) restart: RestartSpec,
+    pub(crate) state: StateBackend,
     pub(crate) parallelism: usize,
 }
 
@@ -212,6 +214,7 @@ impl Common {
         let checkpoint =
             checkpoint_spec(file.checkpoint.as_ref(), &name, &resolve).context("[checkpoint]")?;
         let restart = restart_spec(file.restart.as_ref()).context("[restart]")?;
+        let state = state_backend(file.state.as_ref()).context("[state]")?;
         let parallelism = file.parallelism.unwrap_or(1);
         check_parallelism(parallelism).context("parallelism")?;
         Ok(Self {
@@ -222,6 +225,7 @@ impl Common {
             dead_letter,
             checkpoint,
             restart,
+            state,
             parallelism,
         })
     }

@@ -39,6 +39,40 @@ pub(crate) fn checkpoint_spec(
     })
 }
 
+/// The environment variable that picks the state backend of a pipeline whose file has
+/// no `[state] backend` (`memory` or `disk`): how the test suites run on both backends.
+pub const STATE_BACKEND_ENV: &str = "WEIR_STATE_BACKEND";
+/// The environment variable that sets the disk backend's cache where the file does not.
+pub const STATE_CACHE_ENV: &str = "WEIR_STATE_CACHE";
+
+/// `[state]`: the backend (`memory`, the default, or `disk`) and the disk backend's
+/// `cache`; where the file says nothing, [`STATE_BACKEND_ENV`] and [`STATE_CACHE_ENV`].
+pub(crate) fn state_backend(entry: Option<&StateEntry>) -> anyhow::Result<StateBackend> {
+    let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let backend = entry
+        .and_then(|e| e.backend.clone())
+        .or_else(|| from_env(STATE_BACKEND_ENV));
+    let cache = entry
+        .and_then(|e| e.cache.clone())
+        .or_else(|| from_env(STATE_CACHE_ENV));
+    match backend.as_deref().unwrap_or("memory") {
+        "memory" => {
+            if entry.is_some_and(|e| e.cache.is_some()) {
+                bail!("cache is a setting of backend = \"disk\"; the memory backend keeps every key's state in memory");
+            }
+            Ok(StateBackend::Memory)
+        }
+        "disk" => {
+            let cache_bytes = match cache {
+                Some(text) => parse_size(&text).context("cache")?,
+                None => DEFAULT_STATE_CACHE,
+            };
+            Ok(StateBackend::Disk { cache_bytes })
+        }
+        other => bail!("backend {other:?}: give \"memory\" (the default) or \"disk\""),
+    }
+}
+
 pub(crate) fn checkpoint_interval(text: &str) -> anyhow::Result<Duration> {
     let ms = parse_duration_ms(text)?;
     anyhow::ensure!(

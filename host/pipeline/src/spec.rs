@@ -253,11 +253,30 @@ pub struct PipelineSpec {
     pub checkpoint: CheckpointSpec,
     /// How `weir serve` restarts the pipeline after a failure.
     pub restart: RestartSpec,
+    /// Where keyed state is kept.
+    pub state: StateBackend,
     /// How many keyed shards process the records (1 to [`KEY_GROUPS`]): a key goes to
     /// the shard of its key group, each shard has its own UDF instance, keyed state,
     /// timers and thread.
     pub parallelism: usize,
 }
+
+/// Where a pipeline keeps its keyed state (`[state]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StateBackend {
+    /// Every key's state in memory (the default).
+    #[default]
+    Memory,
+    /// Key states beyond `cache_bytes` (over all shards) spilled to a store on disk
+    /// under the state directory (`weir-store`).
+    Disk {
+        /// Bytes of state kept in memory at most, over all shards.
+        cache_bytes: usize,
+    },
+}
+
+/// The default `[state] cache` of the disk backend: 256 MiB.
+pub const DEFAULT_STATE_CACHE: usize = 256 << 20;
 
 pub use weir_core::key::KEY_GROUPS;
 pub use weir_core::limits::{

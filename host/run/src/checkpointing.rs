@@ -398,11 +398,11 @@ impl Checkpoints {
             let host = operator.host_mut();
             keyed.extend(match plan.parent {
                 None => {
-                    let full = snapshot::encode_full(host.keys());
+                    let full = snapshot::encode_full(host.keys())?;
                     host.keys_mut().take_changes();
                     full
                 }
-                Some(_) => snapshot::encode_changes(host.keys_mut()),
+                Some(_) => snapshot::encode_changes(host.keys_mut())?,
             });
         }
         let operator = stage.shard(0);

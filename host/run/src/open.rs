@@ -18,7 +18,7 @@ use weir_engine::runtime::{InitInfo, ProcessFunction};
 use weir_engine::stage::{InitFailure, KeyedStage};
 use weir_io::sink::{DeadLetters, Sink};
 use weir_io::source::decode::RecordDecoder;
-use weir_pipeline::{PipelineSpec, SourceLocation};
+use weir_pipeline::{PipelineSpec, SourceLocation, StateBackend};
 
 /// The inputs of a run, opened, and what the operators need to know of them.
 struct OpenedInputs {
@@ -65,6 +65,9 @@ impl Runner {
             if checkpointer.is_some() {
                 operator.host_mut().keys_mut().track_changes();
             }
+            operator
+                .evict_state()
+                .map_err(|e| anyhow::anyhow!("cannot restore the checkpoint: {e}"))?;
         }
         let dead_letters = open_dead_letters(spec, &restored)?;
         Ok(Self {
@@ -135,6 +138,10 @@ fn open_inputs(spec: &PipelineSpec, restored: &Restored) -> anyhow::Result<Opene
 }
 
 /// The keyed stage of `spec`: `function` instantiated once per shard, each in an
+/// Bytes of the disk state backend's store blocks each shard keeps in memory (its
+/// `[state] cache` is for the state itself).
+const STORE_BLOCK_CACHE: u64 = 8 << 20;
+
 /// operator over `opened`'s inputs.
 fn open_stage(
     spec: &PipelineSpec,
@@ -152,8 +159,18 @@ fn open_stage(
     let now = wall_clock_ms();
     let operators: Vec<KeyedOperator> = functions
         .into_iter()
-        .map(|function| {
+        .enumerate()
+        .map(|(shard, function)| {
             let mut operator = KeyedOperator::new(function, &opened.delays, now);
+            if let StateBackend::Disk { cache_bytes } = spec.state {
+                let root = spec.checkpoint.dir.join("store");
+                let store = weir_store::DiskStore::open_for_shard(&root, shard, STORE_BLOCK_CACHE)?;
+                let budget = cache_bytes / parallelism;
+                operator
+                    .host_mut()
+                    .keys_mut()
+                    .spill_to(Box::new(store), budget);
+            }
             for &input in &opened.follows_upstream {
                 operator.follow_upstream(input);
             }
@@ -162,9 +179,9 @@ fn open_stage(
             if let Some(stop) = &options.stop {
                 operator.stop_on(Arc::clone(stop));
             }
-            operator
+            Ok(operator)
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     KeyedStage::new(operators)
 }
 

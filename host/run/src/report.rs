@@ -53,6 +53,8 @@ pub struct RunReport {
     pub checkpoints: u64,
     /// The longest time one checkpoint held processing up.
     pub longest_checkpoint_pause: Duration,
+    /// With the `disk` state backend: what its stores held at the end, over the shards.
+    pub state_store: Option<weir_core::state::SpillFigures>,
 }
 
 /// Why a run's records and timers went to the dead-letter output, one count per cause
@@ -150,6 +152,17 @@ impl RunReport {
             "  timers fired: {} event-time, {} processing-time\n",
             self.event_timers, self.processing_timers
         );
+        if let Some(store) = &self.state_store {
+            s += &format!(
+                "  state store (disk backend): {} keys' state on disk, {} loaded back, {} written; {:.1} KiB in memory (cache {:.1} KiB), {:.1} MB on disk\n",
+                store.spilled_keys,
+                store.loads,
+                store.saves,
+                store.resident_bytes as f64 / 1024.0,
+                store.budget_bytes as f64 / 1024.0,
+                store.disk_bytes as f64 / 1e6
+            );
+        }
         if let Some(epoch) = self.resumed_from {
             s += &format!("  resumed from checkpoint {epoch}\n");
         }

@@ -32,12 +32,22 @@ use weir_core::time::Timestamp;
 
 /// One shard's keyed state and timers on disk (see the [crate docs](crate)).
 pub struct DiskStore {
+    /// The database and its keyspaces (taken when the store is dropped).
+    tree: Option<Tree>,
+    path: PathBuf,
+}
+
+/// The database and its three keyspaces ([`layout`]).
+struct Tree {
     db: Database,
     state: Keyspace,
     timers_by_key: Keyspace,
     timers_by_time: Keyspace,
-    path: PathBuf,
+    spilled: Keyspace,
 }
+
+/// The largest memtable of a keyspace (written out to a table on disk beyond it).
+const MEMTABLE_BYTES: u64 = 4 << 20;
 
 /// A map state's entries as the store returns them: map key, value.
 pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
@@ -53,23 +63,48 @@ impl DiskStore {
         }
         std::fs::create_dir_all(dir).with_context(describe)?;
         let db = Database::builder(dir)
-            .temporary(true)
             .manual_journal_persist(true)
             .worker_threads(1)
             .cache_size(cache_bytes)
             .open()
             .with_context(describe)?;
+        // Small memtables: what the store holds in memory beside the block cache stays
+        // a few MiB per keyspace, not fjall's default 64 MiB each.
         let keyspace = |name: &str| {
-            db.keyspace(name, KeyspaceCreateOptions::default)
-                .with_context(describe)
+            db.keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+            })
+            .with_context(describe)
         };
-        Ok(Self {
+        let tree = Tree {
             state: keyspace("state")?,
             timers_by_key: keyspace("timers_by_key")?,
             timers_by_time: keyspace("timers_by_time")?,
+            spilled: keyspace("spilled")?,
             db,
+        };
+        Ok(Self {
+            tree: Some(tree),
             path: dir.to_path_buf(),
         })
+    }
+
+    fn tree(&self) -> &Tree {
+        self.tree.as_ref().expect("open until dropped")
+    }
+
+    /// Opens shard `shard`'s store of this process under `root` (`<state dir>/store`):
+    /// `root/<pid>/shard-<shard>`, so that runs sharing a state directory without
+    /// checkpoints (which lock it) never share a store; stores left by processes that
+    /// are gone (killed) are deleted first.
+    pub fn open_for_shard(root: &Path, shard: usize, cache_bytes: u64) -> anyhow::Result<Self> {
+        if shard == 0 {
+            remove_abandoned(root);
+        }
+        let dir = root
+            .join(std::process::id().to_string())
+            .join(format!("shard-{shard}"));
+        Self::open(&dir, cache_bytes)
     }
 
     /// Where the store is, for messages and status.
@@ -106,19 +141,19 @@ impl DiskStore {
     /// `key`'s value of value state `state`, if set.
     pub fn value_get(&self, key: &[u8], state: StateId) -> anyhow::Result<Option<Vec<u8>>> {
         let row = layout::state_prefix(&key_prefix(key)?, state, VALUE);
-        Ok(self.failed(self.state.get(row))?.map(|v| v.to_vec()))
+        Ok(self.failed(self.tree().state.get(row))?.map(|v| v.to_vec()))
     }
 
     /// Sets `key`'s value of value state `state`.
     pub fn value_set(&self, key: &[u8], state: StateId, value: &[u8]) -> anyhow::Result<()> {
         let row = layout::state_prefix(&key_prefix(key)?, state, VALUE);
-        self.failed(self.state.insert(row, value))
+        self.failed(self.tree().state.insert(row, value))
     }
 
     /// `key`'s items of list state `state`, in the order they were added.
     pub fn list_get(&self, key: &[u8], state: StateId) -> anyhow::Result<Vec<Vec<u8>>> {
         let prefix = layout::state_prefix(&key_prefix(key)?, state, LIST_ITEM);
-        let rows = self.rows(&self.state, &prefix)?;
+        let rows = self.rows(&self.tree().state, &prefix)?;
         Ok(rows.into_iter().map(|(_, item)| item).collect())
     }
 
@@ -126,7 +161,7 @@ impl DiskStore {
     /// list's length.
     pub fn list_append(&self, key: &[u8], state: StateId, item: &[u8]) -> anyhow::Result<()> {
         let prefix = layout::state_prefix(&key_prefix(key)?, state, LIST_ITEM);
-        let next = match self.state.prefix(&prefix).next_back() {
+        let next = match self.tree().state.prefix(&prefix).next_back() {
             Some(last) => {
                 let row = self.failed(last.key())?;
                 let position = u64::from_be_bytes(row[prefix.len()..].try_into()?);
@@ -136,17 +171,17 @@ impl DiskStore {
         };
         let mut row = prefix;
         row.extend_from_slice(&next.to_be_bytes());
-        self.failed(self.state.insert(row, item))
+        self.failed(self.tree().state.insert(row, item))
     }
 
     /// Replaces `key`'s list state `state` with `items` (none: clears it).
     pub fn list_set(&self, key: &[u8], state: StateId, items: &[Vec<u8>]) -> anyhow::Result<()> {
         let prefix = layout::state_prefix(&key_prefix(key)?, state, LIST_ITEM);
-        self.remove_rows(&self.state, &prefix)?;
+        self.remove_rows(&self.tree().state, &prefix)?;
         for (position, item) in items.iter().enumerate() {
             let mut row = prefix.clone();
             row.extend_from_slice(&(position as u64).to_be_bytes());
-            self.failed(self.state.insert(row, item.as_slice()))?;
+            self.failed(self.tree().state.insert(row, item.as_slice()))?;
         }
         Ok(())
     }
@@ -171,7 +206,7 @@ impl DiskStore {
         map_key: &[u8],
     ) -> anyhow::Result<Option<Vec<u8>>> {
         let row = Self::map_row(key, state, map_key)?;
-        Ok(self.failed(self.state.get(row))?.map(|v| v.to_vec()))
+        Ok(self.failed(self.tree().state.get(row))?.map(|v| v.to_vec()))
     }
 
     /// Puts `value` under `map_key` in `key`'s map state `state`: one row written.
@@ -183,38 +218,38 @@ impl DiskStore {
         value: &[u8],
     ) -> anyhow::Result<()> {
         let row = Self::map_row(key, state, map_key)?;
-        self.failed(self.state.insert(row, value))
+        self.failed(self.tree().state.insert(row, value))
     }
 
     /// Removes `map_key` from `key`'s map state `state`.
     pub fn map_remove(&self, key: &[u8], state: StateId, map_key: &[u8]) -> anyhow::Result<()> {
         let row = Self::map_row(key, state, map_key)?;
-        self.failed(self.state.remove(row))
+        self.failed(self.tree().state.remove(row))
     }
 
     /// `key`'s entries of map state `state`, in byte order of their keys.
     pub fn map_entries(&self, key: &[u8], state: StateId) -> anyhow::Result<Entries> {
         let prefix = layout::state_prefix(&key_prefix(key)?, state, MAP_ENTRY);
-        self.rows(&self.state, &prefix)
+        self.rows(&self.tree().state, &prefix)
     }
 
     /// Removes `key`'s contents of `state`, of whatever kind.
     pub fn clear(&self, key: &[u8], state: StateId) -> anyhow::Result<()> {
         let mut prefix = key_prefix(key)?;
         prefix.extend_from_slice(&state.to_be_bytes());
-        self.remove_rows(&self.state, &prefix)
+        self.remove_rows(&self.tree().state, &prefix)
     }
 
     /// Removes `key`'s contents of every state. Its timers stay.
     pub fn clear_all(&self, key: &[u8]) -> anyhow::Result<()> {
-        self.remove_rows(&self.state, &key_prefix(key)?)
+        self.remove_rows(&self.tree().state, &key_prefix(key)?)
     }
 
     /// `key`'s contents of every state it holds, in state id order: what a checkpoint
     /// writes of a key.
     pub fn slots(&self, key: &[u8]) -> anyhow::Result<Vec<(StateId, Slot)>> {
         let prefix = key_prefix(key)?;
-        let rows = self.rows(&self.state, &prefix)?;
+        let rows = self.rows(&self.tree().state, &prefix)?;
         slots_of(
             rows.iter()
                 .map(|(rest, value)| (rest.as_slice(), value.as_slice())),
@@ -239,11 +274,13 @@ impl DiskStore {
     pub fn add_timer(&self, key: &[u8], domain: TimeDomain, at: Timestamp) -> anyhow::Result<()> {
         let prefix = key_prefix(key)?;
         self.failed(
-            self.timers_by_key
+            self.tree()
+                .timers_by_key
                 .insert(layout::timer_by_key(&prefix, domain, at), []),
         )?;
         self.failed(
-            self.timers_by_time
+            self.tree()
+                .timers_by_time
                 .insert(layout::timer_by_time(&prefix, domain, at), []),
         )
     }
@@ -257,11 +294,13 @@ impl DiskStore {
     ) -> anyhow::Result<()> {
         let prefix = key_prefix(key)?;
         self.failed(
-            self.timers_by_key
+            self.tree()
+                .timers_by_key
                 .remove(layout::timer_by_key(&prefix, domain, at)),
         )?;
         self.failed(
-            self.timers_by_time
+            self.tree()
+                .timers_by_time
                 .remove(layout::timer_by_time(&prefix, domain, at)),
         )
     }
@@ -269,7 +308,7 @@ impl DiskStore {
     /// `key`'s pending timers, by domain then time.
     pub fn timers(&self, key: &[u8]) -> anyhow::Result<Vec<(TimeDomain, Timestamp)>> {
         let prefix = key_prefix(key)?;
-        let rows = self.rows(&self.timers_by_key, &prefix)?;
+        let rows = self.rows(&self.tree().timers_by_key, &prefix)?;
         rows.iter().map(|(rest, _)| timer_of(rest)).collect()
     }
 
@@ -287,7 +326,7 @@ impl DiskStore {
         end.extend_from_slice(&layout::time_bytes(up_to));
         end.push(0xff);
         let mut out = Vec::new();
-        for guard in self.timers_by_time.range(vec![d]..end).take(limit) {
+        for guard in self.tree().timers_by_time.range(vec![d]..end).take(limit) {
             let row = self.failed(guard.key())?;
             let at = layout::time_of(&row[1..]).context("a timer row")?;
             let (key, _) = layout::split_prefix(&row[9..]).context("a timer row")?;
@@ -299,7 +338,7 @@ impl DiskStore {
     /// When the earliest pending timer of `domain` is due, if any is pending.
     pub fn next_timer(&self, domain: TimeDomain) -> anyhow::Result<Option<Timestamp>> {
         let d = layout::domain_byte(domain);
-        match self.timers_by_time.prefix([d]).next() {
+        match self.tree().timers_by_time.prefix([d]).next() {
             None => Ok(None),
             Some(guard) => {
                 let row = self.failed(guard.key())?;
@@ -313,16 +352,50 @@ impl DiskStore {
     /// The store as it is now, for a full checkpoint read while the run writes on.
     pub fn snapshot(&self) -> StoreSnapshot {
         StoreSnapshot {
-            snapshot: self.db.snapshot(),
-            state: self.state.clone(),
-            timers_by_key: self.timers_by_key.clone(),
+            snapshot: self.tree().db.snapshot(),
+            state: self.tree().state.clone(),
+            timers_by_key: self.tree().timers_by_key.clone(),
             path: self.path.clone(),
         }
     }
 
     /// Bytes the store takes on disk.
     pub fn disk_bytes(&self) -> u64 {
-        self.db.disk_space().unwrap_or(0)
+        self.tree().db.disk_space().unwrap_or(0)
+    }
+}
+
+/// Deletes the stores under `root` of processes that no longer run (where `/proc` says;
+/// elsewhere nothing is deleted).
+fn remove_abandoned(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    let proc = Path::new("/proc");
+    if !proc.is_dir() {
+        return;
+    }
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !proc.join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+impl Drop for DiskStore {
+    /// The store is a working copy: its directory goes with it, once the database (and
+    /// so its background workers) are gone.
+    fn drop(&mut self) {
+        drop(self.tree.take());
+        let _ = std::fs::remove_dir_all(&self.path);
+        // The process's folder, once its last shard's store is gone.
+        if let Some(parent) = self.path.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
     }
 }
 
@@ -479,5 +552,36 @@ impl Iterator for KeyWalk<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.next_key().transpose()
+    }
+}
+
+/// The disk store as the key table's slot store: the slots of keys evicted from memory,
+/// each key's in one row of the `spilled` keyspace (a key is loaded and saved whole: one
+/// read, one write), until the engine reads and writes state entries row by row.
+impl weir_core::state::SlotStore for DiskStore {
+    fn load(&self, key: &[u8]) -> anyhow::Result<Vec<(StateId, Slot)>> {
+        let row = self.failed(self.tree().spilled.get(key_prefix(key)?))?;
+        match row {
+            None => Ok(Vec::new()),
+            Some(bytes) => layout::decode_slots(&bytes).with_context(|| {
+                format!(
+                    "a damaged row in the state store in {}",
+                    self.path.display()
+                )
+            }),
+        }
+    }
+
+    fn save(&self, key: &[u8], slots: &[(StateId, Slot)]) -> anyhow::Result<()> {
+        let row = layout::encode_slots(slots);
+        self.failed(self.tree().spilled.insert(key_prefix(key)?, row))
+    }
+
+    fn remove(&self, key: &[u8]) -> anyhow::Result<()> {
+        self.failed(self.tree().spilled.remove(key_prefix(key)?))
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        DiskStore::disk_bytes(self)
     }
 }

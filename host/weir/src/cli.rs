@@ -360,7 +360,8 @@ fn key_value(text: &str) -> Result<(String, String), String> {
 }
 
 /// What is logged: `$WEIR_LOG`, else `$RUST_LOG`, else `info` (`debug` with `-v`, `trace`
-/// with `-vv`); wasmtime and cranelift only warn unless the filter names them.
+/// with `-vv`); wasmtime, cranelift and the disk state store (fjall, lsm_tree) only warn
+/// unless the filter names them.
 fn log_filter(verbose: u8) -> String {
     let given = ["WEIR_LOG", "RUST_LOG"]
         .iter()
@@ -373,7 +374,7 @@ fn log_filter(verbose: u8) -> String {
         }
         .to_string()
     });
-    for noisy in ["wasmtime", "cranelift"] {
+    for noisy in ["wasmtime", "cranelift", "fjall", "lsm_tree"] {
         if !filter.contains(noisy) {
             filter.push_str(&format!(",{noisy}=warn"));
         }

@@ -18,9 +18,11 @@
 //! since, so a checkpoint writes only those.
 
 mod registry;
+mod spill;
 pub mod ttl;
 
 pub use registry::{StampChange, StateId, StateKind, StateRegistry, StateTtl, TtlRefresh};
+pub use spill::{SlotStore, SpillFigures};
 
 use crate::key::tie_order;
 pub use crate::key::{Key, KeyId};
@@ -75,6 +77,19 @@ pub struct KeyEntry {
     cached_in: u32,
     /// Whether the guest kept that copy (else it saw the key once and dropped it).
     kept: bool,
+    /// With a slot store ([`KeyTable::spill_to`]): the key's slots are in the store
+    /// only, not in `slots` ([`KeyTable::load`] brings them back).
+    spilled: bool,
+    /// The store holds a copy of the key's slots (current unless `touched`).
+    stored: bool,
+    /// The slots changed since they were loaded or saved.
+    touched: bool,
+    /// Listed for the size of its slots to be counted again.
+    recounted: bool,
+    /// Used since the eviction hand last passed (the clock's reference bit).
+    hot: bool,
+    /// The bytes of its slots when last counted, in the table's resident bytes.
+    counted: u32,
 }
 
 impl KeyEntry {
@@ -156,9 +171,15 @@ impl KeyEntry {
         self.slots.iter().map(|(id, slot)| (*id, slot))
     }
 
-    /// Whether the key holds any state at all.
+    /// Whether the key holds any state at all (in memory, or in the slot store).
     pub fn has_state(&self) -> bool {
-        !self.slots.is_empty()
+        !self.slots.is_empty() || self.spilled
+    }
+
+    /// Whether the key's slots are in the slot store only: [`KeyTable::load`] them
+    /// before reading [`slots`](Self::slots).
+    pub fn is_spilled(&self) -> bool {
+        self.spilled
     }
 
     /// The cache epoch in which a UDF instance last saw the key's state current, as last
@@ -189,6 +210,8 @@ pub struct KeyTable {
     /// Keys with entries of states with a time-to-live, by when the first expires: on
     /// the watermark, and on processing time.
     expiry: [ttl::ExpiryQueue; 2],
+    /// Where slots go beyond the memory budget (the `disk` state backend), if anywhere.
+    spill: Option<Box<spill::Spill>>,
 }
 
 fn clock(domain: TimeDomain) -> usize {
@@ -215,6 +238,9 @@ impl KeyTable {
             .index
             .find(hash, |&id| entries[id as usize].key.as_slice() == key)
         {
+            if self.spill.is_some() {
+                self.entries[id as usize].hot = true;
+            }
             return id;
         }
         let id = match self.free.pop() {
@@ -254,8 +280,13 @@ impl KeyTable {
     }
 
     /// The entry of `id`, to change: the key counts as changed for the next checkpoint.
+    /// With a slot store, a spilled key is loaded first (should that fail, the failure
+    /// is kept for the next [`evict`](Self::evict), which reports it).
     pub fn entry_mut(&mut self, id: KeyId) -> &mut KeyEntry {
         self.mark_changed(id);
+        if self.spill.is_some() {
+            self.touch(id);
+        }
         &mut self.entries[id as usize]
     }
 
@@ -408,6 +439,9 @@ impl KeyTable {
         let hash = self.hasher.hash_one(entry.key.as_slice());
         if let Ok(found) = self.index.find_entry(hash, |&other| other == id) {
             found.remove();
+        }
+        if self.spill.is_some() {
+            self.forget(id);
         }
         let entry = &mut self.entries[id as usize];
         let key = std::mem::take(&mut entry.key);

@@ -40,12 +40,11 @@ impl KeyedOperator {
         }
         // A batch that stopped inside an advance leaves timers of that advance to fire;
         // they must not wait for more input.
-        match self.unfinished_advance.take() {
-            Some(watermark) => self
-                .fire_event_timers(watermark)
-                .map_err(|e| (elements.len() - 1, e)),
-            None => Ok(()),
+        let last = elements.len() - 1;
+        if let Some(watermark) = self.unfinished_advance.take() {
+            self.fire_event_timers(watermark).map_err(|e| (last, e))?;
         }
+        self.evict_state().map_err(|e| (last, e))
     }
 
     /// Sends `elements[start..]` (as much as fits) with the timers due between them as one
@@ -159,6 +158,8 @@ impl KeyedOperator {
             self.host.watermark = self.watermark.current();
             return Ok(start + taken);
         }
+        self.load_state(entries.iter().map(BatchEntry::key))
+            .map_err(|e| (start, e))?;
         let result = self.function.process_batch(&mut self.host, &entries);
         let batch = match result {
             Ok(batch) => batch,
@@ -253,6 +254,7 @@ impl KeyedOperator {
             if entries.is_empty() {
                 return Ok(true);
             }
+            self.load_state(entries.iter().map(BatchEntry::key))?;
             match self.function.process_batch(&mut self.host, &entries) {
                 Ok(batch) if batch.consumed > 0 => {
                     let stopped_early = batch.consumed < entries.len();

@@ -76,6 +76,9 @@ pub enum OperatorError {
     /// The run was asked to stop (see [`KeyedOperator::stop_on`]) while the timers of
     /// the end of input were firing; those not fired yet are still pending.
     Stopped,
+    /// The `disk` state backend's store failed (a full disk, a damaged file): the run
+    /// cannot go on without the state it holds.
+    State(anyhow::Error),
 }
 
 impl fmt::Display for OperatorError {
@@ -91,6 +94,7 @@ impl fmt::Display for OperatorError {
             }
             OperatorError::Sink { output, error } => write!(f, "output {output:?}: {error:#}"),
             OperatorError::Stopped => write!(f, "stopped while the end of input's timers fired"),
+            OperatorError::State(error) => write!(f, "keyed state: {error:#}"),
         }
     }
 }
@@ -363,6 +367,7 @@ impl KeyedOperator {
             self.expire_state(wall_clock_ms());
         }
         let key = self.host.keys.intern(element.key);
+        self.load_state([key])?;
         self.host.enter(key, element.timestamp);
         let result = self.function.process_element(&mut self.host, element);
         if result.is_err() {
@@ -504,7 +509,29 @@ impl KeyedOperator {
         while let Some((at, key)) = self.host.timers.pop_processing_due(now) {
             self.fire(TimeDomain::ProcessingTime, at, key)?;
         }
+        self.evict_state()
+    }
+
+    /// Brings back the state of `keys` from the `disk` backend's store, if it spilled
+    /// there: called before a call or batch about them runs.
+    pub(crate) fn load_state(
+        &mut self,
+        keys: impl IntoIterator<Item = KeyId>,
+    ) -> Result<(), OperatorError> {
+        if !self.host.keys.spills() {
+            return Ok(());
+        }
+        for key in keys {
+            self.host.keys.load(key).map_err(OperatorError::State)?;
+        }
         Ok(())
+    }
+
+    /// With the `disk` state backend, spills what exceeds its memory budget to its store.
+    /// Called between calls and batches: after a run of records, after timers fired, and
+    /// after a restore.
+    pub fn evict_state(&mut self) -> Result<(), OperatorError> {
+        self.host.keys.evict().map_err(OperatorError::State)
     }
 
     /// At end of input: fires every remaining processing-time timer in timestamp order
@@ -541,6 +568,7 @@ impl KeyedOperator {
                 break;
             }
         }
+        self.evict_state()?;
         self.close_sinks()
     }
 
@@ -605,6 +633,7 @@ impl KeyedOperator {
             TimeDomain::EventTime => self.counters.event_timers += 1,
             TimeDomain::ProcessingTime => self.counters.processing_timers += 1,
         }
+        self.load_state([key])?;
         self.host.enter(key, at);
         // The key's bytes are needed by the UDF while the table may change; copy them.
         let key_bytes = weir_core::state::Key::from_slice(self.host.keys.entry(key).key());

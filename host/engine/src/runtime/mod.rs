@@ -146,6 +146,15 @@ pub enum BatchEntry<'a> {
     },
 }
 
+impl BatchEntry<'_> {
+    /// The id of the key the entry is about.
+    pub fn key(&self) -> weir_core::state::KeyId {
+        match *self {
+            BatchEntry::Element { key, .. } | BatchEntry::Timer { key, .. } => key,
+        }
+    }
+}
+
 /// How much of a batch a function took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchTaken {

@@ -34,6 +34,7 @@ impl Services {
     /// entries of states with a time-to-live expires, on each clock. The engine calls
     /// this after it has stamped entries of the key (a write, a batch, a restore).
     pub fn schedule_expiry(&mut self, key: KeyId) {
+        self.keys.load_or_defer(key);
         let entry = self.keys.entry(key);
         let mut next = [None::<Timestamp>; 2];
         for (state, slot) in entry.slots() {
@@ -97,7 +98,8 @@ impl Services {
     /// `now`, lists the key again for its next expiry, and releases it if it is left
     /// with nothing; whether anything expired.
     pub(super) fn purge_key(&mut self, key: KeyId, domain: TimeDomain, now: Timestamp) -> bool {
-        if !self.keys.entry(key).has_state() {
+        self.keys.load_or_defer(key);
+        if !self.keys.entry(key).has_state() || self.keys.entry(key).is_spilled() {
             return false;
         }
         let states: Vec<(StateId, StateTtl)> = self

@@ -114,7 +114,7 @@ fn expired_entries_are_never_returned_and_go_without_a_call() {
         Some(1_150),
         "iterating reads every entry"
     );
-    let checkpoint = crate::snapshot::encode_full(&host.keys);
+    let checkpoint = crate::snapshot::encode_full(&host.keys).unwrap();
     host.watermark = 1_249;
     assert_eq!(host.expire_state(0), 0);
     host.watermark = 1_250;

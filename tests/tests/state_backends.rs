@@ -1,0 +1,212 @@
+//! The `disk` state backend against the `memory` one: the same records in, the same
+//! records out, with a tenth of the state in memory; a checkpoint of either backend
+//! restores into the other across kills; a store that cannot be written fails the run
+//! naming its folder. (The golden cases and model suites also run on the disk backend:
+//! `scripts/test.sh` runs them again with `WEIR_STATE_BACKEND=disk`.)
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+use weir_e2e::crash::CrashLoop;
+use weir_e2e::gen::{self, Click};
+use weir_e2e::{component, weir, weir_with_env, Workdir};
+
+/// The ad-clicks pipeline (seed 000's change-only counter, which keeps each ad's click
+/// times in state) over `clicks.jsonl` beside it, writing `counts.jsonl`, with `state`
+/// as its `[state]` section.
+fn pipeline(work: &Workdir, file: &str, state: &str) -> String {
+    let text = format!(
+        r#"name = "ad-clicks"
+
+[[source]]
+name = "clicks"
+type = "file"
+path = "clicks.jsonl"
+key = "ad_id"
+timestamp = "clicked_at"
+timestamp_format = "datetime"
+out_of_orderness = "5s"
+
+[udf]
+path = "{udf}"
+config = {{ window = "5m" }}
+
+[[sink]]
+output = "main"
+type = "file"
+path = "counts.jsonl"
+
+{state}
+"#,
+        udf = component("change-only-counter").display()
+    );
+    work.write(file, &text)
+}
+
+fn write_clicks(work: &Workdir, clicks: &[Click]) {
+    let records: Vec<Value> = clicks.iter().map(Click::to_json).collect();
+    work.write_jsonl("clicks.jsonl", &records);
+}
+
+/// Each ad's lines of a file of counts, in their order.
+fn per_ad(file: &[u8]) -> BTreeMap<String, Vec<String>> {
+    let mut ads: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(file).lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        let ad = record["ad_id"].as_str().unwrap().to_string();
+        ads.entry(ad).or_default().push(line.to_string());
+    }
+    ads
+}
+
+/// The figure before `what` on the summary's state store line.
+fn store_figure(stderr: &str, what: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("state store (disk backend):"))
+        .unwrap_or_else(|| panic!("no state store line: {stderr}"));
+    let before = &line[..line.find(what).unwrap_or_else(|| panic!("{what}: {line}"))];
+    let number = before.split_whitespace().last().unwrap();
+    number.trim_end_matches(',').parse().unwrap()
+}
+
+/// ~400 ads with ~75 click times each in a 5-minute window: ~10 times the 24 KiB of
+/// state the disk backend may keep in memory. At parallelism 1 and 2 its output is the
+/// memory backend's (byte for byte at 1, each ad's records at 2); keys' state went to
+/// disk and came back, and the
+/// store is gone once the run ended.
+#[test]
+fn the_disk_backend_with_a_tenth_of_the_state_in_memory_writes_what_the_memory_backend_writes() {
+    let work = Workdir::new();
+    write_clicks(&work, &gen::clicks(40_000, 400, 41, 20, 4_000, 0.01, 0.0));
+    let memory = pipeline(&work, "memory.toml", "[state]\nbackend = \"memory\"");
+    let disk = pipeline(
+        &work,
+        "disk.toml",
+        "[state]\nbackend = \"disk\"\ncache = \"24KiB\"",
+    );
+    let state = work.path("state").display().to_string();
+    for parallelism in ["1", "2"] {
+        let run = |file: &str| {
+            let run = weir(&[
+                "run",
+                file,
+                "--parallelism",
+                parallelism,
+                "--state-dir",
+                &state,
+            ]);
+            run.assert_success();
+            (
+                std::fs::read(work.path("counts.jsonl")).unwrap(),
+                run.stderr,
+            )
+        };
+        let (expected, _) = run(&memory);
+        let (got, stderr) = run(&disk);
+        assert!(expected.len() > 500_000, "enough output to mean something");
+        // Shards interleave their ads' records in the file as they go: each ad's, in order.
+        assert!(
+            per_ad(&got) == per_ad(&expected) && (parallelism != "1" || got == expected),
+            "parallelism {parallelism}: the disk backend's output differs from the memory backend's"
+        );
+        // Keys' state left memory and came back many times over (none is left at the
+        // end: every window has drained).
+        assert!(store_figure(&stderr, "written") > 1_000, "{stderr}");
+        assert!(store_figure(&stderr, "loaded back") > 1_000, "{stderr}");
+        let left: Vec<_> = std::fs::read_dir(work.path("state/store"))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "the store went with its run: {left:?}");
+    }
+}
+
+/// Killed at random moments, each run on the other backend than the one before (disk
+/// with 16 KiB in memory, then memory, ...): every run restores the checkpoint the other
+/// backend wrote, and the output equals an uninterrupted run's.
+#[test]
+fn checkpoints_of_either_backend_restore_into_the_other_across_kills() {
+    let work = Workdir::new();
+    write_clicks(
+        &work,
+        &gen::clicks(200_000, 2_000, 43, 20, 2_000, 0.01, 0.0),
+    );
+    let memory = pipeline(&work, "memory.toml", "[state]\nbackend = \"memory\"");
+    let disk = pipeline(
+        &work,
+        "disk.toml",
+        "[state]\nbackend = \"disk\"\ncache = \"16KiB\"",
+    );
+    let started = Instant::now();
+    weir(&["run", &memory, "-q", "--no-checkpoints"]).assert_success();
+    let span = started.elapsed();
+    let expected = std::fs::read(work.path("counts.jsonl")).unwrap();
+    std::fs::remove_file(work.path("counts.jsonl")).unwrap();
+
+    let state = work.path("state");
+    let crashes = CrashLoop {
+        args: &["run".to_string()],
+        each_run: &[vec![disk], vec![memory]],
+        state: &state,
+        watch: &state,
+        span,
+        seed: 5,
+        kills: 4,
+    }
+    .run();
+    assert!(crashes.restored >= 1, "{crashes:?}");
+    let got = std::fs::read(work.path("counts.jsonl")).unwrap();
+    assert!(
+        got == expected,
+        "after {crashes:?} the output differs from an uninterrupted run's"
+    );
+}
+
+/// A store that cannot be created (its folder is a file here) fails the run, exit 1,
+/// with a message naming the folder.
+#[test]
+fn a_store_that_cannot_be_written_fails_the_run_naming_its_folder() {
+    let work = Workdir::new();
+    write_clicks(&work, &gen::clicks(100, 10, 3, 20, 2_000, 0.0, 0.0));
+    let disk = pipeline(&work, "disk.toml", "[state]\nbackend = \"disk\"");
+    let state = work.path("state");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("store"), "not a folder").unwrap();
+    let run = weir(&["run", &disk, "--state-dir", &state.display().to_string()]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&state.join("store").display().to_string()),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `[state]` is checked like every section: an unknown backend, or a cache for the memory
+/// backend, is refused at load (exit 2) saying what to give.
+#[test]
+fn a_bad_state_section_is_refused_at_load() {
+    let work = Workdir::new();
+    write_clicks(&work, &gen::clicks(10, 2, 3, 20, 2_000, 0.0, 0.0));
+    for (state, says) in [
+        (
+            "[state]\nbackend = \"rocks\"",
+            "give \"memory\" (the default) or \"disk\"",
+        ),
+        (
+            "[state]\ncache = \"1MiB\"",
+            "cache is a setting of backend = \"disk\"",
+        ),
+        ("[state]\nbackend = \"disk\"\ncache = \"lots\"", "cache"),
+    ] {
+        let file = pipeline(&work, "bad.toml", state);
+        let run = weir_with_env(&["run", &file], &[("WEIR_STATE_BACKEND", Path::new(""))]);
+        assert_eq!(run.code, Some(2), "{state}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("[state]") && run.stderr.contains(says),
+            "{state}: {}",
+            run.stderr
+        );
+    }
+}
