@@ -941,10 +941,17 @@ fn a_stage_that_completed_leaves_the_others_checkpointing_and_stopping_in_step()
         stdin.flush().unwrap();
     };
     send(&mut stdin, &live(0..100));
+    let said = "completed: its final checkpoint ";
     weir_e2e::wait_for("a's final checkpoint", Duration::from_secs(60), || {
-        log.text().contains("completed: its final checkpoint")
+        log.text().contains(said)
     });
-    let a_final = newest_epoch(&state.join("a"));
+    let text = log.text();
+    let after = &text[text.find(said).unwrap() + said.len()..];
+    let a_final: u64 = after.split_whitespace().next().unwrap().parse().unwrap();
+    // The log says so when the section goes to the writer: wait for the file.
+    weir_e2e::wait_for("a's final checkpoint file", Duration::from_secs(60), || {
+        newest_epoch(&state.join("a")) == a_final
+    });
     send(&mut stdin, &live(100..200));
     let b_sent_all = || {
         read_jsonl_so_far(&work.path("b.jsonl"))

@@ -359,6 +359,10 @@ fn key_value(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// The crates whose info and debug logs say nothing a user of weir needs (the wasm
+/// engine, the disk state store): they only warn unless the filter names them.
+const NOISY: [&str; 4] = ["wasmtime", "cranelift", "fjall", "lsm_tree"];
+
 /// What is logged: `$WEIR_LOG`, else `$RUST_LOG`, else `info` (`debug` with `-v`, `trace`
 /// with `-vv`); wasmtime, cranelift and the disk state store (fjall, lsm_tree) only warn
 /// unless the filter names them.
@@ -374,7 +378,7 @@ fn log_filter(verbose: u8) -> String {
         }
         .to_string()
     });
-    for noisy in ["wasmtime", "cranelift", "fjall", "lsm_tree"] {
+    for noisy in NOISY {
         if !filter.contains(noisy) {
             filter.push_str(&format!(",{noisy}=warn"));
         }
@@ -390,7 +394,12 @@ pub fn main() -> ExitCode {
     let filter = match tracing_subscriber::EnvFilter::try_new(&filter) {
         Ok(filter) => filter,
         Err(e) => {
-            eprintln!("error: the log filter {filter:?} (from WEIR_LOG or RUST_LOG): {e}");
+            // The user's filter, without the directives added for the noisy crates.
+            let added = NOISY
+                .iter()
+                .filter_map(|c| filter.find(&format!(",{c}=warn")));
+            let given = &filter[..added.min().unwrap_or(filter.len())];
+            eprintln!("error: the log filter {given:?} (from WEIR_LOG or RUST_LOG): {e}");
             return ExitCode::from(2);
         }
     };
