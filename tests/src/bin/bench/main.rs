@@ -51,7 +51,7 @@
 //! change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R
 //! ```
 //!
-//! `weir-bench full|flink|stage-graph|native|wasm|checkpoints|kafka|postgres|languages|edit-loop|scale|state-size [UDF]`
+//! `weir-bench full|flink|stage-graph|state-backend|native|wasm|checkpoints|kafka|postgres|languages|edit-loop|scale|state-size [UDF]`
 //! runs one part only. `flink` is Weir's side of the Flink comparison (see `flink.rs`):
 //!
 //! ```text
@@ -63,6 +63,13 @@
 //! ```text
 //! stage-graph stages=2 clicks=2000000 parallelism=P records_per_s=N cpu_s=C one_stage_records_per_s=M ratio=R
 //! ```
+//!
+//! `state-backend` is the counter on the memory and the disk state backends (see
+//! `state_backend.rs`; in `full` too):
+//!
+//! ```text
+//! state-backend udf=change-only-counter backend=B cache_kib=C records_per_s=N memory_records_per_s=M ratio=R loads=L writes=W
+//! ```
 
 mod flink;
 mod kafka;
@@ -71,6 +78,7 @@ mod parallel;
 mod postgres;
 mod scale;
 mod stages;
+mod state_backend;
 mod state_dir;
 mod state_size;
 
@@ -124,6 +132,12 @@ fn main() -> anyhow::Result<()> {
             }
             "stage-graph" => {
                 for r in stages::compare(&data)? {
+                    println!("{}", r.line());
+                }
+                return Ok(());
+            }
+            "state-backend" => {
+                for r in state_backend::compare(&spec)? {
                     println!("{}", r.line());
                 }
                 return Ok(());
@@ -198,7 +212,7 @@ fn main() -> anyhow::Result<()> {
             "wasm" => run(&spec, &RunOptions::default()),
             other => {
                 anyhow::bail!(
-                    "unknown part {other:?}: weir-bench [full|flink|stage-graph|native|wasm|checkpoints|kafka|postgres|languages|parallel|scale|state-size [UDF]]"
+                    "unknown part {other:?}: weir-bench [full|flink|stage-graph|state-backend|native|wasm|checkpoints|kafka|postgres|languages|parallel|scale|state-size [UDF]]"
                 )
             }
         }
@@ -317,9 +331,13 @@ fn full(data: &Path, clicks: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
     let state_ttls = state_size::ttl_cases(&data)?;
     let hot_key_timers = state_size::hot_key_timers();
     let graphs = stages::compare(&data)?;
+    let backends = state_backend::compare(&spec)?;
 
     println!();
     for r in &graphs {
+        println!("{}", r.line());
+    }
+    for r in &backends {
         println!("{}", r.line());
     }
     for r in &scale_runs {
