@@ -14,15 +14,11 @@
 use crate::runtime::HostServices;
 use weir_core::codec::{Reader, Writer};
 use weir_core::state::ttl;
-use weir_core::state::{ByteMap, KeyId, KeyTable, Slot, StampChange, StateId};
+use weir_core::state::{KeyId, KeyTable, Slot, StampChange, StateId};
 use weir_core::time::timers::TimeDomain;
 
 const REMOVED: u8 = 0;
 const PUT: u8 = 1;
-
-const VALUE: u8 = 0;
-const LIST: u8 = 1;
-const MAP: u8 = 2;
 
 /// Every live key: a base for later increments. Fails only if the `disk` backend's
 /// store cannot be read (a spilled key's slots are read from it).
@@ -62,27 +58,7 @@ fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) -> anyhow::Result<()> {
     out.u32(slots.len() as u32);
     for (state, slot) in slots {
         out.u32(state);
-        match slot {
-            Slot::Value(v) => {
-                out.u8(VALUE);
-                out.bytes(v);
-            }
-            Slot::List(items) => {
-                out.u8(LIST);
-                out.u32(items.len() as u32);
-                for item in items {
-                    out.bytes(item);
-                }
-            }
-            Slot::Map(map) => {
-                out.u8(MAP);
-                out.u32(map.len() as u32);
-                for (k, v) in map {
-                    out.bytes(k);
-                    out.bytes(v);
-                }
-            }
-        }
+        slot.encode(out);
     }
     // In time order, so the same state always encodes to the same bytes.
     let mut timers: Vec<_> = keys.timers(id).collect();
@@ -153,7 +129,7 @@ pub fn apply_where(
                 let slots = r.u32()?;
                 for _ in 0..slots {
                     let state = r.u32()? as usize;
-                    let mut slot = read_slot(&mut r)?;
+                    let mut slot = Slot::decode(&mut r)?;
                     let target = states.get(state).copied().ok_or_else(|| {
                         anyhow::anyhow!(
                             "a slot names state #{state}, which the checkpoint does not declare"
@@ -191,7 +167,7 @@ fn skip_record(r: &mut Reader<'_>, tag: u8) -> anyhow::Result<()> {
         PUT => {
             for _ in 0..r.u32()? {
                 r.u32()?;
-                read_slot(r)?;
+                Slot::decode(r)?;
             }
             for _ in 0..r.u32()? {
                 r.u8()?;
@@ -212,33 +188,10 @@ fn clear_key(host: &mut HostServices, id: KeyId) {
     host.keys.entry_mut(id).clear_all();
 }
 
-fn read_slot(r: &mut Reader<'_>) -> anyhow::Result<Slot> {
-    Ok(match r.u8()? {
-        VALUE => Slot::Value(r.bytes()?.to_vec()),
-        LIST => {
-            let n = r.u32()?;
-            let mut items = Vec::with_capacity(n.min(1 << 16) as usize);
-            for _ in 0..n {
-                items.push(r.bytes()?.to_vec());
-            }
-            Slot::List(items)
-        }
-        MAP => {
-            let n = r.u32()?;
-            let mut map = ByteMap::new();
-            for _ in 0..n {
-                let k = r.bytes()?.to_vec();
-                map.insert(k, r.bytes()?.to_vec());
-            }
-            Slot::Map(map)
-        }
-        other => anyhow::bail!("unknown slot kind {other}"),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_core::state::ByteMap;
     use weir_core::time::timers::TimeDomain::*;
 
     type Timers<'a> = &'a [(TimeDomain, i64)];

@@ -19,8 +19,8 @@
 
 use weir_core::codec::{Reader, Writer};
 use weir_core::key::key_group;
+use weir_core::state::Slot;
 use weir_core::state::StateId;
-use weir_core::state::{ByteMap, Slot};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::Timestamp;
 
@@ -31,33 +31,14 @@ pub const MAX_KEY_BYTES: usize = 16 * 1024;
 /// The longest map key (of one map state entry) the store takes.
 pub const MAX_MAP_KEY_BYTES: usize = 32 * 1024;
 
-/// A key's slots as one `spilled` row: their count, then per slot its state id, its
-/// kind tag and its contents (a value; a list's count and items; a map's count and
-/// entries), lengths as u32 little-endian.
+/// A key's slots as one `spilled` row: their count, then per slot its state id and the
+/// slot as checkpoints write it ([`Slot::encode`]).
 pub fn encode_slots(slots: &[(StateId, Slot)]) -> Vec<u8> {
     let mut w = Writer::default();
     w.u32(slots.len() as u32);
     for (state, slot) in slots {
         w.u32(*state);
-        match slot {
-            Slot::Value(v) => {
-                w.u8(VALUE);
-                w.bytes(v);
-            }
-            Slot::List(items) => {
-                w.u8(LIST_ITEM);
-                w.u32(items.len() as u32);
-                items.iter().for_each(|item| w.bytes(item));
-            }
-            Slot::Map(map) => {
-                w.u8(MAP_ENTRY);
-                w.u32(map.len() as u32);
-                for (k, v) in map {
-                    w.bytes(k);
-                    w.bytes(v);
-                }
-            }
-        }
+        slot.encode(&mut w);
     }
     w.into_inner()
 }
@@ -66,31 +47,10 @@ pub fn encode_slots(slots: &[(StateId, Slot)]) -> Vec<u8> {
 pub fn decode_slots(bytes: &[u8]) -> anyhow::Result<Vec<(StateId, Slot)>> {
     let mut r = Reader::new(bytes);
     let count = r.u32()?;
-    let mut slots = Vec::with_capacity(count as usize);
+    let mut slots = Vec::with_capacity(count.min(1 << 10) as usize);
     for _ in 0..count {
         let state = r.u32()?;
-        let slot = match r.u8()? {
-            VALUE => Slot::Value(r.bytes()?.to_vec()),
-            LIST_ITEM => {
-                let n = r.u32()?;
-                Slot::List(
-                    (0..n)
-                        .map(|_| r.bytes().map(<[u8]>::to_vec))
-                        .collect::<anyhow::Result<_>>()?,
-                )
-            }
-            MAP_ENTRY => {
-                let n = r.u32()?;
-                let mut map = ByteMap::new();
-                for _ in 0..n {
-                    let k = r.bytes()?.to_vec();
-                    map.insert(k, r.bytes()?.to_vec());
-                }
-                Slot::Map(map)
-            }
-            other => anyhow::bail!("a slot of unknown kind {other}"),
-        };
-        slots.push((state, slot));
+        slots.push((state, Slot::decode(&mut r)?));
     }
     r.finish()?;
     Ok(slots)

@@ -24,6 +24,7 @@ pub mod ttl;
 pub use registry::{StampChange, StateId, StateKind, StateRegistry, StateTtl, TtlRefresh};
 pub use spill::{SlotStore, SpillFigures};
 
+use crate::codec::{Reader, Writer};
 use crate::key::tie_order;
 pub use crate::key::{Key, KeyId};
 use crate::time::timers::TimeDomain;
@@ -47,6 +48,13 @@ pub enum Slot {
     Map(ByteMap),
 }
 
+/// A slot's kind on the wire ([`Slot::encode`]): a value.
+const VALUE: u8 = 0;
+/// A list.
+const LIST: u8 = 1;
+/// A map.
+const MAP: u8 = 2;
+
 impl Slot {
     /// Bytes held, for status figures.
     pub fn size_bytes(&self) -> usize {
@@ -55,6 +63,57 @@ impl Slot {
             Slot::List(items) => items.iter().map(Vec::len).sum(),
             Slot::Map(map) => map.iter().map(|(k, v)| k.len() + v.len()).sum(),
         }
+    }
+
+    /// Writes the slot as checkpoints and the disk store keep it: its kind (a byte: 0
+    /// value, 1 list, 2 map), then the value's bytes, or the list's count and items, or
+    /// the map's count and entries (key, value), each length-prefixed.
+    pub fn encode(&self, w: &mut Writer) {
+        match self {
+            Slot::Value(v) => {
+                w.u8(VALUE);
+                w.bytes(v);
+            }
+            Slot::List(items) => {
+                w.u8(LIST);
+                w.u32(items.len() as u32);
+                items.iter().for_each(|item| w.bytes(item));
+            }
+            Slot::Map(map) => {
+                w.u8(MAP);
+                w.u32(map.len() as u32);
+                for (k, v) in map {
+                    w.bytes(k);
+                    w.bytes(v);
+                }
+            }
+        }
+    }
+
+    /// Reads a slot [`encode`](Self::encode) wrote; fails on an unknown kind or bytes
+    /// cut short.
+    pub fn decode(r: &mut Reader<'_>) -> anyhow::Result<Slot> {
+        Ok(match r.u8()? {
+            VALUE => Slot::Value(r.bytes()?.to_vec()),
+            LIST => {
+                let n = r.u32()?;
+                let mut items = Vec::with_capacity(n.min(1 << 16) as usize);
+                for _ in 0..n {
+                    items.push(r.bytes()?.to_vec());
+                }
+                Slot::List(items)
+            }
+            MAP => {
+                let n = r.u32()?;
+                let mut map = ByteMap::new();
+                for _ in 0..n {
+                    let k = r.bytes()?.to_vec();
+                    map.insert(k, r.bytes()?.to_vec());
+                }
+                Slot::Map(map)
+            }
+            other => anyhow::bail!("unknown slot kind {other}"),
+        })
     }
 }
 
