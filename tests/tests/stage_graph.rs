@@ -728,27 +728,13 @@ fn a_graph_of_two_roots_stopped_mid_run_resumes_from_the_checkpoint_both_took() 
             .collect();
         work.write_jsonl(file, &events);
     }
-    let v1 = component("versioned-udf-v1").display().to_string();
-    let mut text = String::from("name = \"two-roots\"\n");
-    for (source, file) in [("x", "x.jsonl"), ("y", "y.jsonl")] {
-        text += &format!(
-            "[[source]]\nname = \"{source}\"\ntype = \"file\"\npath = \"{file}\"\nkey = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n"
-        );
-    }
-    for (stage, from) in [("a", "x"), ("b", "y")] {
-        text += &format!(
-            "[[stage]]\nname = \"{stage}\"\nudf = {{ path = \"{v1}\" }}\n[[stage.input]]\nfrom = \"{from}\"\n\n"
-        );
-    }
-    text += &format!("[[stage]]\nname = \"c\"\nudf = {{ path = \"{v1}\" }}\n");
-    for from in ["a", "b"] {
-        text += &format!("[[stage.input]]\nfrom = \"{from}\"\nkey = \"key\"\n");
-    }
-    for stage in ["a", "b", "c"] {
-        text += &format!(
-            "\n[[sink]]\nstage = \"{stage}\"\noutput = \"main\"\ntype = \"file\"\npath = \"{stage}.jsonl\"\n"
-        );
-    }
+    let text = two_roots_graph(
+        "two-roots",
+        [
+            ("x", "type = \"file\"\npath = \"x.jsonl\""),
+            ("y", "type = \"file\"\npath = \"y.jsonl\""),
+        ],
+    );
     let pipeline = work.write("graph.toml", &text);
     weir(&["run", &pipeline, "-q", "--no-checkpoints"]).assert_success();
     let expected: Vec<Vec<Value>> = ["a", "b"]
@@ -809,27 +795,7 @@ fn a_graph_of_two_roots_stopped_mid_run_resumes_from_the_checkpoint_both_took() 
             "stage {stage}: what the uninterrupted run wrote"
         );
     }
-    let mut of_key: HashMap<String, u64> = HashMap::new();
-    for record in expected.iter().flatten() {
-        *of_key
-            .entry(record["key"].as_str().unwrap().to_string())
-            .or_default() += 1;
-    }
-    let mut counts: HashMap<String, Vec<u64>> = HashMap::new();
-    for record in read_jsonl(work.path("c.jsonl")) {
-        if let Some(count) = record.get("count") {
-            let key = record["key"].as_str().unwrap().to_string();
-            counts.entry(key).or_default().push(count.as_u64().unwrap());
-        }
-    }
-    assert_eq!(counts.len(), of_key.len());
-    for (key, got) in &counts {
-        assert_eq!(
-            *got,
-            (1..=of_key[key]).collect::<Vec<_>>(),
-            "stage c counts each of a's and b's records of key {key} once"
-        );
-    }
+    assert_c_counts_each_record_once(&expected, &work);
 }
 
 /// `weir` with `args`, `lines` written to its stdin, then stdin closed; its stderr.
@@ -886,24 +852,13 @@ fn a_stage_that_completed_leaves_the_others_checkpointing_and_stopping_in_step()
             })
             .collect()
     };
-    let v1 = component("versioned-udf-v1").display().to_string();
-    let mut text = String::from("name = \"bounded-and-live\"\n");
-    text += "[[source]]\nname = \"x\"\ntype = \"file\"\npath = \"x.jsonl\"\nkey = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n";
-    text += "[[source]]\nname = \"y\"\ntype = \"stdin\"\nkey = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n";
-    for (stage, from) in [("a", "x"), ("b", "y")] {
-        text += &format!(
-            "[[stage]]\nname = \"{stage}\"\nudf = {{ path = \"{v1}\" }}\n[[stage.input]]\nfrom = \"{from}\"\n\n"
-        );
-    }
-    text += &format!("[[stage]]\nname = \"c\"\nudf = {{ path = \"{v1}\" }}\n");
-    for from in ["a", "b"] {
-        text += &format!("[[stage.input]]\nfrom = \"{from}\"\nkey = \"key\"\n");
-    }
-    for stage in ["a", "b", "c"] {
-        text += &format!(
-            "\n[[sink]]\nstage = \"{stage}\"\noutput = \"main\"\ntype = \"file\"\npath = \"{stage}.jsonl\"\n"
-        );
-    }
+    let text = two_roots_graph(
+        "bounded-and-live",
+        [
+            ("x", "type = \"file\"\npath = \"x.jsonl\""),
+            ("y", "type = \"stdin\""),
+        ],
+    );
     let pipeline = work.write("graph.toml", &text);
     weir_fed(&["run", &pipeline, "-q", "--no-checkpoints"], &live(0..300));
     let expected: Vec<Vec<Value>> = ["a", "b"]
@@ -989,6 +944,49 @@ fn a_stage_that_completed_leaves_the_others_checkpointing_and_stopping_in_step()
             "stage {stage}: what the uninterrupted run wrote"
         );
     }
+    assert_c_counts_each_record_once(&expected, &work);
+}
+
+/// The JSON lines a sink wrote so far (none before it created its file).
+fn read_jsonl_so_far(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .map(|text| weir_e2e::parse_jsonl(&text))
+        .unwrap_or_default()
+}
+
+/// The text of a graph `name` of two roots `a` and `b` (the versioned counter v1, keyed by
+/// `key`) over the sources `x` and `y` (`type` and location as given, records
+/// `{"key", "seq", "ts"}` with `ts` in epoch ms), feeding the co-process stage `c` (the
+/// same counter over both, by key); each stage writes `<stage>.jsonl`.
+fn two_roots_graph(name: &str, sources: [(&str, &str); 2]) -> String {
+    let v1 = component("versioned-udf-v1").display().to_string();
+    let mut text = format!("name = \"{name}\"\n");
+    for (source, location) in sources {
+        text += &format!(
+            "[[source]]\nname = \"{source}\"\n{location}\nkey = \"key\"\ntimestamp = \"ts\"\ntimestamp_format = \"epoch_ms\"\n\n"
+        );
+    }
+    for (stage, from) in [("a", "x"), ("b", "y")] {
+        text += &format!(
+            "[[stage]]\nname = \"{stage}\"\nudf = {{ path = \"{v1}\" }}\n[[stage.input]]\nfrom = \"{from}\"\n\n"
+        );
+    }
+    text += &format!("[[stage]]\nname = \"c\"\nudf = {{ path = \"{v1}\" }}\n");
+    for from in ["a", "b"] {
+        text += &format!("[[stage.input]]\nfrom = \"{from}\"\nkey = \"key\"\n");
+    }
+    for stage in ["a", "b", "c"] {
+        text += &format!(
+            "\n[[sink]]\nstage = \"{stage}\"\noutput = \"main\"\ntype = \"file\"\npath = \"{stage}.jsonl\"\n"
+        );
+    }
+    text
+}
+
+/// Stage `c` of [`two_roots_graph`] counted each record `a` and `b` wrote (`expected`, the
+/// uninterrupted run's) once per key: its counts of a key are 1, 2, ... up to that key's
+/// records, in `c.jsonl` in `work`.
+fn assert_c_counts_each_record_once(expected: &[Vec<Value>], work: &Workdir) {
     let mut of_key: HashMap<String, u64> = HashMap::new();
     for record in expected.iter().flatten() {
         *of_key
@@ -1010,11 +1008,4 @@ fn a_stage_that_completed_leaves_the_others_checkpointing_and_stopping_in_step()
             "stage c counts each of a's and b's records of key {key} once"
         );
     }
-}
-
-/// The JSON lines a sink wrote so far (none before it created its file).
-fn read_jsonl_so_far(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .map(|text| weir_e2e::parse_jsonl(&text))
-        .unwrap_or_default()
 }

@@ -636,18 +636,9 @@ impl Runner {
             resumed_from: self.checkpoints.resumed_from,
             checkpoints: self.checkpoints.taken,
             longest_checkpoint_pause: self.checkpoints.longest_pause,
-            state_store: self
-                .stage
-                .shards()
+            state_store: (self.stage.shards())
                 .filter_map(|s| s.host().keys().spill_figures())
-                .reduce(|a, b| weir_core::state::SpillFigures {
-                    resident_bytes: a.resident_bytes + b.resident_bytes,
-                    budget_bytes: a.budget_bytes + b.budget_bytes,
-                    spilled_keys: a.spilled_keys + b.spilled_keys,
-                    loads: a.loads + b.loads,
-                    saves: a.saves + b.saves,
-                    disk_bytes: a.disk_bytes + b.disk_bytes,
-                }),
+                .reduce(std::ops::Add::add),
         }
     }
 

@@ -15,6 +15,7 @@
 //! changed.
 
 use super::{Key, KeyId, KeyTable, Slot, StateId};
+use smallvec::SmallVec;
 
 /// Where a [`KeyTable`] keeps the slots it evicted: a store keyed by the record key's
 /// bytes. Implemented by `weir-store`'s disk store.
@@ -67,6 +68,22 @@ pub struct SpillFigures {
     pub saves: u64,
     /// Bytes the store takes on disk.
     pub disk_bytes: u64,
+}
+
+impl std::ops::Add for SpillFigures {
+    type Output = SpillFigures;
+
+    /// The figures of two shards' tables together.
+    fn add(self, other: SpillFigures) -> SpillFigures {
+        SpillFigures {
+            resident_bytes: self.resident_bytes + other.resident_bytes,
+            budget_bytes: self.budget_bytes + other.budget_bytes,
+            spilled_keys: self.spilled_keys + other.spilled_keys,
+            loads: self.loads + other.loads,
+            saves: self.saves + other.saves,
+            disk_bytes: self.disk_bytes + other.disk_bytes,
+        }
+    }
 }
 
 impl KeyTable {
@@ -210,8 +227,7 @@ impl KeyTable {
                 spill.saves += 1;
                 entry.stored = true;
             }
-            entry.slots.clear();
-            entry.slots.shrink_to_fit();
+            entry.slots = SmallVec::new();
             entry.spilled = true;
             entry.touched = false;
             spill.resident -= entry.counted as usize;
