@@ -210,3 +210,56 @@ fn a_bad_state_section_is_refused_at_load() {
         );
     }
 }
+
+/// Seed 002's order timeout over 20,000 orders, with a timeout of a minute (~400 orders
+/// open at a time, timing out as the watermark passes) and of an hour (every order open
+/// until the end of input fires all 20,000 timers): on the disk backend with 16 KiB in
+/// memory (~60 keys), the keys and their timers live in the store and wake for their
+/// records and their timers; the totals come out byte for byte as with the memory
+/// backend, in the same order.
+#[test]
+fn open_orders_beyond_memory_time_out_in_the_order_the_memory_backend_gives() {
+    let work = Workdir::new();
+    let records: Vec<Value> = gen::purchases(20_000, 17, 0.0, 0.0)
+        .iter()
+        .map(gen::Purchase::to_json)
+        .collect();
+    let input = work.write_jsonl("orders.jsonl", &records);
+    let pipeline = weir_e2e::repo_root().join("examples/orders/pipeline.toml");
+    for timeout in ["1m", "1h"] {
+        let run = |backend: &str, cache: &str| {
+            let output = work.path(&format!("totals-{backend}-{timeout}.jsonl"));
+            let run = weir_with_env(
+                &[
+                    "run",
+                    &pipeline.display().to_string(),
+                    "--input",
+                    &format!("orders={input}"),
+                    "--output",
+                    &format!("main={}", output.display()),
+                    "--config",
+                    &format!("timeout={timeout}"),
+                    "--no-checkpoints",
+                ],
+                &[
+                    ("WEIR_STATE_BACKEND", Path::new(backend)),
+                    ("WEIR_STATE_CACHE", Path::new(cache)),
+                ],
+            );
+            run.assert_success();
+            (std::fs::read(&output).unwrap(), run.stderr)
+        };
+        let (expected, _) = run("memory", "");
+        let (got, stderr) = run("disk", "16KiB");
+        assert_eq!(
+            String::from_utf8_lossy(&expected).lines().count(),
+            20_000,
+            "one total per order"
+        );
+        assert!(
+            got == expected,
+            "timeout {timeout}: the disk backend's totals differ from the memory backend's"
+        );
+        assert!(store_figure(&stderr, "loaded back") > 10_000, "{stderr}");
+    }
+}

@@ -14,40 +14,65 @@
 use crate::runtime::HostServices;
 use weir_core::codec::{Reader, Writer};
 use weir_core::state::ttl;
-use weir_core::state::{KeyId, KeyTable, Slot, StampChange, StateId};
+use weir_core::state::{KeyId, KeyTable, SavedKey, Slot, StampChange, StateId};
 use weir_core::time::timers::TimeDomain;
+use weir_core::time::Timestamp;
 
 const REMOVED: u8 = 0;
 const PUT: u8 = 1;
 
 /// Every live key: a base for later increments. Fails only if the `disk` backend's
-/// store cannot be read (a spilled key's slots are read from it).
+/// store cannot be read (spilled slots and dormant keys are read from it; for now on the
+/// run's thread, walking the whole store).
 pub fn encode_full(keys: &KeyTable) -> anyhow::Result<Vec<u8>> {
     let mut out = Writer::default();
     for (id, _) in keys.iter() {
         put(&mut out, keys, id)?;
     }
+    keys.for_each_dormant(&mut |key, saved| {
+        put_saved(&mut out, key, &saved);
+        Ok(())
+    })?;
     Ok(out.into_inner())
 }
 
-/// The keys released and changed since the last call (see [`KeyTable::take_changes`]).
+/// The keys released and changed since the last call (see [`KeyTable::take_changes`]),
+/// those that went dormant since they changed included.
 pub fn encode_changes(keys: &mut KeyTable) -> anyhow::Result<Vec<u8>> {
     let (released, changed) = keys.take_changes();
+    let dormant = keys.take_dormant_changes();
     let mut out = Writer::default();
     for key in &released {
         out.u8(REMOVED);
         out.bytes(key);
     }
+    let mut written = std::collections::HashSet::new();
     for id in changed {
+        written.insert(id);
         put(&mut out, keys, id)?;
+    }
+    // A key that went dormant and woke again is in memory, and written as it is now
+    // (once); one released since is gone, its removal written above.
+    for key in dormant {
+        match keys.find(&key) {
+            Some(id) => {
+                if written.insert(id) {
+                    put(&mut out, keys, id)?;
+                }
+            }
+            None => {
+                if let Some(saved) = keys.dormant(&key)? {
+                    put_saved(&mut out, &key, &saved);
+                }
+            }
+        }
     }
     Ok(out.into_inner())
 }
 
+/// Writes key `id` as it is in memory (its slots read from the store if spilled).
 fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) -> anyhow::Result<()> {
     let entry = keys.entry(id);
-    out.u8(PUT);
-    out.bytes(entry.key());
     let spilled;
     let slots: Vec<(StateId, &Slot)> = if entry.is_spilled() {
         spilled = keys.slots_of(id)?;
@@ -55,13 +80,35 @@ fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) -> anyhow::Result<()> {
     } else {
         entry.slots().collect()
     };
+    put_key(out, entry.key(), slots, keys.timers(id).collect());
+    Ok(())
+}
+
+/// Writes a dormant key as the store holds it.
+fn put_saved(out: &mut Writer, key: &[u8], saved: &SavedKey) {
+    let slots = saved
+        .slots
+        .iter()
+        .map(|(state, slot)| (*state, slot))
+        .collect();
+    put_key(out, key, slots, saved.timers.clone());
+}
+
+/// Writes one key's record: its bytes, slots and timers.
+fn put_key(
+    out: &mut Writer,
+    key: &[u8],
+    slots: Vec<(StateId, &Slot)>,
+    mut timers: Vec<(TimeDomain, Timestamp)>,
+) {
+    out.u8(PUT);
+    out.bytes(key);
     out.u32(slots.len() as u32);
     for (state, slot) in slots {
         out.u32(state);
         slot.encode(out);
     }
     // In time order, so the same state always encodes to the same bytes.
-    let mut timers: Vec<_> = keys.timers(id).collect();
     timers.sort_unstable();
     out.u32(timers.len() as u32);
     for (domain, at) in timers {
@@ -71,7 +118,6 @@ fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) -> anyhow::Result<()> {
         });
         out.i64(at);
     }
-    Ok(())
 }
 
 /// Where a checkpointed state goes on restore.
@@ -114,6 +160,7 @@ pub fn apply_where(
     keep: impl Fn(&[u8]) -> bool,
 ) -> anyhow::Result<()> {
     let mut r = Reader::new(section);
+    let mut restored = 0;
     while !r.is_empty() {
         let tag = r.u8()?;
         let key = r.bytes()?;
@@ -121,7 +168,7 @@ pub fn apply_where(
             skip_record(&mut r, tag)?;
             continue;
         }
-        let id = host.keys.intern(key);
+        let id = host.intern(key)?;
         clear_key(host, id);
         match tag {
             REMOVED => {}
@@ -156,9 +203,17 @@ pub fn apply_where(
             other => anyhow::bail!("unknown keyed record tag {other}"),
         }
         host.keys.release_if_unused(id);
+        // The `disk` backend keeps what exceeds its budget in its store as it goes.
+        restored += 1;
+        if restored % EVICT_EVERY == 0 {
+            host.evict()?;
+        }
     }
-    Ok(())
+    host.evict()
 }
+
+/// Keys a restore applies between two evictions (the `disk` backend).
+const EVICT_EVERY: usize = 1024;
 
 /// Reads past the rest of a key's record (after its tag and key).
 fn skip_record(r: &mut Reader<'_>, tag: u8) -> anyhow::Result<()> {

@@ -400,6 +400,7 @@ impl Checkpoints {
                 None => {
                     let full = snapshot::encode_full(host.keys())?;
                     host.keys_mut().take_changes();
+                    host.keys_mut().take_dormant_changes();
                     full
                 }
                 Some(_) => snapshot::encode_changes(host.keys_mut())?,

@@ -169,20 +169,23 @@ impl Runner {
                     self.timer_dead_letter(domain, timestamp, &key, &reason)
                 }
                 Handling::Retry => {
-                    self.driven().register_timer_again(domain, timestamp, &key);
+                    self.driven()
+                        .register_timer_again(domain, timestamp, &key)?;
                     Ok(())
                 }
                 // Stopped during the retries: the timer stays pending, in the checkpoint
                 // the stop takes, and fires when the run resumes.
                 Handling::StopBeforeRetry(_) => {
-                    self.driven().register_timer_again(domain, timestamp, &key);
+                    self.driven()
+                        .register_timer_again(domain, timestamp, &key)?;
                     self.stopped_in_timers = true;
                     Ok(())
                 }
             };
         }
         self.roll_back(&error);
-        self.driven().register_timer_again(domain, timestamp, &key);
+        self.driven()
+            .register_timer_again(domain, timestamp, &key)?;
         Ok(())
     }
 

@@ -154,7 +154,8 @@ impl RunReport {
         );
         if let Some(store) = &self.state_store {
             s += &format!(
-                "  state store (disk backend): {} keys' state on disk, {} loaded back, {} written; {:.1} KiB in memory (cache {:.1} KiB), {:.1} MB on disk\n",
+                "  state store (disk backend): {} keys on disk only, {} more with their state there; {} loaded back, {} written; {:.1} KiB in memory (cache {:.1} KiB), {:.1} MB on disk\n",
+                store.dormant_keys,
                 store.spilled_keys,
                 store.loads,
                 store.saves,

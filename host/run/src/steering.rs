@@ -110,7 +110,7 @@ impl StatusPublisher {
         };
         let pending = |domain| {
             hosts()
-                .map(|h| h.timers().pending(domain) as u64)
+                .map(|h| h.pending_timers(domain) as u64)
                 .sum::<u64>()
         };
         let event_timers = pending(TimeDomain::EventTime);
@@ -124,8 +124,8 @@ impl StatusPublisher {
             .map(|o| ShardStatus {
                 processed: o.counters().elements,
                 keys: o.host().keys().len() as u64,
-                event_timers: o.host().timers().pending(TimeDomain::EventTime) as u64,
-                processing_timers: o.host().timers().pending(TimeDomain::ProcessingTime) as u64,
+                event_timers: o.host().pending_timers(TimeDomain::EventTime) as u64,
+                processing_timers: o.host().pending_timers(TimeDomain::ProcessingTime) as u64,
             })
             .collect();
         let now = wall_clock_ms();

@@ -14,13 +14,15 @@
 //!   BE, so that times sort as numbers); the key's timers in time order.
 //! - `timers_by_time` rows: domain, time, then the prefix: the due timers of a clock
 //!   first.
-//! - `spilled` rows: the prefix, then every slot of the key in one value
-//!   ([`encode_slots`]): how the key table spills a key whole.
+//! - `spilled` rows: the prefix, then every slot of the key in one value, and the
+//!   timers of a key that left memory whole ([`encode_saved`]): how the key table
+//!   spills a key. A dormant key's timers are also in `timers_by_time`, so that due
+//!   ones wake their keys in time order.
 
 use weir_core::codec::{Reader, Writer};
 use weir_core::key::key_group;
-use weir_core::state::Slot;
 use weir_core::state::StateId;
+use weir_core::state::{SavedKey, Slot};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::Timestamp;
 
@@ -31,29 +33,40 @@ pub const MAX_KEY_BYTES: usize = 16 * 1024;
 /// The longest map key (of one map state entry) the store takes.
 pub const MAX_MAP_KEY_BYTES: usize = 32 * 1024;
 
-/// A key's slots as one `spilled` row: their count, then per slot its state id and the
-/// slot as checkpoints write it ([`Slot::encode`]).
-pub fn encode_slots(slots: &[(StateId, Slot)]) -> Vec<u8> {
+/// What the key table saved of a key as one `spilled` row: the count of its slots, then
+/// per slot its state id and the slot as checkpoints write it ([`Slot::encode`]); then
+/// the count of its timers (none unless the key is dormant), each its domain byte and
+/// time.
+pub fn encode_saved(saved: &SavedKey) -> Vec<u8> {
     let mut w = Writer::default();
-    w.u32(slots.len() as u32);
-    for (state, slot) in slots {
+    w.u32(saved.slots.len() as u32);
+    for (state, slot) in &saved.slots {
         w.u32(*state);
         slot.encode(&mut w);
+    }
+    w.u32(saved.timers.len() as u32);
+    for &(domain, at) in &saved.timers {
+        w.u8(domain_byte(domain));
+        w.i64(at);
     }
     w.into_inner()
 }
 
-/// The slots [`encode_slots`] wrote.
-pub fn decode_slots(bytes: &[u8]) -> anyhow::Result<Vec<(StateId, Slot)>> {
+/// The key [`encode_saved`] wrote.
+pub fn decode_saved(bytes: &[u8]) -> anyhow::Result<SavedKey> {
     let mut r = Reader::new(bytes);
     let count = r.u32()?;
-    let mut slots = Vec::with_capacity(count.min(1 << 10) as usize);
-    for _ in 0..count {
+    let mut saved = SavedKey::default();
+    for _ in 0..count.min(1 << 20) {
         let state = r.u32()?;
-        slots.push((state, Slot::decode(&mut r)?));
+        saved.slots.push((state, Slot::decode(&mut r)?));
+    }
+    for _ in 0..r.u32()? {
+        let domain = domain_of(r.u8()?).ok_or_else(|| anyhow::anyhow!("a bad timer domain"))?;
+        saved.timers.push((domain, r.i64()?));
     }
     r.finish()?;
-    Ok(slots)
+    Ok(saved)
 }
 
 /// The kind tag of a `state` row, after the state id.
@@ -168,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn a_keys_slots_read_back_from_one_row() {
+    fn a_keys_slots_and_timers_read_back_from_one_row() {
         let slots = vec![
             (0, Slot::Value(b"v".to_vec())),
             (3, Slot::List(vec![b"a".to_vec(), vec![], b"c".to_vec()])),
@@ -177,9 +190,13 @@ mod tests {
                 Slot::Map([(b"k".to_vec(), b"x".to_vec())].into_iter().collect()),
             ),
         ];
-        let row = encode_slots(&slots);
-        assert_eq!(decode_slots(&row).unwrap(), slots);
-        assert!(decode_slots(&row[..row.len() - 1]).is_err(), "cut short");
+        let saved = SavedKey {
+            slots,
+            timers: vec![(TimeDomain::EventTime, -5), (TimeDomain::ProcessingTime, 9)],
+        };
+        let row = encode_saved(&saved);
+        assert_eq!(decode_saved(&row).unwrap(), saved);
+        assert!(decode_saved(&row[..row.len() - 1]).is_err(), "cut short");
     }
 
     #[test]

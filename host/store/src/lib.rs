@@ -26,7 +26,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, Readable};
 use layout::{key_prefix, LIST_ITEM, MAP_ENTRY, VALUE};
 use std::path::{Path, PathBuf};
 use weir_core::key::Key;
-use weir_core::state::{ByteMap, Slot, StateId};
+use weir_core::state::{earliest_timers, ByteMap, SavedKey, Slot, StateId};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::Timestamp;
 
@@ -46,6 +46,9 @@ struct Tree {
     spilled: Keyspace,
 }
 
+/// The journals' size at most (fjall's least): memtables are flushed beyond it.
+const JOURNAL_BYTES: u64 = 64 << 20;
+
 /// The largest memtable of a keyspace (written out to a table on disk beyond it).
 const MEMTABLE_BYTES: u64 = 4 << 20;
 
@@ -62,8 +65,11 @@ impl DiskStore {
             std::fs::remove_dir_all(dir).with_context(describe)?;
         }
         std::fs::create_dir_all(dir).with_context(describe)?;
+        // A working copy needs no durability: the journal is written in big buffers
+        // (never flushed per write), and kept short.
         let db = Database::builder(dir)
             .manual_journal_persist(true)
+            .max_journaling_size(JOURNAL_BYTES)
             .worker_threads(1)
             .cache_size(cache_bytes)
             .open()
@@ -72,7 +78,9 @@ impl DiskStore {
         // a few MiB per keyspace, not fjall's default 64 MiB each.
         let keyspace = |name: &str| {
             db.keyspace(name, || {
-                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+                KeyspaceCreateOptions::default()
+                    .max_memtable_size(MEMTABLE_BYTES)
+                    .manual_journal_persist(true)
             })
             .with_context(describe)
         };
@@ -312,21 +320,25 @@ impl DiskStore {
         rows.iter().map(|(rest, _)| timer_of(rest)).collect()
     }
 
-    /// Up to `limit` pending timers of `domain` due at or before `up_to`, earliest first
-    /// (keys due at the same time in the store's order: the engine orders those itself).
-    /// They stay pending until removed.
+    /// Up to `limit` pending timers of `domain` due at or after `from` and at or before
+    /// `up_to`, earliest first (keys due at the same time in the store's order: the
+    /// engine orders those itself). They stay pending until removed. A `from` past the
+    /// timers already removed spares the walk over their tombstones.
     pub fn due_timers(
         &self,
         domain: TimeDomain,
+        from: Timestamp,
         up_to: Timestamp,
         limit: usize,
     ) -> anyhow::Result<Vec<(Timestamp, Key)>> {
         let d = layout::domain_byte(domain);
+        let mut start = vec![d];
+        start.extend_from_slice(&layout::time_bytes(from));
         let mut end = vec![d];
         end.extend_from_slice(&layout::time_bytes(up_to));
         end.push(0xff);
         let mut out = Vec::new();
-        for guard in self.tree().timers_by_time.range(vec![d]..end).take(limit) {
+        for guard in self.tree().timers_by_time.range(start..end).take(limit) {
             let row = self.failed(guard.key())?;
             let at = layout::time_of(&row[1..]).context("a timer row")?;
             let (key, _) = layout::split_prefix(&row[9..]).context("a timer row")?;
@@ -555,33 +567,76 @@ impl Iterator for KeyWalk<'_> {
     }
 }
 
-/// The disk store as the key table's slot store: the slots of keys evicted from memory,
-/// each key's in one row of the `spilled` keyspace (a key is loaded and saved whole: one
-/// read, one write), until the engine reads and writes state entries row by row.
+/// The disk store as the key table's slot store: each key's slots (and a dormant key's
+/// timers) in one row of the `spilled` keyspace (a key is loaded and saved whole: one
+/// read, one write), a dormant key also in `timers_by_time` under its earliest timer of
+/// each clock, until the engine reads and writes state entries row by row.
 impl weir_core::state::SlotStore for DiskStore {
-    fn load(&self, key: &[u8]) -> anyhow::Result<Vec<(StateId, Slot)>> {
+    fn load(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
         let row = self.failed(self.tree().spilled.get(key_prefix(key)?))?;
-        match row {
-            None => Ok(Vec::new()),
-            Some(bytes) => layout::decode_slots(&bytes).with_context(|| {
-                format!(
-                    "a damaged row in the state store in {}",
-                    self.path.display()
-                )
-            }),
+        row.map(|bytes| self.decode_saved(&bytes)).transpose()
+    }
+
+    fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()> {
+        let prefix = key_prefix(key)?;
+        for (domain, at) in earliest_timers(&saved.timers) {
+            self.failed(
+                self.tree()
+                    .timers_by_time
+                    .insert(layout::timer_by_time(&prefix, domain, at), []),
+            )?;
         }
+        let row = layout::encode_saved(saved);
+        self.failed(self.tree().spilled.insert(prefix, row))
     }
 
-    fn save(&self, key: &[u8], slots: &[(StateId, Slot)]) -> anyhow::Result<()> {
-        let row = layout::encode_slots(slots);
-        self.failed(self.tree().spilled.insert(key_prefix(key)?, row))
+    fn remove(&self, key: &[u8], timers: &[(TimeDomain, Timestamp)]) -> anyhow::Result<()> {
+        let prefix = key_prefix(key)?;
+        for (domain, at) in earliest_timers(timers) {
+            self.failed(
+                self.tree()
+                    .timers_by_time
+                    .remove(layout::timer_by_time(&prefix, domain, at)),
+            )?;
+        }
+        self.failed(self.tree().spilled.remove(prefix))
     }
 
-    fn remove(&self, key: &[u8]) -> anyhow::Result<()> {
-        self.failed(self.tree().spilled.remove(key_prefix(key)?))
+    fn due(
+        &self,
+        domain: TimeDomain,
+        from: Timestamp,
+        up_to: Timestamp,
+        limit: usize,
+    ) -> anyhow::Result<Vec<(Timestamp, Key)>> {
+        self.due_timers(domain, from, up_to, limit)
+    }
+
+    fn for_each(
+        &self,
+        each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        for guard in self.tree().spilled.iter() {
+            let (row, value) = self.failed(guard.into_inner())?;
+            let (key, _) = layout::split_prefix(&row).context("a spilled row")?;
+            each(key, self.decode_saved(&value)?)?;
+        }
+        Ok(())
     }
 
     fn disk_bytes(&self) -> u64 {
         DiskStore::disk_bytes(self)
+    }
+}
+
+impl DiskStore {
+    /// A `spilled` row's contents, or an error naming the store's folder.
+    fn decode_saved(&self, bytes: &[u8]) -> anyhow::Result<SavedKey> {
+        layout::decode_saved(bytes).with_context(|| {
+            format!(
+                "a damaged row in the state store in {}",
+                self.path.display()
+            )
+        })
     }
 }

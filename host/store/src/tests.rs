@@ -230,7 +230,9 @@ fn due_timers_come_earliest_first_per_clock() {
         .add_timer(b"p", TimeDomain::ProcessingTime, 1)
         .unwrap();
     assert_eq!(store.next_timer(TimeDomain::EventTime).unwrap(), Some(-5));
-    let due = store.due_timers(TimeDomain::EventTime, 30, 100).unwrap();
+    let due = store
+        .due_timers(TimeDomain::EventTime, Timestamp::MIN, 30, 100)
+        .unwrap();
     let times: Vec<Timestamp> = due.iter().map(|(at, _)| *at).collect();
     assert_eq!(times, [-5, 10, 30, 30], "up to 30, none of the other clock");
     let mut at_30: Vec<&[u8]> = due[2..].iter().map(|(_, k)| k.as_slice()).collect();
@@ -238,7 +240,7 @@ fn due_timers_come_earliest_first_per_clock() {
     assert_eq!(at_30, [b"a", b"b"]);
     assert_eq!(
         store
-            .due_timers(TimeDomain::EventTime, 30, 2)
+            .due_timers(TimeDomain::EventTime, Timestamp::MIN, 30, 2)
             .unwrap()
             .len(),
         2
@@ -247,7 +249,7 @@ fn due_timers_come_earliest_first_per_clock() {
     assert_eq!(store.next_timer(TimeDomain::EventTime).unwrap(), Some(10));
     assert_eq!(
         store
-            .due_timers(TimeDomain::ProcessingTime, i64::MAX, 10)
+            .due_timers(TimeDomain::ProcessingTime, Timestamp::MIN, i64::MAX, 10)
             .unwrap(),
         [(1, Key::from_slice(b"p"))]
     );
@@ -304,4 +306,52 @@ fn the_store_is_emptied_when_opened_and_deleted_when_dropped() {
         store.value_get(&vec![7; 20_000], VALUE_STATE).unwrap_err()
     );
     assert!(err.contains("over the disk state backend's limit"), "{err}");
+}
+
+/// The store as a key table's slot store: a dormant key's row comes back as saved, the
+/// key is listed by time under its earliest timer of each clock until it is removed, and
+/// a walk sees every key.
+#[test]
+fn saved_keys_and_their_timers_come_back_by_key_and_by_time() {
+    use weir_core::state::SlotStore;
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path(), 1 << 20).unwrap();
+    let (ev, pt) = (TimeDomain::EventTime, TimeDomain::ProcessingTime);
+    let saved = |n: u8, timers: Vec<(TimeDomain, Timestamp)>| SavedKey {
+        slots: vec![(0, Slot::Value(vec![n])), (2, Slot::List(vec![vec![n; 3]]))],
+        timers,
+    };
+    store
+        .save(b"a", &saved(1, vec![(ev, 30), (pt, 5)]))
+        .unwrap();
+    store
+        .save(b"b", &saved(2, vec![(ev, 10), (ev, 30)]))
+        .unwrap();
+    store.save(b"c", &saved(3, vec![])).unwrap();
+    assert_eq!(
+        store.load(b"a").unwrap(),
+        Some(saved(1, vec![(ev, 30), (pt, 5)]))
+    );
+    assert_eq!(store.load(b"z").unwrap(), None);
+    let due = |up_to, limit| -> Vec<(Timestamp, Vec<u8>)> {
+        let due = store.due(ev, Timestamp::MIN, up_to, limit).unwrap();
+        due.into_iter().map(|(at, k)| (at, k.to_vec())).collect()
+    };
+    // Each key under its earliest timer of the clock: b at 10 (not 30 too), a at 30.
+    assert_eq!(due(100, 10), [(10, b"b".to_vec()), (30, b"a".to_vec())]);
+    assert_eq!(due(20, 10), [(10, b"b".to_vec())]);
+    assert_eq!(due(100, 1), [(10, b"b".to_vec())], "earliest first");
+    store.remove(b"b", &[(ev, 10), (ev, 30)]).unwrap();
+    assert_eq!(due(100, 10), [(30, b"a".to_vec())]);
+    assert_eq!(store.due(pt, 5, 5, 10).unwrap().len(), 1);
+    assert!(store.due(pt, 6, 100, 10).unwrap().is_empty(), "from 6 on");
+    let mut walked = Vec::new();
+    store
+        .for_each(&mut |key, saved| {
+            walked.push((key.to_vec(), saved.timers.len()));
+            Ok(())
+        })
+        .unwrap();
+    walked.sort();
+    assert_eq!(walked, [(b"a".to_vec(), 2), (b"c".to_vec(), 0)]);
 }

@@ -17,12 +17,13 @@
 //! key whose state or timers changed since the last checkpoint, and every key released
 //! since, so a checkpoint writes only those.
 
+mod dormant;
 mod registry;
 mod spill;
 pub mod ttl;
 
 pub use registry::{StampChange, StateId, StateKind, StateRegistry, StateTtl, TtlRefresh};
-pub use spill::{SlotStore, SpillFigures};
+pub use spill::{earliest_timers, SavedKey, SlotStore, SpillFigures};
 
 use crate::codec::{Reader, Writer};
 use crate::key::tie_order;
@@ -318,6 +319,7 @@ impl KeyTable {
         self.index.insert_unique(hash, id, |&other| {
             hasher.hash_one(entries[other as usize].key.as_slice())
         });
+        self.list_for_recount(id);
         id
     }
 
@@ -354,6 +356,12 @@ impl KeyTable {
     /// engine calls this when it has registered a timer there that was not pending yet.
     pub fn timer_added(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
         self.mark_changed(id);
+        self.add_timer_entry(id, domain, at);
+        self.list_for_recount(id);
+    }
+
+    /// Lists a timer on key `id`'s entry (not a change of the key).
+    fn add_timer_entry(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
         let entry = &mut self.entries[id as usize];
         if entry.crowded {
             self.crowded.entry(id).or_default().insert((domain, at));
@@ -377,6 +385,7 @@ impl KeyTable {
     /// If the key had no such timer recorded by [`timer_added`](Self::timer_added).
     pub fn timer_removed(&mut self, id: KeyId, domain: TimeDomain, at: Timestamp) {
         self.mark_changed(id);
+        self.list_for_recount(id);
         let entry = &mut self.entries[id as usize];
         let removed = if entry.crowded {
             let set = self.crowded.get_mut(&id).expect("a crowded key has a set");
@@ -468,6 +477,7 @@ impl KeyTable {
             self.entries[id as usize].dirty = false;
         }
         self.released = Vec::new();
+        self.take_dormant_changes();
     }
 
     fn mark_changed(&mut self, id: KeyId) {
@@ -495,35 +505,44 @@ impl KeyTable {
         if !entry.in_use || entry.has_state() || !entry.timers.is_empty() || entry.crowded {
             return;
         }
+        if self.spill.is_some() {
+            self.forget(id);
+        }
+        let key = self.free_entry(id);
+        if self.tracking {
+            self.released.push(key);
+        }
+    }
+
+    /// Takes key `id` out of the index and frees its entry for another key; returns the
+    /// key's bytes.
+    fn free_entry(&mut self, id: KeyId) -> Key {
+        let entry = &self.entries[id as usize];
         let hash = self.hasher.hash_one(entry.key.as_slice());
         if let Ok(found) = self.index.find_entry(hash, |&other| other == id) {
             found.remove();
         }
-        if self.spill.is_some() {
-            self.forget(id);
-        }
         let entry = &mut self.entries[id as usize];
         let key = std::mem::take(&mut entry.key);
-        if self.tracking {
-            self.released.push(key);
-        }
         entry.in_use = false;
         entry.dirty = false;
         self.free.push(id);
         self.live -= 1;
+        key
     }
 
-    /// Number of live keys.
+    /// Number of live keys: those in memory and, with a slot store, the dormant ones.
     pub fn len(&self) -> usize {
-        self.live
+        self.live + self.dormant_keys()
     }
 
     /// Whether no key is live.
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.len() == 0
     }
 
-    /// Live keys with their entries, in id order.
+    /// Live keys in memory with their entries, in id order (dormant keys:
+    /// [`for_each_dormant`](Self::for_each_dormant)).
     pub fn iter(&self) -> impl Iterator<Item = (KeyId, &KeyEntry)> {
         self.entries
             .iter()

@@ -14,55 +14,112 @@
 //! a key's size is counted when it is loaded, and again at the next eviction once it
 //! changed.
 
-use super::{Key, KeyId, KeyTable, Slot, StateId};
+use super::{Key, KeyEntry, KeyId, KeyTable, Slot, StateId};
+use crate::time::timers::TimeDomain;
+use crate::time::Timestamp;
 use smallvec::SmallVec;
 
-/// Where a [`KeyTable`] keeps the slots it evicted: a store keyed by the record key's
-/// bytes. Implemented by `weir-store`'s disk store.
+/// What a [`SlotStore`] keeps of one key: its slots and, for a key that left memory
+/// whole (a *dormant* key, see [`dormant`](super::dormant)), its pending timers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SavedKey {
+    /// The key's slots, one per state it holds.
+    pub slots: Vec<(StateId, Slot)>,
+    /// The key's pending timers (none for a key whose entry stayed in memory).
+    pub timers: Vec<(TimeDomain, Timestamp)>,
+}
+
+/// The earliest of `timers` on each clock: what a store lists a dormant key under by
+/// time (its key wakes with all its timers when the earliest falls due).
+pub fn earliest_timers(
+    timers: &[(TimeDomain, Timestamp)],
+) -> SmallVec<[(TimeDomain, Timestamp); 2]> {
+    let mut first: SmallVec<[(TimeDomain, Timestamp); 2]> = SmallVec::new();
+    for &(domain, at) in timers {
+        match first.iter_mut().find(|(d, _)| *d == domain) {
+            Some((_, earliest)) => *earliest = (*earliest).min(at),
+            None => first.push((domain, at)),
+        }
+    }
+    first
+}
+
+/// Where a [`KeyTable`] keeps what it evicted: a store keyed by the record key's bytes,
+/// one [`SavedKey`] per key, each dormant key also listed by time under the earliest of
+/// its timers on each clock ([`earliest_timers`]).
+/// Implemented by `weir-store`'s disk store.
 pub trait SlotStore: Send {
-    /// Every slot the store holds for `key` (none: an empty list). Called when a spilled
-    /// key is loaded back.
-    fn load(&self, key: &[u8]) -> anyhow::Result<Vec<(StateId, Slot)>>;
-    /// Replaces what the store holds for `key` with `slots`. Called when a key whose
-    /// slots changed is evicted.
-    fn save(&self, key: &[u8], slots: &[(StateId, Slot)]) -> anyhow::Result<()>;
-    /// Removes what the store holds for `key`. Called at an eviction after the key was
-    /// released.
-    fn remove(&self, key: &[u8]) -> anyhow::Result<()>;
+    /// What the store holds for `key`, if anything. Called when a spilled key is loaded
+    /// back and when a key is interned (it may be dormant).
+    fn load(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>>;
+    /// Replaces what the store holds for `key` with `saved`, and lists the key by time
+    /// under its [`earliest_timers`]. Called when a key whose slots changed is evicted, and when a key leaves
+    /// memory whole. The store holds no timers of the key when this is called.
+    fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()>;
+    /// Removes what the store holds for `key`, and its listing by time under the
+    /// [`earliest_timers`] of `timers` (the timers it was saved with). Called when a dormant key wakes, and at an eviction
+    /// after a key whose copy the store held was released.
+    fn remove(&self, key: &[u8], timers: &[(TimeDomain, Timestamp)]) -> anyhow::Result<()>;
+    /// Up to `limit` keys listed under a timer of `domain` due at or after `from` and at
+    /// or before `up_to`, earliest first, with that time. Called before timers of that clock fire,
+    /// to wake their keys (`from` is where none can be earlier).
+    fn due(
+        &self,
+        domain: TimeDomain,
+        from: Timestamp,
+        up_to: Timestamp,
+        limit: usize,
+    ) -> anyhow::Result<Vec<(Timestamp, Key)>>;
+    /// Calls `each` with every key the store holds and what it holds of it, in the
+    /// store's order. Called for a full checkpoint, and to wake every dormant key.
+    fn for_each(
+        &self,
+        each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()>;
     /// Bytes the store takes on disk, for status figures.
     fn disk_bytes(&self) -> u64;
 }
 
 /// A table's slot store and its budget.
 pub(super) struct Spill {
-    store: Box<dyn SlotStore>,
-    /// Bytes of slots kept in memory at most (after an eviction).
+    pub(super) store: Box<dyn SlotStore>,
+    /// Bytes of key entries kept in memory at most (after an eviction).
     budget: usize,
-    /// Bytes of slots of resident keys, as last counted.
-    resident: usize,
-    /// Keys whose slots changed since counted (each once, while `touched`).
+    /// Bytes of the entries in memory, as last counted ([`footprint`]).
+    pub(super) resident: usize,
+    /// Keys whose footprint changed since counted (each once, while `recounted`).
     recount: Vec<KeyId>,
-    /// Keys released while the store held a copy: removed at the next eviction.
-    removed: Vec<Key>,
     /// Where the clock's hand is.
     hand: usize,
-    /// Loads and saves so far, for status figures.
-    loads: u64,
-    saves: u64,
+    /// Keys loaded back (or woken) and written to the store so far, for status figures.
+    pub(super) loads: u64,
+    pub(super) saves: u64,
     /// A load that failed where it could not be reported (an `entry_mut`).
-    failure: Option<anyhow::Error>,
+    pub(super) failure: Option<anyhow::Error>,
+    /// Keys that left memory whole (in the store only), and their timers per clock.
+    pub(super) dormant_keys: usize,
+    pub(super) dormant_timers: [usize; 2],
+    /// Per clock, a time no dormant timer is earlier than (exact after a wake by time):
+    /// a clock short of it wakes nothing without reading the store.
+    pub(super) dormant_from: [Timestamp; 2],
+    /// Keys that changed since the last checkpoint and left memory whole since: a
+    /// checkpoint reads them from the store.
+    pub(super) changed_dormant: Vec<Key>,
 }
 
 /// What a table with a slot store holds, for status figures.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SpillFigures {
-    /// Bytes of slots in memory, as last counted.
+    /// Bytes of key entries in memory (their slots, timers and bookkeeping), as last
+    /// counted.
     pub resident_bytes: usize,
     /// The budget of those.
     pub budget_bytes: usize,
-    /// Keys whose slots are in the store only.
+    /// Keys in memory whose slots are in the store only.
     pub spilled_keys: usize,
-    /// Keys loaded back from the store so far.
+    /// Keys that left memory whole: slots and timers in the store only.
+    pub dormant_keys: usize,
+    /// Keys loaded back or woken from the store so far.
     pub loads: u64,
     /// Keys written to the store so far.
     pub saves: u64,
@@ -79,6 +136,7 @@ impl std::ops::Add for SpillFigures {
             resident_bytes: self.resident_bytes + other.resident_bytes,
             budget_bytes: self.budget_bytes + other.budget_bytes,
             spilled_keys: self.spilled_keys + other.spilled_keys,
+            dormant_keys: self.dormant_keys + other.dormant_keys,
             loads: self.loads + other.loads,
             saves: self.saves + other.saves,
             disk_bytes: self.disk_bytes + other.disk_bytes,
@@ -86,20 +144,32 @@ impl std::ops::Add for SpillFigures {
     }
 }
 
+/// Memory an entry takes beyond its slots: the entry, its place in the index and the
+/// free list, and its key's bytes when they do not fit inline.
+const ENTRY_BYTES: usize = std::mem::size_of::<KeyEntry>() + 16;
+/// Memory one pending timer takes: its place in the timer service and on its key.
+const TIMER_BYTES: usize = 48;
+/// Memory a slot takes beyond its bytes.
+const SLOT_BYTES: usize = 16;
+
 impl KeyTable {
-    /// From now on keeps at most `budget` bytes of slots in memory, spilling the rest to
-    /// `store` (see the [module docs](self)). Called once, before any key is interned.
+    /// From now on keeps at most `budget` bytes of key entries in memory, spilling the
+    /// rest to `store` (see the [module docs](self)). Called once, before any key is
+    /// interned.
     pub fn spill_to(&mut self, store: Box<dyn SlotStore>, budget: usize) {
         self.spill = Some(Box::new(Spill {
             store,
             budget,
             resident: 0,
             recount: Vec::new(),
-            removed: Vec::new(),
             hand: 0,
             loads: 0,
             saves: 0,
             failure: None,
+            dormant_keys: 0,
+            dormant_timers: [0; 2],
+            dormant_from: [Timestamp::MAX; 2],
+            changed_dormant: Vec::new(),
         }));
     }
 
@@ -120,13 +190,13 @@ impl KeyTable {
         if !entry.spilled {
             return Ok(());
         }
-        let slots = spill.store.load(&entry.key)?;
+        let saved = spill.store.load(&entry.key)?.unwrap_or_default();
+        debug_assert!(saved.timers.is_empty(), "a key in memory has its timers");
         spill.loads += 1;
-        entry.slots = slots.into_iter().collect();
+        entry.slots = saved.slots.into_iter().collect();
         entry.spilled = false;
         entry.touched = false;
-        entry.counted = size_of(&entry.slots);
-        spill.resident += entry.counted as usize;
+        self.recount_now(id);
         Ok(())
     }
 
@@ -136,9 +206,14 @@ impl KeyTable {
     /// about it loads it again (and fails) before it runs.
     pub fn load_or_defer(&mut self, id: KeyId) {
         if let Err(e) = self.load(id) {
-            let spill = self.spill.as_mut().expect("only a store fails");
-            spill.failure.get_or_insert(e);
+            self.defer(e);
         }
+    }
+
+    /// Keeps a store failure for the next [`evict`](Self::evict), which fails with it.
+    pub(super) fn defer(&mut self, e: anyhow::Error) {
+        let spill = self.spill.as_mut().expect("only a store fails");
+        spill.failure.get_or_insert(e);
     }
 
     /// Key `id`'s slots, from memory or (spilled) read from the store without loading
@@ -146,7 +221,7 @@ impl KeyTable {
     pub fn slots_of(&self, id: KeyId) -> anyhow::Result<Vec<(StateId, Slot)>> {
         let entry = &self.entries[id as usize];
         match (&self.spill, entry.spilled) {
-            (Some(spill), true) => spill.store.load(&entry.key),
+            (Some(spill), true) => Ok(spill.store.load(&entry.key)?.unwrap_or_default().slots),
             _ => Ok(entry.slots.iter().cloned().collect()),
         }
     }
@@ -155,26 +230,47 @@ impl KeyTable {
     /// first, and a resident one listed to be counted again.
     pub(super) fn touch(&mut self, id: KeyId) {
         self.load_or_defer(id);
+        if let Some(entry) = self.entries.get_mut(id as usize) {
+            entry.touched = true;
+        }
+        self.list_for_recount(id);
+    }
+
+    /// Key `id`'s footprint may have changed (it is new, its slots or timers changed):
+    /// it is counted again at the next eviction, and used since the hand last passed.
+    pub(super) fn list_for_recount(&mut self, id: KeyId) {
         let (Some(spill), entry) = (self.spill.as_mut(), &mut self.entries[id as usize]) else {
             return;
         };
         entry.hot = true;
-        entry.touched = true;
         if !entry.recounted {
             entry.recounted = true;
             spill.recount.push(id);
         }
     }
 
-    /// Key `id` is released: its slots leave the count, and its copy in the store goes at
-    /// the next eviction.
+    /// Counts key `id`'s footprint again now.
+    pub(super) fn recount_now(&mut self, id: KeyId) {
+        let size = footprint(&self.entries[id as usize], self.pending_timers(id));
+        let (Some(spill), entry) = (self.spill.as_mut(), &mut self.entries[id as usize]) else {
+            return;
+        };
+        spill.resident = spill.resident - entry.counted as usize + size as usize;
+        entry.counted = size;
+    }
+
+    /// Key `id` is released: it leaves the count, and its copy in the store goes now (a
+    /// key of the same bytes interned next must not wake with it; a failure is kept for
+    /// the next [`evict`](Self::evict)).
     pub(super) fn forget(&mut self, id: KeyId) {
         let (Some(spill), entry) = (self.spill.as_mut(), &mut self.entries[id as usize]) else {
             return;
         };
         spill.resident -= entry.counted as usize;
         if entry.stored {
-            spill.removed.push(entry.key.clone());
+            if let Err(e) = spill.store.remove(&entry.key, &[]) {
+                spill.failure.get_or_insert(e);
+            }
         }
         entry.counted = 0;
         entry.stored = false;
@@ -185,54 +281,77 @@ impl KeyTable {
         // that takes its id.
     }
 
-    /// Spills the slots of keys not used lately until those in memory fit the budget:
-    /// changed ones are written to the store first. The engine calls this between calls
-    /// and batches (never while a call holds a key's slots). Fails with the store's
-    /// failure, or one a load met since the last call.
-    pub fn evict(&mut self) -> anyhow::Result<()> {
+    /// Evicts keys not used lately until the entries in memory fit the budget. A key
+    /// leaves memory whole (it goes *dormant*: its slots and timers to the store, its
+    /// timers out of `timers`) when `whole` allows it and no expiry is scheduled for it;
+    /// otherwise only its slots spill. Changed slots are written to the store first. The
+    /// engine calls this between calls and batches (never while a call holds a key's
+    /// slots), with `whole` false while any state has a time-to-live. Fails with the
+    /// store's failure, or one a load met since the last call.
+    pub fn evict(
+        &mut self,
+        timers: &mut crate::time::timers::TimerService,
+        whole: bool,
+    ) -> anyhow::Result<()> {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
         if let Some(e) = spill.failure.take() {
             return Err(e);
         }
-        for key in spill.removed.drain(..) {
-            spill.store.remove(&key)?;
-        }
-        for id in spill.recount.drain(..) {
+        for id in std::mem::take(&mut spill.recount) {
             let entry = &mut self.entries[id as usize];
             entry.recounted = false;
-            if !entry.in_use || entry.spilled {
-                continue;
+            if entry.in_use {
+                self.recount_now(id);
             }
-            let size = size_of(&entry.slots);
-            spill.resident = spill.resident - entry.counted as usize + size as usize;
-            entry.counted = size;
         }
         // Two turns of the hand at most: the first clears reference bits.
         let mut steps = 2 * self.entries.len();
-        while spill.resident > spill.budget && steps > 0 {
+        while steps > 0 {
+            let spill = self.spill.as_mut().expect("spilling");
+            if spill.resident <= spill.budget {
+                break;
+            }
             steps -= 1;
             spill.hand = (spill.hand + 1) % self.entries.len().max(1);
-            let entry = &mut self.entries[spill.hand];
-            if !entry.in_use || entry.spilled || entry.slots.is_empty() {
+            let id = spill.hand as KeyId;
+            let entry = &mut self.entries[id as usize];
+            if !entry.in_use || std::mem::replace(&mut entry.hot, false) {
                 continue;
             }
-            if std::mem::replace(&mut entry.hot, false) {
-                continue;
+            let scheduled = self.expiry.iter().any(|queue| queue.due_of(id).is_some());
+            if whole && !scheduled {
+                self.put_to_sleep(id, timers)?;
+            } else {
+                self.spill_slots(id)?;
             }
-            if entry.touched || !entry.stored {
-                let slots: Vec<(StateId, Slot)> = entry.slots.drain(..).collect();
-                spill.store.save(&entry.key, &slots)?;
-                spill.saves += 1;
-                entry.stored = true;
-            }
-            entry.slots = SmallVec::new();
-            entry.spilled = true;
-            entry.touched = false;
-            spill.resident -= entry.counted as usize;
-            entry.counted = 0;
         }
+        Ok(())
+    }
+
+    /// Writes key `id`'s slots to the store if they changed since, and drops them from
+    /// memory; its entry stays.
+    fn spill_slots(&mut self, id: KeyId) -> anyhow::Result<()> {
+        let (Some(spill), entry) = (self.spill.as_mut(), &mut self.entries[id as usize]) else {
+            return Ok(());
+        };
+        if entry.spilled || entry.slots.is_empty() {
+            return Ok(());
+        }
+        if entry.touched || !entry.stored {
+            let saved = SavedKey {
+                slots: entry.slots.drain(..).collect(),
+                timers: Vec::new(),
+            };
+            spill.store.save(&entry.key, &saved)?;
+            spill.saves += 1;
+            entry.stored = true;
+        }
+        entry.slots = SmallVec::new();
+        entry.spilled = true;
+        entry.touched = false;
+        self.recount_now(id);
         Ok(())
     }
 
@@ -247,6 +366,7 @@ impl KeyTable {
                 .iter()
                 .filter(|e| e.in_use && e.spilled)
                 .count(),
+            dormant_keys: spill.dormant_keys,
             loads: spill.loads,
             saves: spill.saves,
             disk_bytes: spill.store.disk_bytes(),
@@ -254,36 +374,97 @@ impl KeyTable {
     }
 }
 
-/// The bytes counted for a key's slots.
-fn size_of(slots: &[(StateId, Slot)]) -> u32 {
-    let bytes: usize = slots.iter().map(|(_, slot)| slot.size_bytes() + 16).sum();
+/// The bytes counted for an entry in memory with `timers` pending timers.
+fn footprint(entry: &KeyEntry, timers: usize) -> u32 {
+    let slots: usize = entry
+        .slots
+        .iter()
+        .map(|(_, slot)| slot.size_bytes() + SLOT_BYTES)
+        .sum();
+    let key = if entry.key.spilled() {
+        entry.key.len()
+    } else {
+        0
+    };
+    let bytes = ENTRY_BYTES + key + slots + timers * TIMER_BYTES;
     bytes.min(u32::MAX as usize) as u32
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::state::ByteMap;
-    use std::collections::HashMap;
+    use crate::time::timers::TimerService;
+    use std::collections::{BTreeSet, HashMap};
     use std::sync::{Arc, Mutex};
 
     /// A slot store in memory, shared with the test to look into.
     #[derive(Clone, Default)]
-    struct Shelf(Arc<Mutex<Shelved>>);
+    pub(crate) struct Shelf(pub(crate) Arc<Mutex<Shelved>>);
 
-    /// What the shelf holds: each key's slots.
-    type Shelved = HashMap<Vec<u8>, Vec<(StateId, Slot)>>;
+    /// What the shelf holds: each key's saved slots and timers, and the timers by time.
+    #[derive(Default)]
+    pub(crate) struct Shelved {
+        pub(crate) keys: HashMap<Vec<u8>, SavedKey>,
+        pub(crate) by_time: BTreeSet<(u8, Timestamp, Vec<u8>)>,
+    }
+
+    fn domain_byte(domain: TimeDomain) -> u8 {
+        match domain {
+            TimeDomain::EventTime => 0,
+            TimeDomain::ProcessingTime => 1,
+        }
+    }
 
     impl SlotStore for Shelf {
-        fn load(&self, key: &[u8]) -> anyhow::Result<Vec<(StateId, Slot)>> {
-            Ok(self.0.lock().unwrap().get(key).cloned().unwrap_or_default())
+        fn load(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
+            Ok(self.0.lock().unwrap().keys.get(key).cloned())
         }
-        fn save(&self, key: &[u8], slots: &[(StateId, Slot)]) -> anyhow::Result<()> {
-            self.0.lock().unwrap().insert(key.to_vec(), slots.to_vec());
+        fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()> {
+            let mut shelf = self.0.lock().unwrap();
+            for (domain, at) in earliest_timers(&saved.timers) {
+                shelf
+                    .by_time
+                    .insert((domain_byte(domain), at, key.to_vec()));
+            }
+            shelf.keys.insert(key.to_vec(), saved.clone());
             Ok(())
         }
-        fn remove(&self, key: &[u8]) -> anyhow::Result<()> {
-            self.0.lock().unwrap().remove(key);
+        fn remove(&self, key: &[u8], timers: &[(TimeDomain, Timestamp)]) -> anyhow::Result<()> {
+            let mut shelf = self.0.lock().unwrap();
+            for (domain, at) in earliest_timers(timers) {
+                shelf
+                    .by_time
+                    .remove(&(domain_byte(domain), at, key.to_vec()));
+            }
+            shelf.keys.remove(key);
+            Ok(())
+        }
+        fn due(
+            &self,
+            domain: TimeDomain,
+            from: Timestamp,
+            up_to: Timestamp,
+            limit: usize,
+        ) -> anyhow::Result<Vec<(Timestamp, Key)>> {
+            let shelf = self.0.lock().unwrap();
+            let d = domain_byte(domain);
+            Ok(shelf
+                .by_time
+                .iter()
+                .filter(|(dd, at, _)| *dd == d && *at >= from && *at <= up_to)
+                .take(limit)
+                .map(|(_, at, key)| (*at, Key::from_slice(key)))
+                .collect())
+        }
+        fn for_each(
+            &self,
+            each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
+        ) -> anyhow::Result<()> {
+            let keys: Vec<_> = self.0.lock().unwrap().keys.clone().into_iter().collect();
+            for (key, saved) in keys {
+                each(&key, saved)?;
+            }
             Ok(())
         }
         fn disk_bytes(&self) -> u64 {
@@ -345,10 +526,12 @@ mod tests {
             } else {
                 assert!(keeping.find(key.as_bytes()).is_none(), "released alike");
             }
-            spilling.evict().unwrap();
+            spilling.evict(&mut TimerService::new(0), false).unwrap();
+            // Entries stay when only slots spill: what exceeds the budget is theirs.
             let figures = spilling.spill_figures().unwrap();
+            let entries = spilling.live * (ENTRY_BYTES + TIMER_BYTES);
             assert!(
-                figures.resident_bytes <= figures.budget_bytes,
+                figures.resident_bytes <= figures.budget_bytes + entries,
                 "{figures:?}"
             );
         }
@@ -366,7 +549,7 @@ mod tests {
             want.sort_by_key(|(s, _)| *s);
             assert_eq!(got, want);
         }
-        let stored = shelf.0.lock().unwrap().len();
+        let stored = shelf.0.lock().unwrap().keys.len();
         assert!(
             stored <= spilling.len(),
             "released keys' copies are removed: {stored}"

@@ -58,6 +58,11 @@ impl KeyedOperator {
         // Expired state goes before the batch's keys are interned (it may release some).
         // A batch that starts with the timers of an unfinished advance removes what
         // expired by the first one's time, not by the watermark's.
+        if let Some(advance) = self.unfinished_advance {
+            // The first timer due may be a dormant key's (the `disk` backend).
+            self.wake_due(TimeDomain::EventTime, advance)
+                .map_err(|e| (start, e))?;
+        }
         let event_clock = self
             .unfinished_advance
             .and_then(|advance| self.host.timers.event_due_between(None, advance).next())
@@ -91,7 +96,9 @@ impl KeyedOperator {
         let unfinished = self.unfinished_advance.take();
         let mut full = false;
         if let Some(advance) = unfinished {
-            full = !self.push_due_timers(&mut entries, &mut last_timer, advance);
+            full = !self
+                .push_due_timers(&mut entries, &mut last_timer, advance)
+                .map_err(|e| (start, e))?;
             entry_ends.resize(entries.len(), None);
         }
         let mut taken = 0;
@@ -117,7 +124,9 @@ impl KeyedOperator {
                         *watermark_after = after;
                         *entry_ends.last_mut().expect("one per entry") = Some(index);
                     }
-                    let pushed = self.push_advance(&mut entries, &mut last_timer, after, ttl_limit);
+                    let pushed = self
+                        .push_advance(&mut entries, &mut last_timer, after, ttl_limit)
+                        .map_err(|e| (start + index, e))?;
                     entry_ends.resize(entries.len(), Some(index));
                     if !pushed {
                         break;
@@ -125,7 +134,8 @@ impl KeyedOperator {
                 }
                 continue;
             }
-            let key = self.host.keys.intern(element.key);
+            let key = (self.host.intern(element.key))
+                .map_err(|e| (start + taken, OperatorError::State(e)))?;
             let before = watermark.current();
             // (Never the first entry: what expired by the batch's start is gone.)
             if !entries.is_empty() && expires_by(&self.host, key, before) {
@@ -143,7 +153,9 @@ impl KeyedOperator {
             entry_ends.push(Some(taken));
             taken += 1;
             if after > before {
-                let pushed = self.push_advance(&mut entries, &mut last_timer, after, ttl_limit);
+                let pushed = self
+                    .push_advance(&mut entries, &mut last_timer, after, ttl_limit)
+                    .map_err(|e| (start + taken - 1, e))?;
                 entry_ends.resize(entries.len(), Some(taken - 1));
                 if !pushed {
                     break;
@@ -230,6 +242,7 @@ impl KeyedOperator {
     /// again and so reports a failure on its exact timer.
     pub(super) fn fire_event_timers_in_batches(
         &mut self,
+        up_to: Timestamp,
         watermark: Timestamp,
     ) -> Result<bool, OperatorError> {
         // A function that stops a batch early (a timer it registered is due already) gets
@@ -242,7 +255,7 @@ impl KeyedOperator {
                 return Err(OperatorError::Stopped);
             }
             let entries: Vec<BatchEntry<'_>> = (self.host.timers)
-                .event_due_between(None, watermark)
+                .event_due_between(None, up_to)
                 .take(limit.min(self.batch_limit))
                 .map(|(at, _, key)| BatchEntry::Timer {
                     domain: TimeDomain::EventTime,
@@ -329,9 +342,9 @@ impl KeyedOperator {
         last_timer: &mut Option<EventTimer>,
         after: Timestamp,
         ttl_limit: Timestamp,
-    ) -> bool {
+    ) -> Result<bool, OperatorError> {
         if after >= ttl_limit {
-            return false;
+            return Ok(false);
         }
         self.push_due_timers(entries, last_timer, after)
     }
@@ -340,19 +353,21 @@ impl KeyedOperator {
     /// firing order; returns whether all are in. It stops before a timer (unless it
     /// would be the batch's first entry) whose key holds an entry that expires by the
     /// timer's time: the next batch removes it first, so that the timer does not see it
-    /// while the ones before it did.
+    /// while the ones before it did. With the `disk` backend it wakes the dormant keys
+    /// of due timers first, and stops after as many as it woke at once.
     fn push_due_timers(
         &mut self,
         entries: &mut Vec<BatchEntry<'_>>,
         last: &mut Option<EventTimer>,
         watermark: Timestamp,
-    ) -> bool {
+    ) -> Result<bool, OperatorError> {
+        let up_to = self.wake_due(TimeDomain::EventTime, watermark)?;
         let ttl = self
             .host
             .states
             .shortest_ttl(TimeDomain::EventTime)
             .is_some();
-        for timer @ (at, _, key) in self.host.timers.event_due_between(*last, watermark) {
+        for timer @ (at, _, key) in self.host.timers.event_due_between(*last, up_to) {
             let expires = ttl
                 && self
                     .host
@@ -360,7 +375,7 @@ impl KeyedOperator {
                     .expiry_of(key, TimeDomain::EventTime)
                     .is_some_and(|due| due <= at);
             if expires && !entries.is_empty() {
-                return false;
+                return Ok(false);
             }
             entries.push(BatchEntry::Timer {
                 domain: TimeDomain::EventTime,
@@ -370,6 +385,6 @@ impl KeyedOperator {
             });
             *last = Some(timer);
         }
-        true
+        Ok(up_to == watermark)
     }
 }

@@ -250,9 +250,16 @@ impl KeyedOperator {
     /// processing-time timers were firing, then goes on firing with
     /// [`resume_event_timers`](Self::resume_event_timers) or
     /// [`fire_processing_timers`](Self::fire_processing_timers).
-    pub fn register_timer_again(&mut self, domain: TimeDomain, at: Timestamp, key: &[u8]) {
-        let id = self.host.keys.intern(key);
+    /// Fails only if the `disk` backend's store cannot be read.
+    pub fn register_timer_again(
+        &mut self,
+        domain: TimeDomain,
+        at: Timestamp,
+        key: &[u8],
+    ) -> anyhow::Result<()> {
+        let id = self.host.intern(key)?;
         self.host.timer_for(id, domain, at, true);
+        Ok(())
     }
 
     /// Registers again a timer whose firing failed (so that a rolled-back version fires
@@ -267,7 +274,8 @@ impl KeyedOperator {
         at: Timestamp,
         key: &[u8],
     ) -> Result<(), OperatorError> {
-        self.register_timer_again(domain, at, key);
+        self.register_timer_again(domain, at, key)
+            .map_err(OperatorError::State)?;
         match domain {
             TimeDomain::EventTime => self.fire_event_timers(self.watermark.current()),
             TimeDomain::ProcessingTime => Ok(()),
@@ -366,7 +374,10 @@ impl KeyedOperator {
         if self.host.states.any_ttl() {
             self.expire_state(wall_clock_ms());
         }
-        let key = self.host.keys.intern(element.key);
+        let key = self
+            .host
+            .intern(element.key)
+            .map_err(OperatorError::State)?;
         self.load_state([key])?;
         self.host.enter(key, element.timestamp);
         let result = self.function.process_element(&mut self.host, element);
@@ -506,10 +517,29 @@ impl KeyedOperator {
     /// it calls it again with the same `now`.
     pub fn fire_processing_timers(&mut self, now: Timestamp) -> Result<(), OperatorError> {
         self.expire_state(now);
-        while let Some((at, key)) = self.host.timers.pop_processing_due(now) {
-            self.fire(TimeDomain::ProcessingTime, at, key)?;
+        loop {
+            let up_to = self.wake_due(TimeDomain::ProcessingTime, now)?;
+            while let Some((at, key)) = self.host.timers.pop_processing_due(up_to) {
+                self.fire(TimeDomain::ProcessingTime, at, key)?;
+            }
+            self.evict_state()?;
+            if up_to == now {
+                return Ok(());
+            }
         }
-        self.evict_state()
+    }
+
+    /// With the `disk` backend, wakes the dormant keys of timers of `domain` due by
+    /// `up_to`, a bounded number at a time; returns the time up to which timers may
+    /// fire now (`up_to` once every due one is in memory). Called before timers fire.
+    pub(crate) fn wake_due(
+        &mut self,
+        domain: TimeDomain,
+        up_to: Timestamp,
+    ) -> Result<Timestamp, OperatorError> {
+        self.host
+            .wake_due(domain, up_to)
+            .map_err(OperatorError::State)
     }
 
     /// Brings back the state of `keys` from the `disk` backend's store, if it spilled
@@ -531,7 +561,7 @@ impl KeyedOperator {
     /// Called between calls and batches: after a run of records, after timers fired, and
     /// after a restore.
     pub fn evict_state(&mut self) -> Result<(), OperatorError> {
-        self.host.keys.evict().map_err(OperatorError::State)
+        self.host.evict().map_err(OperatorError::State)
     }
 
     /// At end of input: fires every remaining processing-time timer in timestamp order
@@ -549,19 +579,33 @@ impl KeyedOperator {
         loop {
             let mut fired = false;
             for domain in [TimeDomain::ProcessingTime, TimeDomain::EventTime] {
+                // Dormant keys' timers come in a bounded number at a time, with an
+                // eviction between.
                 loop {
-                    if self.stopping_at(END_OF_TIME) {
-                        return Err(OperatorError::Stopped);
+                    let up_to = self.wake_due(domain, END_OF_TIME)?;
+                    loop {
+                        if self.stopping_at(END_OF_TIME) {
+                            return Err(OperatorError::Stopped);
+                        }
+                        let next = match domain {
+                            TimeDomain::ProcessingTime if up_to == END_OF_TIME => {
+                                self.host.timers.pop_any_processing()
+                            }
+                            TimeDomain::ProcessingTime => {
+                                self.host.timers.pop_processing_due(up_to)
+                            }
+                            TimeDomain::EventTime => self.host.timers.pop_event_due(up_to),
+                        };
+                        let Some((at, key)) = next else {
+                            break;
+                        };
+                        self.fire(domain, at, key)?;
+                        fired = true;
                     }
-                    let next = match domain {
-                        TimeDomain::ProcessingTime => self.host.timers.pop_any_processing(),
-                        TimeDomain::EventTime => self.host.timers.pop_event_due(END_OF_TIME),
-                    };
-                    let Some((at, key)) = next else {
+                    if up_to == END_OF_TIME {
                         break;
-                    };
-                    self.fire(domain, at, key)?;
-                    fired = true;
+                    }
+                    self.evict_state()?;
                 }
             }
             if !fired {
@@ -591,27 +635,51 @@ impl KeyedOperator {
     /// When the next processing-time timer is due, if any. The run asks when it waits
     /// for input, so as to wait no longer than that.
     pub fn next_processing_due(&self) -> Option<Timestamp> {
-        self.host.timers.next_processing_due()
+        let in_memory = self.host.timers.next_processing_due();
+        if self.host.keys.dormant_timers(TimeDomain::ProcessingTime) == 0 {
+            return in_memory;
+        }
+        // A store that cannot be read says "now": firing then reports its failure.
+        let dormant = (self.host.keys)
+            .next_dormant_timer(TimeDomain::ProcessingTime)
+            .unwrap_or(Some(Timestamp::MIN));
+        in_memory.into_iter().chain(dormant).min()
     }
 
     /// Whether any processing-time timer is pending. The run asks after every run of
     /// records, to read the clock and fire them only if so.
     pub fn has_processing_timers(&self) -> bool {
-        self.host.timers.pending(TimeDomain::ProcessingTime) > 0
+        self.host.pending_timers(TimeDomain::ProcessingTime) > 0
     }
 
     /// Fires the event-time timers due at `watermark`, in timestamp order (then key
     /// order): in batches when the function takes them, else one call each.
     fn fire_event_timers(&mut self, watermark: Timestamp) -> Result<(), OperatorError> {
         self.host.watermark = watermark;
-        if self.fire_event_timers_in_batches(watermark)? {
+        loop {
+            let up_to = self.wake_due(TimeDomain::EventTime, watermark)?;
+            self.fire_event_timers_up_to(up_to, watermark)?;
+            if up_to == watermark {
+                return Ok(());
+            }
+            self.evict_state()?;
+        }
+    }
+
+    /// Fires the event-time timers due by `up_to` in an advance to `watermark`.
+    fn fire_event_timers_up_to(
+        &mut self,
+        up_to: Timestamp,
+        watermark: Timestamp,
+    ) -> Result<(), OperatorError> {
+        if self.fire_event_timers_in_batches(up_to, watermark)? {
             return Ok(());
         }
         loop {
             if self.stopping_at(watermark) {
                 return Err(OperatorError::Stopped);
             }
-            let Some((at, key)) = self.host.timers.pop_event_due(watermark) else {
+            let Some((at, key)) = self.host.timers.pop_event_due(up_to) else {
                 return Ok(());
             };
             self.fire(TimeDomain::EventTime, at, key)?;

@@ -69,6 +69,7 @@
 //!
 //! ```text
 //! state-backend udf=change-only-counter backend=B cache_kib=C records_per_s=N memory_records_per_s=M ratio=R loads=L writes=W
+//! state-backend-open-orders orders=N backend=B cache_mib=C records_per_s=R peak_rss_mb=M
 //! ```
 
 mod flink;
@@ -138,6 +139,9 @@ fn main() -> anyhow::Result<()> {
             }
             "state-backend" => {
                 for r in state_backend::compare(&spec)? {
+                    println!("{}", r.line());
+                }
+                for r in state_backend::open_orders(&data)? {
                     println!("{}", r.line());
                 }
                 return Ok(());
@@ -332,12 +336,16 @@ fn full(data: &Path, clicks: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
     let hot_key_timers = state_size::hot_key_timers();
     let graphs = stages::compare(&data)?;
     let backends = state_backend::compare(&spec)?;
+    let open_orders = state_backend::open_orders(&data)?;
 
     println!();
     for r in &graphs {
         println!("{}", r.line());
     }
     for r in &backends {
+        println!("{}", r.line());
+    }
+    for r in &open_orders {
         println!("{}", r.line());
     }
     for r in &scale_runs {

@@ -8,8 +8,23 @@
 //! ```text
 //! state-backend udf=change-only-counter backend=B cache_kib=C records_per_s=N memory_records_per_s=M ratio=R loads=L writes=W
 //! ```
+//!
+//! Open orders (issue 40's goal 1, scaled down): the seed 002 order timeout over
+//! `OPEN_ORDERS` orders of one event each, 1 ms of event time apart, with a timeout
+//! longer than the input, so every order is open (a value and a timer) until the end of
+//! input fires them all; one `weir run` process each (file -> discard), on the memory
+//! backend and on the disk backend with a 64 MiB cache, records/s and peak RSS from the
+//! summary:
+//!
+//! ```text
+//! state-backend-open-orders orders=N backend=B cache_mib=C records_per_s=R peak_rss_mb=M
+//! ```
 
-use crate::best_of;
+use crate::state_size::measure;
+use crate::{best_of, DiscardPipeline};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use weir_e2e::{component, datetime_millis, gen};
 use weir_pipeline::{PipelineSpec, StateBackend, DEFAULT_STATE_CACHE};
 use weir_run::{run, RunOptions};
 
@@ -70,6 +85,72 @@ pub fn compare(spec: &PipelineSpec) -> anyhow::Result<Vec<BackendRun>> {
             loads: store.loads,
             writes: store.saves,
         });
+    }
+    Ok(runs)
+}
+
+/// Orders of the open-orders case (each open until the end of input).
+pub const OPEN_ORDERS: u64 = 2_000_000;
+
+/// One backend's run over the open orders.
+pub struct OpenOrdersRun {
+    backend: &'static str,
+    cache_mib: usize,
+    records_per_s: f64,
+    peak_rss_mb: f64,
+}
+
+impl OpenOrdersRun {
+    /// The machine-readable line.
+    pub fn line(&self) -> String {
+        format!(
+            "state-backend-open-orders orders={OPEN_ORDERS} backend={} cache_mib={} records_per_s={:.0} peak_rss_mb={:.1}",
+            self.backend, self.cache_mib, self.records_per_s, self.peak_rss_mb
+        )
+    }
+}
+
+/// The open orders on each backend (see the module docs).
+pub fn open_orders(data: &Path) -> anyhow::Result<Vec<OpenOrdersRun>> {
+    let input = data.join(format!("orders-open-{OPEN_ORDERS}.jsonl"));
+    if !input.exists() {
+        eprintln!("generating {}", input.display());
+        let mut out = BufWriter::new(std::fs::File::create(&input)?);
+        for order in 0..OPEN_ORDERS {
+            writeln!(
+                out,
+                r#"{{"orderId":{order},"item":"tea","cost":"3.50","timestamp":"{}"}}"#,
+                datetime_millis(gen::BASE_MS + order as i64)
+            )?;
+        }
+        out.flush()?;
+    }
+    let mut runs = Vec::new();
+    for (backend, cache_mib) in [("memory", 0), ("disk", 64)] {
+        let lines = format!(
+            "[udf.config]\ntimeout = \"1000h\"\n\n[state]\nbackend = \"{backend}\"\ncache = \"{cache_mib}MiB\"\n"
+        );
+        let name = format!("state-backend-open-orders-{backend}");
+        let pipeline = DiscardPipeline {
+            name: &name,
+            source: "input",
+            input: &input,
+            key: "orderId",
+            timestamp: "timestamp",
+            out_of_orderness: "0s",
+            udf: &component("order-timeout"),
+            udf_lines: &lines,
+        }
+        .write(data)?;
+        let (records_per_s, peak_rss_mb) = measure(&pipeline, data)?;
+        let run = OpenOrdersRun {
+            backend,
+            cache_mib,
+            records_per_s,
+            peak_rss_mb,
+        };
+        eprintln!("  {}", run.line());
+        runs.push(run);
     }
     Ok(runs)
 }

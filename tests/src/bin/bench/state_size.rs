@@ -259,7 +259,7 @@ fn run_case(
 
 /// Runs a pipeline (once on its first line, to fill the compile cache, then whole):
 /// its records/s and peak RSS, as its summary prints them.
-fn measure(pipeline: &Path, data: &Path) -> anyhow::Result<(f64, f64)> {
+pub(crate) fn measure(pipeline: &Path, data: &Path) -> anyhow::Result<(f64, f64)> {
     // A run on the input's first line first, so that the component is in the compile
     // cache: the peak RSS is then the run's own, not the compiler's.
     let toml = std::fs::read_to_string(pipeline)?;

@@ -8,6 +8,7 @@
 
 mod emitted;
 mod expiry;
+mod spill;
 
 pub use emitted::{EmitLimitExceeded, Emitted, DEFAULT_MAX_EMIT_BYTES};
 
@@ -318,6 +319,11 @@ impl Services {
     ) -> Result<StateId, String> {
         let (id, change) = self.states.declare(name, kind, ttl)?;
         if change != StampChange::Unchanged {
+            // Every entry's stamps change: dormant keys (none once a state has a
+            // time-to-live) come back to memory first.
+            self.keys
+                .wake_all(&mut self.timers)
+                .map_err(|e| format!("{e:#}"))?;
             let stamp = ttl.map(|ttl| self.clock(ttl.domain));
             let keys: Vec<KeyId> = self.keys.iter().map(|(key, _)| key).collect();
             for key in keys {

@@ -1,0 +1,470 @@
+//! Keys beyond memory: with a [`SlotStore`], a key not used lately can leave memory
+//! *whole* (go dormant): its slots and its pending timers go to the store in one row,
+//! the key is listed there by time under its earliest timer of each clock, and its entry, its place in the index and its
+//! timers in the [`TimerService`] are freed, so a dormant key costs no memory at all.
+//!
+//! A dormant key comes back (*wakes*) in two ways:
+//! - **It is interned** ([`KeyTable::intern_awake`]): a record or a restore names it.
+//!   Every new key is looked up in the store (a point read, which the store's filters
+//!   answer at once for a key it never saw).
+//! - **One of its timers falls due** ([`KeyTable::wake_due`]): before timers of a clock
+//!   fire up to a time, the engine wakes the keys listed under a time due by then (a
+//!   key with a timer due has its earliest due), a bounded number at a time, and fires what is in memory up to the time through which
+//!   every due timer is in memory. So timers fire in the same order as if every key had
+//!   stayed, and memory stays bounded even when the end of input makes every timer due.
+//!
+//! Waking removes the key's row: the key is back in memory as it was, slots and timers,
+//! and is written again when it leaves next. Only keys with no expiry scheduled go
+//! dormant (the engine allows none while any state has a time-to-live): their entries'
+//! purges stay in memory.
+//!
+//! Checkpoints: a key that changed since the last checkpoint and went dormant is
+//! remembered by its bytes ([`KeyTable::take_dormant_changes`]); a full checkpoint walks
+//! the store for the dormant keys ([`KeyTable::for_each_dormant`]).
+
+use super::spill::SavedKey;
+use super::{clock, Key, KeyId, KeyTable};
+use crate::key::tie_order;
+use crate::time::timers::{TimeDomain, TimerService};
+use crate::time::Timestamp;
+use smallvec::SmallVec;
+
+impl KeyTable {
+    /// The id of `key`, interning it if it is new; with a slot store a new key that is
+    /// dormant there wakes: its slots come back into memory and its timers into `timers`.
+    /// With a slot store, the engine interns keys only this way.
+    pub fn intern_awake(&mut self, key: &[u8], timers: &mut TimerService) -> anyhow::Result<KeyId> {
+        let live = self.live;
+        let id = self.intern(key);
+        if self.live > live && self.spill.is_some() {
+            self.wake(id, timers)?;
+        }
+        Ok(id)
+    }
+
+    /// Brings a new key's row back from the store, if it has one.
+    fn wake(&mut self, id: KeyId, timers: &mut TimerService) -> anyhow::Result<()> {
+        let spill = self.spill.as_mut().expect("only with a store");
+        let entry = &mut self.entries[id as usize];
+        let Some(saved) = spill.store.load(&entry.key)? else {
+            return Ok(());
+        };
+        spill.store.remove(&entry.key, &saved.timers)?;
+        spill.loads += 1;
+        spill.dormant_keys -= 1;
+        entry.slots = saved.slots.into_iter().collect();
+        entry.spilled = false;
+        entry.stored = false;
+        entry.touched = false;
+        let tie = tie_order(&entry.key);
+        for &(domain, at) in &saved.timers {
+            spill.dormant_timers[clock(domain)] -= 1;
+            timers.register(domain, id, tie, at);
+        }
+        for (domain, at) in saved.timers {
+            self.add_timer_entry(id, domain, at);
+        }
+        self.list_for_recount(id);
+        Ok(())
+    }
+
+    /// Sends key `id` to the store whole (see the [module docs](self)).
+    pub(super) fn put_to_sleep(
+        &mut self,
+        id: KeyId,
+        timers: &mut TimerService,
+    ) -> anyhow::Result<()> {
+        let pending: Vec<(TimeDomain, Timestamp)> = self.timers(id).collect();
+        let spill = self.spill.as_mut().expect("only with a store");
+        let entry = &mut self.entries[id as usize];
+        let needs_write = entry.touched || !entry.stored || !pending.is_empty();
+        if needs_write {
+            let slots = match entry.spilled {
+                true => spill.store.load(&entry.key)?.unwrap_or_default().slots,
+                false => entry.slots.drain(..).collect(),
+            };
+            let saved = SavedKey {
+                slots,
+                timers: pending,
+            };
+            spill.store.save(&entry.key, &saved)?;
+            spill.saves += 1;
+            let tie = tie_order(&entry.key);
+            for &(domain, at) in &saved.timers {
+                let clock = clock(domain);
+                spill.dormant_timers[clock] += 1;
+                spill.dormant_from[clock] = spill.dormant_from[clock].min(at);
+                timers.delete(domain, id, tie, at);
+            }
+        }
+        spill.dormant_keys += 1;
+        spill.resident -= std::mem::take(&mut entry.counted) as usize;
+        (entry.stored, entry.spilled, entry.touched, entry.hot) = (false, false, false, false);
+        if entry.dirty {
+            entry.dirty = false;
+            spill.changed_dormant.push(entry.key.clone());
+        }
+        entry.slots = SmallVec::new();
+        entry.timers = SmallVec::new();
+        if std::mem::take(&mut entry.crowded) {
+            self.crowded.remove(&id);
+        }
+        self.free_entry(id);
+        Ok(())
+    }
+
+    /// Wakes the keys of saved timers of `domain` due at or before `up_to`, at most
+    /// about `limit` of them; returns the time through which every timer of `domain`
+    /// due by `up_to` is in `timers` now (`up_to` itself once all are). The engine calls
+    /// this before it fires timers of that clock, fires those in memory up to the time
+    /// returned, evicts, and calls again until it returns `up_to`.
+    pub fn wake_due(
+        &mut self,
+        domain: TimeDomain,
+        up_to: Timestamp,
+        limit: usize,
+        timers: &mut TimerService,
+    ) -> anyhow::Result<Timestamp> {
+        let clock = clock(domain);
+        let Some(spill) = self.spill.as_ref() else {
+            return Ok(up_to);
+        };
+        let from = spill.dormant_from[clock];
+        if spill.dormant_timers[clock] == 0 || up_to < from {
+            return Ok(up_to);
+        }
+        let limit = limit.max(1);
+        let due = spill.store.due(domain, from, up_to, limit)?;
+        let all = due.len() < limit;
+        let last = due.last().map(|&(at, _)| at);
+        for (_, key) in &due {
+            self.intern_awake(key, timers)?;
+        }
+        let spill = self.spill.as_mut().expect("checked");
+        let reached = match last {
+            Some(last) if !all => {
+                // More may be due at `last` itself: wake those too (the store lists a
+                // time's timers together), then every due timer up to `last` is awake.
+                for (_, key) in spill.store.due(domain, last, last, usize::MAX)? {
+                    self.intern_awake(&key, timers)?;
+                }
+                last
+            }
+            _ => up_to,
+        };
+        // Where the next dormant timer is (keys that go dormant later lower it again).
+        let spill = self.spill.as_mut().expect("checked");
+        let next = match reached.checked_add(1) {
+            Some(after) => spill.store.due(domain, after, Timestamp::MAX, 1)?,
+            None => Vec::new(),
+        };
+        spill.dormant_from[clock] = next.first().map_or(Timestamp::MAX, |&(at, _)| at);
+        Ok(reached)
+    }
+
+    /// Wakes every dormant key (a new version of the UDF changes the stamps of every
+    /// entry of a state). Memory then holds every key until the next eviction.
+    pub fn wake_all(&mut self, timers: &mut TimerService) -> anyhow::Result<()> {
+        let Some(spill) = self.spill.as_ref() else {
+            return Ok(());
+        };
+        if spill.dormant_keys == 0 {
+            return Ok(());
+        }
+        let mut keys: Vec<Key> = Vec::new();
+        spill.store.for_each(&mut |key, _| {
+            keys.push(Key::from_slice(key));
+            Ok(())
+        })?;
+        for key in keys {
+            self.intern_awake(&key, timers)?;
+        }
+        Ok(())
+    }
+
+    /// Saved timers of `domain` of dormant keys.
+    pub fn dormant_timers(&self, domain: TimeDomain) -> usize {
+        self.spill
+            .as_ref()
+            .map_or(0, |spill| spill.dormant_timers[clock(domain)])
+    }
+
+    /// When the earliest saved timer of `domain` of a dormant key is due, if any is.
+    pub fn next_dormant_timer(&self, domain: TimeDomain) -> anyhow::Result<Option<Timestamp>> {
+        match &self.spill {
+            Some(spill) if spill.dormant_timers[clock(domain)] > 0 => {
+                let from = spill.dormant_from[clock(domain)];
+                let first = spill.store.due(domain, from, Timestamp::MAX, 1)?;
+                Ok(first.first().map(|&(at, _)| at))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Keys in the store only.
+    pub fn dormant_keys(&self) -> usize {
+        self.spill.as_ref().map_or(0, |spill| spill.dormant_keys)
+    }
+
+    /// The keys that changed since the last call and went dormant since, and forgets
+    /// them: a checkpoint writes them as [`dormant`](Self::dormant) says they are (one
+    /// woken again since is in memory, and may be listed by
+    /// [`take_changes`](Self::take_changes) too).
+    pub fn take_dormant_changes(&mut self) -> Vec<Key> {
+        self.spill
+            .as_mut()
+            .map_or_else(Vec::new, |spill| std::mem::take(&mut spill.changed_dormant))
+    }
+
+    /// What the store holds of dormant `key` (`None`: it is not dormant).
+    pub fn dormant(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
+        if self.find(key).is_some() {
+            return Ok(None);
+        }
+        match &self.spill {
+            Some(spill) => spill.store.load(key),
+            None => Ok(None),
+        }
+    }
+
+    /// Calls `each` with every dormant key and what the store holds of it: with the
+    /// keys in memory, what a full checkpoint writes.
+    pub fn for_each_dormant(
+        &self,
+        each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let Some(spill) = &self.spill else {
+            return Ok(());
+        };
+        if spill.dormant_keys == 0 {
+            return Ok(());
+        }
+        spill
+            .store
+            .for_each(&mut |key, saved| match self.find(key) {
+                Some(_) => Ok(()),
+                None => each(key, saved),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::spill::tests::Shelf;
+    use crate::state::Slot;
+    use std::collections::BTreeSet;
+
+    /// A key's slots and timers, sorted, wherever the table keeps them.
+    fn contents(table: &KeyTable, key: &[u8]) -> Option<SavedKey> {
+        let mut saved = match table.find(key) {
+            Some(id) => SavedKey {
+                slots: table.slots_of(id).unwrap(),
+                timers: table.timers(id).collect(),
+            },
+            None => table.dormant(key).unwrap()?,
+        };
+        saved.slots.sort();
+        saved.timers.sort();
+        Some(saved)
+    }
+
+    /// Fires what is due on `domain`'s clock at `now`, as the engine does: the table that
+    /// sleeps wakes due keys a few at a time and evicts between.
+    fn fire(
+        table: &mut KeyTable,
+        timers: &mut TimerService,
+        domain: TimeDomain,
+        now: Timestamp,
+    ) -> Vec<(Timestamp, Key)> {
+        let mut fired = Vec::new();
+        loop {
+            let upto = table.wake_due(domain, now, 7, timers).unwrap();
+            loop {
+                let next = match domain {
+                    TimeDomain::EventTime => timers.pop_event_due(upto),
+                    TimeDomain::ProcessingTime => timers.pop_processing_due(upto),
+                };
+                let Some((at, id)) = next else { break };
+                table.timer_removed(id, domain, at);
+                fired.push((at, Key::from_slice(table.entry(id).key())));
+                table.release_if_unused(id);
+            }
+            if upto == now {
+                return fired;
+            }
+            table.evict(timers, true).unwrap();
+        }
+    }
+
+    /// The same changes, timers and firings on a table that sends keys to the store whole
+    /// (with room for ~5 keys) and on one that keeps everything: the same timers fire in
+    /// the same order, the same keys are listed as changed for each checkpoint, and every
+    /// key holds the same at the end.
+    #[test]
+    fn a_table_whose_keys_sleep_fires_and_reads_as_one_that_keeps_them() {
+        let mut sleeping = KeyTable::new();
+        sleeping.spill_to(Box::new(Shelf::default()), 5 * 200);
+        sleeping.track_changes();
+        let mut keeping = KeyTable::new();
+        keeping.track_changes();
+        let (mut sleeping_timers, mut keeping_timers) =
+            (TimerService::new(0), TimerService::new(0));
+        let mut seed: u64 = 11;
+        let mut roll = |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % n
+        };
+        let (mut event_now, mut processing_now) = (0, 0);
+        let mut fired = 0;
+        for step in 0..6_000u64 {
+            let key = format!("key-{}", roll(300));
+            let op = roll(10);
+            let (domain, at) = match roll(2) {
+                0 => (TimeDomain::EventTime, event_now + 1 + roll(200) as i64),
+                _ => (
+                    TimeDomain::ProcessingTime,
+                    processing_now + 1 + roll(200) as i64,
+                ),
+            };
+            if op == 8 {
+                event_now += roll(40) as i64;
+                let a = fire(
+                    &mut sleeping,
+                    &mut sleeping_timers,
+                    TimeDomain::EventTime,
+                    event_now,
+                );
+                let b = fire(
+                    &mut keeping,
+                    &mut keeping_timers,
+                    TimeDomain::EventTime,
+                    event_now,
+                );
+                assert_eq!(a, b, "step {step}");
+                fired += a.len();
+            } else if op == 9 {
+                processing_now += roll(40) as i64;
+                let (d, now) = (TimeDomain::ProcessingTime, processing_now);
+                let a = fire(&mut sleeping, &mut sleeping_timers, d, now);
+                let b = fire(&mut keeping, &mut keeping_timers, d, now);
+                assert_eq!(a, b, "step {step}");
+                fired += a.len();
+            }
+            for (table, timers) in [
+                (&mut sleeping, &mut sleeping_timers),
+                (&mut keeping, &mut keeping_timers),
+            ] {
+                let id = table.intern_awake(key.as_bytes(), timers).unwrap();
+                table.load(id).unwrap();
+                let tie = tie_order(key.as_bytes());
+                match op {
+                    0 | 1 => table
+                        .entry_mut(id)
+                        .set_slot(0, Slot::Value(step.to_le_bytes().to_vec())),
+                    2 => {
+                        if let Slot::List(items) =
+                            table.entry_mut(id).slot_or_insert(1, || Slot::List(vec![]))
+                        {
+                            items.push(vec![step as u8; 5]);
+                        }
+                    }
+                    3 => table.entry_mut(id).clear_all(),
+                    4..=6 if timers.register(domain, id, tie, at) => {
+                        table.timer_added(id, domain, at);
+                    }
+                    7 => {
+                        let first = table.timers(id).min();
+                        if let Some((domain, at)) = first {
+                            assert!(timers.delete(domain, id, tie, at));
+                            table.timer_removed(id, domain, at);
+                        }
+                    }
+                    _ => {}
+                }
+                table.release_if_unused(id);
+            }
+            sleeping.evict(&mut sleeping_timers, true).unwrap();
+            assert_eq!(
+                contents(&sleeping, key.as_bytes()),
+                contents(&keeping, key.as_bytes()),
+                "step {step}"
+            );
+            if step % 500 == 499 {
+                let (released, changed) = keeping.take_changes();
+                let want: BTreeSet<Key> = changed
+                    .iter()
+                    .map(|&id| Key::from_slice(keeping.entry(id).key()))
+                    .collect();
+                let (got_released, got_changed) = sleeping.take_changes();
+                let mut got: BTreeSet<Key> = got_changed
+                    .iter()
+                    .map(|&id| Key::from_slice(sleeping.entry(id).key()))
+                    .collect();
+                got.extend(
+                    sleeping
+                        .take_dormant_changes()
+                        .into_iter()
+                        .filter(|key| contents(&sleeping, key).is_some()),
+                );
+                assert_eq!(got, want, "changed keys at step {step}");
+                let released: BTreeSet<Key> = released.into_iter().collect();
+                assert_eq!(got_released.into_iter().collect::<BTreeSet<_>>(), released);
+            }
+        }
+        let figures = sleeping.spill_figures().unwrap();
+        assert!(
+            figures.dormant_keys > 100 && fired > 1_000,
+            "{figures:?}, {fired} fired"
+        );
+        assert!(
+            figures.resident_bytes <= figures.budget_bytes,
+            "{figures:?}"
+        );
+        assert_eq!(sleeping.len(), keeping.len());
+        let mut dormant = 0;
+        sleeping
+            .for_each_dormant(&mut |key, _| {
+                dormant += 1;
+                assert!(keeping.find(key).is_some());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(dormant, figures.dormant_keys);
+        for (_, entry) in keeping.iter() {
+            assert_eq!(
+                contents(&sleeping, entry.key()),
+                contents(&keeping, entry.key())
+            );
+        }
+    }
+
+    /// A key whose slots the store holds a copy of, released (its state cleared) and
+    /// interned again: it comes back empty, not with the copy.
+    #[test]
+    fn a_released_key_interned_again_does_not_wake_with_its_old_copy() {
+        let mut table = KeyTable::new();
+        table.spill_to(Box::new(Shelf::default()), 0);
+        let mut timers = TimerService::new(0);
+        let id = table.intern_awake(b"k", &mut timers).unwrap();
+        table
+            .entry_mut(id)
+            .set_slot(0, Slot::Value(b"old".to_vec()));
+        table.timer_added(id, TimeDomain::EventTime, 5);
+        timers.register(TimeDomain::EventTime, id, tie_order(b"k"), 5);
+        // Slots only (as while a state has a time-to-live): the store keeps a copy.
+        table.evict(&mut timers, false).unwrap();
+        table.evict(&mut timers, false).unwrap();
+        assert!(table.entry(id).is_spilled());
+        table.load(id).unwrap();
+        table.entry_mut(id).clear_all();
+        assert!(timers.delete(TimeDomain::EventTime, id, tie_order(b"k"), 5));
+        table.timer_removed(id, TimeDomain::EventTime, 5);
+        table.release_if_unused(id);
+        assert_eq!(table.find(b"k"), None);
+        let again = table.intern_awake(b"k", &mut timers).unwrap();
+        table.load(again).unwrap();
+        assert_eq!(table.entry(again).slots().count(), 0);
+        assert_eq!(table.timers(again).count(), 0);
+    }
+}

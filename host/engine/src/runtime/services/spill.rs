@@ -1,0 +1,45 @@
+//! The `disk` state backend in the host services: keys interned so that a dormant one
+//! wakes with its timers, evictions that send keys to the store whole when no state has a
+//! time-to-live, and due timers of dormant keys woken before timers fire (see
+//! `weir_core::state::dormant`). With the memory backend each of these is what the key
+//! table and the timer service do on their own.
+
+use super::Services;
+use weir_core::state::KeyId;
+use weir_core::time::timers::TimeDomain;
+use weir_core::time::Timestamp;
+
+/// Dormant keys woken at a time before the timers in memory fire: bounds the memory an
+/// advance that makes many timers due takes before the next eviction.
+const WAKE_AT_ONCE: usize = 4096;
+
+impl Services {
+    /// The id of `key`, interned if new; a key dormant in the `disk` backend's store
+    /// wakes with its slots and timers. Fails only if that store cannot be read.
+    pub fn intern(&mut self, key: &[u8]) -> anyhow::Result<KeyId> {
+        self.keys.intern_awake(key, &mut self.timers)
+    }
+
+    /// With the `disk` backend, evicts what exceeds the memory budget: whole keys (their
+    /// timers too) unless a state has a time-to-live, else their slots. The operator
+    /// calls this between calls and batches.
+    pub fn evict(&mut self) -> anyhow::Result<()> {
+        let whole = !self.states.any_ttl();
+        self.keys.evict(&mut self.timers, whole)
+    }
+
+    /// Wakes dormant keys with timers of `domain` due by `up_to`, a bounded number at a
+    /// time; returns the time through which every due timer of `domain` is in the timer
+    /// service (`up_to` once all are). The operator calls this before it fires timers of
+    /// that clock, fires up to the time returned, evicts, and calls again until it gets
+    /// `up_to`.
+    pub fn wake_due(&mut self, domain: TimeDomain, up_to: Timestamp) -> anyhow::Result<Timestamp> {
+        self.keys
+            .wake_due(domain, up_to, WAKE_AT_ONCE, &mut self.timers)
+    }
+
+    /// Pending timers of `domain`, in memory and saved with dormant keys.
+    pub fn pending_timers(&self, domain: TimeDomain) -> usize {
+        self.timers.pending(domain) + self.keys.dormant_timers(domain)
+    }
+}
