@@ -82,6 +82,23 @@ fn a_checkpoint_of_the_first_state_format_restores_into_todays_build() {
         .to_vec()
     };
 
+    // The old build compiled once first (the compile cache keeps it), so that the run
+    // stopped below starts at once and reads the nine clicks within its 700 ms however
+    // loaded the machine is (a cold compile took 1.2 s under `make test`).
+    let empty = work.write("empty.jsonl", "");
+    weir(&[
+        "run",
+        pipeline.to_str().unwrap(),
+        "--udf",
+        repo_root().join(OLD).to_str().unwrap(),
+        "--input",
+        &format!("clicks={empty}"),
+        "--output",
+        &format!("main={}", work.path("warm.jsonl").display()),
+        "--no-checkpoints",
+    ])
+    .assert_success();
+
     // The old build reads the first nine clicks, and is stopped: a checkpoint.
     let mut old = Command::new(weir_e2e::weir_bin())
         .args(args(

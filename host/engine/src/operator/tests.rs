@@ -1,7 +1,7 @@
 //! The operator driven by native process functions: no wasm, no files.
 
 use super::*;
-use crate::runtime::{BatchEntry, BatchTaken, OutputId};
+use crate::runtime::{BatchEntry, BatchTaken, FiredTimer, OutputId};
 use std::sync::{Arc, Mutex};
 use weir_core::key::tie_order;
 use weir_core::output::OutputRecord;
