@@ -311,6 +311,28 @@ fn wasm(crate_name: &str) -> Vec<u8> {
     std::fs::read(component(crate_name)).expect("component bytes")
 }
 
+/// Appends an empty custom section called `name` to a component: other bytes (and so
+/// another version in the registry), the same code.
+fn append_custom_section(component: &mut Vec<u8>, name: &str) {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut body = Vec::new();
+    leb128(name.len(), &mut body);
+    body.extend_from_slice(name.as_bytes());
+    component.push(0);
+    leb128(body.len(), component);
+    component.extend_from_slice(&body);
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
     values[values.len() / 2]
@@ -2128,15 +2150,21 @@ fn two_deploys_at_once_get_two_version_numbers_and_the_later_one_is_active() {
     let mut server = running_counter(&work);
     let feeder = Feeder::start(server.stdin.take().unwrap(), 4, 0, 0);
     let server = Arc::new(server);
-    // Both versions read the state as version 1 wrote it, whichever lands first: the
-    // migrating version would leave state the other cannot read, and a rollback of the
-    // later one would be right (and the test's order a race).
-    let deploys: Vec<_> = ["versioned-udf-v2", "versioned-udf-v1"]
+    // Two new components that both read the state as version 1 wrote it, whichever
+    // lands first (v2, and v2 with a custom section: other bytes, the same code). With
+    // the migrating version the second swap could be one that cannot read the state the
+    // first left, and its rollback would be right: the order would be a race.
+    let deploys: Vec<_> = [None, Some("weir-test-copy")]
         .into_iter()
-        .map(|udf| {
+        .map(|section| {
             let server = Arc::clone(&server);
+            let mut bytes = wasm("versioned-udf-v2");
+            if let Some(name) = section {
+                append_custom_section(&mut bytes, name);
+            }
+            let udf = format!("versioned-udf-v2 {section:?}");
             std::thread::spawn(move || {
-                let reply = server.put_udf("counter", &wasm(udf));
+                let reply = server.put_udf("counter", &bytes);
                 assert_eq!(reply.status, 200, "{udf}: {}", reply.text);
                 (reply.json["version"].as_u64().unwrap(), Instant::now())
             })
