@@ -1043,6 +1043,71 @@ attempts = 0
 }
 
 // ----------------------------------------------------------------------------------
+/// With the disk state backend, `status.state_store` and the `weir_state_store_*`
+/// samples of `/metrics` say what its store holds and how often a record's key was in
+/// memory. A cache of 0 sends every key to the store after each run of records, so every
+/// key is on disk once the records are in, and a record whose key was seen before wakes
+/// it from there.
+#[test]
+fn a_disk_backed_pipeline_shows_its_store_in_the_status_and_metrics() {
+    let work = Workdir::new();
+    let disk = "\n[state]\nbackend = \"disk\"\ncache = \"0\"\n";
+    let file = stdin_pipeline(&work, "counter", "versioned-udf-v1", disk);
+    let mut server = Server::start(&[&file]);
+    server.wait_for("counter", "start", Duration::from_secs(20), |p| {
+        state(p) == "running"
+    });
+    let mut stdin = server.stdin.take().unwrap();
+    let records = 5 * KEYS;
+    for seq in 0..records {
+        stdin.write_all(record(seq).as_bytes()).unwrap();
+        if seq % KEYS == KEYS - 1 {
+            // Runs of records apart, so that keys leave memory between them.
+            stdin.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    stdin.flush().unwrap();
+    let p = server.wait_for("counter", "every record", Duration::from_secs(20), |p| {
+        processed(p) >= records && p["status"]["state_store"]["dormant_keys"] == KEYS
+    });
+    let store = &p["status"]["state_store"];
+    let figure = |name: &str| {
+        store[name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{name}: {p:#}"))
+    };
+    assert_eq!(figure("spilled_keys"), 0, "{p:#}");
+    let (hits, lookups) = (figure("hits"), figure("lookups"));
+    assert!(
+        lookups >= KEYS,
+        "each key's first record is looked up: {p:#}"
+    );
+    assert!(
+        hits + lookups >= records,
+        "every record names its key: {p:#}"
+    );
+    assert!(
+        figure("loads") >= KEYS,
+        "keys seen before wake from the store: {p:#}"
+    );
+    assert!(figure("disk_bytes") > 0, "{p:#}");
+    let sample = |name: &str| {
+        server
+            .metric(&format!("{name}{{pipeline=\"counter\",stage=\"counter\"}}"))
+            .unwrap_or_else(|| panic!("no {name} sample"))
+    };
+    assert_eq!(sample("weir_state_store_keys_on_disk"), KEYS as f64);
+    let ratio = sample("weir_state_store_cache_hit_ratio");
+    assert!(
+        (ratio - hits as f64 / (hits + lookups) as f64).abs() < 1e-6,
+        "{ratio} against {hits} hits and {lookups} lookups"
+    );
+    assert!(sample("weir_state_store_disk_bytes") > 0.0);
+    assert!(sample("weir_state_store_memory_bytes") > 0.0);
+    drop(stdin);
+}
+
 // e. Auth, the CLI clients and /metrics
 // ----------------------------------------------------------------------------------
 

@@ -317,6 +317,10 @@ fn summed(statuses: &[LiveStatus]) -> LiveStatus {
         sum.late += status.late;
         sum.keys += status.keys;
         sum.state_bytes += status.state_bytes;
+        sum.state_store = match (sum.state_store, status.state_store) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
         sum.event_timers += status.event_timers;
         sum.processing_timers += status.processing_timers;
         sum.udf_errors += status.udf_errors;

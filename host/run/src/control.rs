@@ -187,6 +187,10 @@ pub struct LiveStatus {
     pub keys: u64,
     /// Bytes of keyed state over all keys (recounted at most once a second).
     pub state_bytes: u64,
+    /// With the disk state backend: what its stores hold on disk and in memory, and the
+    /// cache's hits and misses, summed over the shards.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_store: Option<weir_core::state::SpillFigures>,
     /// Pending event-time timers.
     pub event_timers: u64,
     /// Pending processing-time timers.

@@ -145,6 +145,7 @@ impl StatusPublisher {
             s.watermark_lag_ms = set.then(|| now.saturating_sub(watermark));
             s.keys = keys;
             s.state_bytes = state_bytes;
+            s.state_store = report.state_store;
             s.event_timers = event_timers;
             s.processing_timers = processing_timers;
             s.udf_errors = report.udf_errors;

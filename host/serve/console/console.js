@@ -300,6 +300,13 @@ function tasks(s) {
     el("table", {}, el("thead", {}, el("tr", {}, ...["task", "state", "processed", "records/s", "watermark lag", "checkpoints", "last error"].map(h => el("th", {}, h)))), el("tbody", {}, ...rows)));
 }
 
+// The disk state backend's figures: on disk, in memory, and the cache's hit rate.
+function storeSummary(store) {
+  const named = store.hits + store.lookups;
+  const hitRate = named ? `${(100 * store.hits / named).toFixed(1)}% hits` : "no key named yet";
+  return `${bytes(store.disk_bytes)} on disk, ${bytes(store.resident_bytes + store.store_memory_bytes)} in memory, ${hitRate}`;
+}
+
 function pipelinePage(p) {
   const s = pipelineStatus(p);
   const udf = p.udf ? figure("UDF", `${p.udf.name} v${p.udf.version ?? "?"}`, "udf") : figure("stages", udfVersions(p), "udf");
@@ -313,6 +320,7 @@ function pipelinePage(p) {
       figure("watermark lag", duration(s.watermark_lag_ms), "lag", { "data-ms": s.watermark_lag_ms ?? "" }),
       p.status && figure("keys", s.keys, "keys"), p.status && figure("state", bytes(s.state_bytes), "state-bytes"),
       p.status && figure("timers", s.event_timers + s.processing_timers, "timers"),
+      p.status && s.state_store && figure("state store", storeSummary(s.state_store), "state-store"),
       figure("dead letters", s.dead_letters, "dead-letters", { title: deadLetterCauses(s) }),
       deadLetterCauses(s) && figure("why dead letters", deadLetterCauses(s), "dead-letter-causes"),
       figure("late", s.late, "late")));

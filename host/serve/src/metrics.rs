@@ -113,6 +113,35 @@ pub fn render(pipelines: &BTreeMap<String, Deployment>) -> String {
         "Bytes of keyed state.",
         per(&|s| s.state_bytes as f64),
     );
+    let store = |figure: &dyn Fn(&weir_core::state::SpillFigures) -> f64| -> Vec<(String, f64)> {
+        all.iter()
+            .filter_map(|(n, s, _)| Some((n.clone(), figure(s.state_store.as_ref()?))))
+            .collect()
+    };
+    family(
+        "weir_state_store_disk_bytes",
+        "gauge",
+        "Bytes the disk state backend's stores take on disk.",
+        store(&|f| f.disk_bytes as f64),
+    );
+    family(
+        "weir_state_store_memory_bytes",
+        "gauge",
+        "Bytes the disk state backend keeps in memory: key entries in its cache, and the stores' block caches and write buffers.",
+        store(&|f| (f.resident_bytes as u64 + f.store_memory_bytes) as f64),
+    );
+    family(
+        "weir_state_store_keys_on_disk",
+        "gauge",
+        "Keys whose state is in the disk state backend's store only.",
+        store(&|f| f.keys_on_disk() as f64),
+    );
+    family(
+        "weir_state_store_cache_hit_ratio",
+        "gauge",
+        "Share of the keys named by records that the disk state backend had in memory.",
+        store(&|f| f.hit_ratio()),
+    );
     family(
         "weir_timers_pending",
         "gauge",

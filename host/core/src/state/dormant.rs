@@ -37,6 +37,7 @@ impl KeyTable {
         let live = self.live;
         let id = self.intern(key);
         if self.live > live && self.spill.is_some() {
+            self.spill.as_mut().expect("checked").lookups += 1;
             self.wake(id, timers)?;
         }
         Ok(id)

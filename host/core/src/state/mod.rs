@@ -298,7 +298,8 @@ impl KeyTable {
             .index
             .find(hash, |&id| entries[id as usize].key.as_slice() == key)
         {
-            if self.spill.is_some() {
+            if let Some(spill) = &mut self.spill {
+                spill.hits += 1;
                 self.entries[id as usize].hot = true;
             }
             return id;

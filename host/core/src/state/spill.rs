@@ -78,6 +78,10 @@ pub trait SlotStore: Send {
     ) -> anyhow::Result<()>;
     /// Bytes the store takes on disk, for status figures.
     fn disk_bytes(&self) -> u64;
+
+    /// Bytes the store itself keeps in memory (its block cache and write buffers), for
+    /// status figures.
+    fn memory_bytes(&self) -> u64;
 }
 
 /// A table's slot store and its budget.
@@ -94,6 +98,10 @@ pub(super) struct Spill {
     /// Keys loaded back (or woken) and written to the store so far, for status figures.
     pub(super) loads: u64,
     pub(super) saves: u64,
+    /// Keys named (interned) that were in memory, and keys named that were not and were
+    /// looked up in the store: the cache's hits and misses.
+    pub(super) hits: u64,
+    pub(super) lookups: u64,
     /// A load that failed where it could not be reported (an `entry_mut`).
     pub(super) failure: Option<anyhow::Error>,
     /// Keys that left memory whole (in the store only), and their timers per clock.
@@ -108,7 +116,7 @@ pub(super) struct Spill {
 }
 
 /// What a table with a slot store holds, for status figures.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SpillFigures {
     /// Bytes of key entries in memory (their slots, timers and bookkeeping), as last
     /// counted.
@@ -125,6 +133,27 @@ pub struct SpillFigures {
     pub saves: u64,
     /// Bytes the store takes on disk.
     pub disk_bytes: u64,
+    /// Bytes the store itself keeps in memory (block cache, write buffers).
+    pub store_memory_bytes: u64,
+    /// Keys named by a record or a restore that were in memory (cache hits).
+    pub hits: u64,
+    /// Keys named that were not in memory, and were looked up in the store (misses).
+    pub lookups: u64,
+}
+
+impl SpillFigures {
+    /// The share of keys named that were in memory (1 when none was named).
+    pub fn hit_ratio(&self) -> f64 {
+        match self.hits + self.lookups {
+            0 => 1.0,
+            named => self.hits as f64 / named as f64,
+        }
+    }
+
+    /// Keys whose state is in the store only: dormant keys and keys with spilled slots.
+    pub fn keys_on_disk(&self) -> usize {
+        self.dormant_keys + self.spilled_keys
+    }
 }
 
 impl std::ops::Add for SpillFigures {
@@ -140,6 +169,9 @@ impl std::ops::Add for SpillFigures {
             loads: self.loads + other.loads,
             saves: self.saves + other.saves,
             disk_bytes: self.disk_bytes + other.disk_bytes,
+            store_memory_bytes: self.store_memory_bytes + other.store_memory_bytes,
+            hits: self.hits + other.hits,
+            lookups: self.lookups + other.lookups,
         }
     }
 }
@@ -165,6 +197,8 @@ impl KeyTable {
             hand: 0,
             loads: 0,
             saves: 0,
+            hits: 0,
+            lookups: 0,
             failure: None,
             dormant_keys: 0,
             dormant_timers: [0; 2],
@@ -370,6 +404,9 @@ impl KeyTable {
             loads: spill.loads,
             saves: spill.saves,
             disk_bytes: spill.store.disk_bytes(),
+            store_memory_bytes: spill.store.memory_bytes(),
+            hits: spill.hits,
+            lookups: spill.lookups,
         })
     }
 }
@@ -467,6 +504,10 @@ pub(crate) mod tests {
             }
             Ok(())
         }
+        fn memory_bytes(&self) -> u64 {
+            0
+        }
+
         fn disk_bytes(&self) -> u64 {
             0
         }

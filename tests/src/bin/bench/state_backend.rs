@@ -127,8 +127,13 @@ pub fn open_orders(data: &Path) -> anyhow::Result<Vec<OpenOrdersRun>> {
     }
     let mut runs = Vec::new();
     for (backend, cache_mib) in [("memory", 0), ("disk", 64)] {
+        // `cache` is a setting of the disk backend only (the memory backend refuses it).
+        let cache = match backend {
+            "disk" => format!("cache = \"{cache_mib}MiB\"\n"),
+            _ => String::new(),
+        };
         let lines = format!(
-            "[udf.config]\ntimeout = \"1000h\"\n\n[state]\nbackend = \"{backend}\"\ncache = \"{cache_mib}MiB\"\n"
+            "[udf.config]\ntimeout = \"1000h\"\n\n[state]\nbackend = \"{backend}\"\n{cache}"
         );
         let name = format!("state-backend-open-orders-{backend}");
         let pipeline = DiscardPipeline {
