@@ -4,9 +4,11 @@
 //!
 //! The store is [fjall](https://docs.rs/fjall), in pure Rust (RocksDB's C++ build costs a
 //! fresh machine ~15 minutes of both cores; fjall builds in seconds). One [`DiskStore`]
-//! per shard keeps three keyspaces ([`layout`]): the state entries, one row each (a
+//! per shard keeps four keyspaces ([`layout`]): the state entries, one row each (a
 //! value, a list item, a map entry: changing one map entry of a key with 100,000 reads
-//! and writes that entry alone), and the pending timers by key and by time.
+//! and writes that entry alone), the pending timers by key and by time, and whole keys
+//! as the key table sends them out of memory and back (`slots`: one row per key, its
+//! slots and timers; the engine uses this one today).
 //!
 //! The store is a working copy, not a durable one: checkpoints stay the record of the
 //! state (the same files as the memory backend's, so a pipeline can switch backends and
@@ -18,16 +20,20 @@
 #![warn(missing_docs)]
 
 pub mod layout;
+mod slots;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 
+pub use snapshot::{KeyWalk, StoreSnapshot, StoredKey};
+
 use anyhow::Context as _;
 use fjall::config::PinningPolicy;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, Readable};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 use layout::{key_prefix, LIST_ITEM, MAP_ENTRY, VALUE};
 use std::path::{Path, PathBuf};
 use weir_core::key::Key;
-use weir_core::state::{earliest_timers, ByteMap, SavedKey, Slot, StateId};
+use weir_core::state::{ByteMap, Slot, StateId};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::Timestamp;
 
@@ -40,7 +46,7 @@ pub struct DiskStore {
     writes: std::cell::Cell<u32>,
 }
 
-/// The database and its three keyspaces ([`layout`]).
+/// The database and its four keyspaces ([`layout`]).
 struct Tree {
     db: Database,
     state: Keyspace,
@@ -417,17 +423,7 @@ impl DiskStore {
         }
     }
 
-    // ---- checkpoints and figures -----------------------------------------------------
-
-    /// The store as it is now, for a full checkpoint read while the run writes on.
-    pub fn snapshot(&self) -> StoreSnapshot {
-        StoreSnapshot {
-            snapshot: self.tree().db.snapshot(),
-            state: self.tree().state.clone(),
-            timers_by_key: self.tree().timers_by_key.clone(),
-            path: self.path.clone(),
-        }
-    }
+    // ---- figures ---------------------------------------------------------------------
 
     /// Bytes the store takes on disk.
     pub fn disk_bytes(&self) -> u64 {
@@ -477,14 +473,14 @@ impl Drop for DiskStore {
 }
 
 /// The timer of a `timers_by_key` row, from the part after the key prefix.
-fn timer_of(rest: &[u8]) -> anyhow::Result<(TimeDomain, Timestamp)> {
+pub(crate) fn timer_of(rest: &[u8]) -> anyhow::Result<(TimeDomain, Timestamp)> {
     let domain = rest.first().copied().and_then(layout::domain_of);
     let at = rest.get(1..).and_then(layout::time_of);
     domain.zip(at).context("a damaged timer row")
 }
 
 /// The slots of one key from its `state` rows (the parts after its prefix), in order.
-fn slots_of<'a>(
+pub(crate) fn slots_of<'a>(
     rows: impl Iterator<Item = (&'a [u8], &'a [u8])>,
 ) -> anyhow::Result<Vec<(StateId, Slot)>> {
     let mut slots: Vec<(StateId, Slot)> = Vec::new();
@@ -511,200 +507,4 @@ fn slots_of<'a>(
         }
     }
     Ok(slots)
-}
-
-/// One key as a snapshot holds it: what a full checkpoint writes of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredKey {
-    /// The record key.
-    pub key: Key,
-    /// Its contents of every state it holds, in state id order.
-    pub slots: Vec<(StateId, Slot)>,
-    /// Its pending timers, by domain then time.
-    pub timers: Vec<(TimeDomain, Timestamp)>,
-}
-
-/// The store at one moment ([`DiskStore::snapshot`]): read while the run writes on, on
-/// any thread. Keep it only while it is read: the store keeps what it sees until then.
-pub struct StoreSnapshot {
-    snapshot: fjall::Snapshot,
-    state: Keyspace,
-    timers_by_key: Keyspace,
-    path: PathBuf,
-}
-
-impl StoreSnapshot {
-    /// Every key with state or timers, each once, with its slots and timers, in the
-    /// store's key order (key group first).
-    pub fn keys(&self) -> KeyWalk<'_> {
-        KeyWalk {
-            state: self.rows(&self.state),
-            timers: self.rows(&self.timers_by_key),
-        }
-    }
-
-    /// Every row of `keyspace` as the snapshot sees it, in order.
-    fn rows(&self, keyspace: &Keyspace) -> Rows<'_> {
-        let path = &self.path;
-        let walk = self
-            .snapshot
-            .iter(keyspace)
-            .map(move |guard: fjall::Guard| {
-                guard
-                    .into_inner()
-                    .with_context(|| format!("the state store in {}", path.display()))
-            });
-        let walk: Box<dyn Iterator<Item = _> + '_> = Box::new(walk);
-        walk.peekable()
-    }
-}
-
-/// The rows of one keyspace in a snapshot, in order.
-type Rows<'a> = std::iter::Peekable<
-    Box<dyn Iterator<Item = anyhow::Result<(fjall::Slice, fjall::Slice)>> + 'a>,
->;
-
-/// A walk over a snapshot's keys ([`StoreSnapshot::keys`]).
-pub struct KeyWalk<'a> {
-    state: Rows<'a>,
-    timers: Rows<'a>,
-}
-
-/// The key prefix of the next row of `rows`, if any (an error is taken off the walk).
-fn next_prefix(rows: &mut Rows<'_>) -> anyhow::Result<Option<Vec<u8>>> {
-    match rows.peek() {
-        None => Ok(None),
-        Some(Ok((row, _))) => {
-            let len = layout::prefix_len(row).context("a damaged row in the state store")?;
-            Ok(Some(row[..len].to_vec()))
-        }
-        Some(Err(_)) => match rows.next() {
-            Some(Err(e)) => Err(e),
-            _ => unreachable!("peeked an error"),
-        },
-    }
-}
-
-/// Takes the rows that start with `prefix` off `rows`, with the part after it.
-fn take_rows(rows: &mut Rows<'_>, prefix: &[u8]) -> anyhow::Result<Entries> {
-    let mut out = Vec::new();
-    while let Some(Ok((row, _))) = rows.peek() {
-        if !row.starts_with(prefix) {
-            break;
-        }
-        let (row, value) = rows.next().expect("peeked")?;
-        out.push((row[prefix.len()..].to_vec(), value.to_vec()));
-    }
-    Ok(out)
-}
-
-impl KeyWalk<'_> {
-    fn next_key(&mut self) -> anyhow::Result<Option<StoredKey>> {
-        // The smaller of the two next prefixes is the next key (see `layout`).
-        let prefix = match (
-            next_prefix(&mut self.state)?,
-            next_prefix(&mut self.timers)?,
-        ) {
-            (None, None) => return Ok(None),
-            (Some(a), None) => a,
-            (None, Some(b)) => b,
-            (Some(a), Some(b)) => a.min(b),
-        };
-        let state_rows = take_rows(&mut self.state, &prefix)?;
-        let timer_rows = take_rows(&mut self.timers, &prefix)?;
-        let (key, _) = layout::split_prefix(&prefix).context("a damaged row")?;
-        Ok(Some(StoredKey {
-            key: Key::from_slice(key),
-            slots: slots_of(state_rows.iter().map(|(r, v)| (r.as_slice(), v.as_slice())))?,
-            timers: timer_rows
-                .iter()
-                .map(|(rest, _)| timer_of(rest))
-                .collect::<anyhow::Result<_>>()?,
-        }))
-    }
-}
-
-impl Iterator for KeyWalk<'_> {
-    type Item = anyhow::Result<StoredKey>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.next_key().transpose()
-    }
-}
-
-/// The disk store as the key table's slot store: each key's slots (and a dormant key's
-/// timers) in one row of the `spilled` keyspace (a key is loaded and saved whole: one
-/// read, one write), a dormant key also in `timers_by_time` under its earliest timer of
-/// each clock, until the engine reads and writes state entries row by row.
-impl weir_core::state::SlotStore for DiskStore {
-    fn load(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
-        let row = self.failed(self.tree().spilled.get(key_prefix(key)?))?;
-        row.map(|bytes| self.decode_saved(&bytes)).transpose()
-    }
-
-    fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()> {
-        let prefix = key_prefix(key)?;
-        for (domain, at) in earliest_timers(&saved.timers) {
-            self.put(
-                &self.tree().timers_by_time,
-                layout::timer_by_time(&prefix, domain, at),
-                [],
-            )?;
-        }
-        let row = layout::encode_saved(saved);
-        self.put(&self.tree().spilled, prefix, row)
-    }
-
-    fn remove(&self, key: &[u8], timers: &[(TimeDomain, Timestamp)]) -> anyhow::Result<()> {
-        let prefix = key_prefix(key)?;
-        for (domain, at) in earliest_timers(timers) {
-            self.delete(
-                &self.tree().timers_by_time,
-                layout::timer_by_time(&prefix, domain, at),
-            )?;
-        }
-        self.delete(&self.tree().spilled, prefix)
-    }
-
-    fn due(
-        &self,
-        domain: TimeDomain,
-        from: Timestamp,
-        up_to: Timestamp,
-        limit: usize,
-    ) -> anyhow::Result<Vec<(Timestamp, Key)>> {
-        self.due_timers(domain, from, up_to, limit)
-    }
-
-    fn for_each(
-        &self,
-        each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
-        for guard in self.tree().spilled.iter() {
-            let (row, value) = self.failed(guard.into_inner())?;
-            let (key, _) = layout::split_prefix(&row).context("a spilled row")?;
-            each(key, self.decode_saved(&value)?)?;
-        }
-        Ok(())
-    }
-
-    fn disk_bytes(&self) -> u64 {
-        DiskStore::disk_bytes(self)
-    }
-
-    fn memory_bytes(&self) -> u64 {
-        DiskStore::memory_bytes(self)
-    }
-}
-
-impl DiskStore {
-    /// A `spilled` row's contents, or an error naming the store's folder.
-    fn decode_saved(&self, bytes: &[u8]) -> anyhow::Result<SavedKey> {
-        layout::decode_saved(bytes).with_context(|| {
-            format!(
-                "a damaged row in the state store in {}",
-                self.path.display()
-            )
-        })
-    }
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use std::collections::{BTreeMap, BTreeSet};
+use weir_core::state::SavedKey;
 
 /// A small deterministic generator (xorshift64*), so a failure repeats.
 struct Dice(u64);

@@ -1,0 +1,86 @@
+//! The disk store as the key table's [`SlotStore`]: whole keys in and out of memory.
+
+use crate::{layout, DiskStore};
+use anyhow::Context as _;
+use layout::key_prefix;
+use weir_core::key::Key;
+use weir_core::state::{earliest_timers, SavedKey, SlotStore};
+use weir_core::time::timers::TimeDomain;
+use weir_core::time::Timestamp;
+
+/// The disk store as the key table's slot store: each key's slots (and a dormant key's
+/// timers) in one row of the `spilled` keyspace (a key is loaded and saved whole: one
+/// read, one write), a dormant key also in `timers_by_time` under its earliest timer of
+/// each clock, until the engine reads and writes state entries row by row.
+impl SlotStore for DiskStore {
+    fn load(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
+        let row = self.failed(self.tree().spilled.get(key_prefix(key)?))?;
+        row.map(|bytes| self.decode_saved(&bytes)).transpose()
+    }
+
+    fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()> {
+        let prefix = key_prefix(key)?;
+        for (domain, at) in earliest_timers(&saved.timers) {
+            self.put(
+                &self.tree().timers_by_time,
+                layout::timer_by_time(&prefix, domain, at),
+                [],
+            )?;
+        }
+        let row = layout::encode_saved(saved);
+        self.put(&self.tree().spilled, prefix, row)
+    }
+
+    fn remove(&self, key: &[u8], timers: &[(TimeDomain, Timestamp)]) -> anyhow::Result<()> {
+        let prefix = key_prefix(key)?;
+        for (domain, at) in earliest_timers(timers) {
+            self.delete(
+                &self.tree().timers_by_time,
+                layout::timer_by_time(&prefix, domain, at),
+            )?;
+        }
+        self.delete(&self.tree().spilled, prefix)
+    }
+
+    fn due(
+        &self,
+        domain: TimeDomain,
+        from: Timestamp,
+        up_to: Timestamp,
+        limit: usize,
+    ) -> anyhow::Result<Vec<(Timestamp, Key)>> {
+        self.due_timers(domain, from, up_to, limit)
+    }
+
+    fn for_each(
+        &self,
+        each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        for guard in self.tree().spilled.iter() {
+            let (row, value) = self.failed(guard.into_inner())?;
+            let (key, _) = layout::split_prefix(&row).context("a spilled row")?;
+            each(key, self.decode_saved(&value)?)?;
+        }
+        Ok(())
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        DiskStore::disk_bytes(self)
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        DiskStore::memory_bytes(self)
+    }
+}
+
+impl DiskStore {
+    /// A `spilled` row's contents, or an error naming the store's folder.
+    fn decode_saved(&self, bytes: &[u8]) -> anyhow::Result<SavedKey> {
+        layout::decode_saved(bytes).with_context(|| {
+            format!(
+                "a damaged row in the state store in {}",
+                self.path.display()
+            )
+        })
+    }
+}
