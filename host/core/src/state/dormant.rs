@@ -36,10 +36,12 @@ impl KeyTable {
     pub fn intern_awake(&mut self, key: &[u8], timers: &mut TimerService) -> anyhow::Result<KeyId> {
         let live = self.live;
         let id = self.intern(key);
-        if self.live > live && self.spill.is_some() {
-            self.spill.as_mut().expect("checked").lookups += 1;
-            self.wake(id, timers)?;
+        let is_new = self.live > live;
+        match self.spill.as_mut() {
+            Some(spill) if is_new => spill.lookups += 1,
+            _ => return Ok(id),
         }
+        self.wake(id, timers)?;
         Ok(id)
     }
 
