@@ -12,18 +12,19 @@
 //!   appended; a map entry its map key's bytes, so entries come in byte order.
 //! - `timers_by_key` rows: prefix, domain (1 byte), time (8 bytes, sign bit flipped,
 //!   BE, so that times sort as numbers); the key's timers in time order.
-//! - `timers_by_time` rows: domain, time, then the prefix: the due timers of a clock
-//!   first.
+//! - `timers_by_time` rows: domain, time, the key's tie order (8 bytes BE, see
+//!   `weir_core::key::tie_order`), then the prefix: the due timers of a clock first, in
+//!   the order they fire, so that keys due at one time wake a bounded number at a time.
 //! - `spilled` rows: the prefix, then every slot of the key in one value, and the
 //!   timers of a key that left memory whole ([`encode_saved`]): how the key table
 //!   spills a key. A dormant key's timers are also in `timers_by_time`, so that due
 //!   ones wake their keys in time order.
 
 use weir_core::codec::{Reader, Writer};
-use weir_core::key::key_group;
+use weir_core::key::{key_group, tie_order};
 use weir_core::state::StateId;
 use weir_core::state::{SavedKey, Slot};
-use weir_core::time::timers::TimeDomain;
+use weir_core::time::timers::{FiringPlace, TimeDomain};
 use weir_core::time::Timestamp;
 
 /// The longest record key the store takes: its rows' keys must stay under the store's
@@ -157,13 +158,37 @@ pub fn timer_by_key(prefix: &[u8], domain: TimeDomain, at: Timestamp) -> Vec<u8>
     out
 }
 
-/// A `timers_by_time` row: the domain, the time and the key's prefix.
+/// A `timers_by_time` row: the domain, the time, the key's tie order and the key's
+/// prefix.
 pub fn timer_by_time(prefix: &[u8], domain: TimeDomain, at: Timestamp) -> Vec<u8> {
-    let mut out = Vec::with_capacity(prefix.len() + 9);
-    out.push(domain_byte(domain));
-    out.extend_from_slice(&time_bytes(at));
+    let key = split_prefix(prefix).map_or(&[][..], |(key, _)| key);
+    let mut out = Vec::with_capacity(prefix.len() + 17);
+    out.extend_from_slice(&place_bytes(
+        domain,
+        FiringPlace {
+            at,
+            tie: tie_order(key),
+        },
+    ));
     out.extend_from_slice(prefix);
     out
+}
+
+/// The first 17 bytes of `timers_by_time` rows at `place` on `domain`'s clock.
+pub fn place_bytes(domain: TimeDomain, place: FiringPlace) -> [u8; 17] {
+    let mut out = [0; 17];
+    out[0] = domain_byte(domain);
+    out[1..9].copy_from_slice(&time_bytes(place.at));
+    out[9..].copy_from_slice(&place.tie.to_be_bytes());
+    out
+}
+
+/// The place in firing order and the record key of a `timers_by_time` row.
+pub fn split_timer_by_time(row: &[u8]) -> Option<(FiringPlace, &[u8])> {
+    let at = time_of(row.get(1..9)?)?;
+    let tie = u64::from_be_bytes(row.get(9..17)?.try_into().ok()?);
+    let (key, _) = split_prefix(row.get(17..)?)?;
+    Some((FiringPlace { at, tie }, key))
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use layout::{key_prefix, LIST_ITEM, MAP_ENTRY, VALUE};
 use std::path::{Path, PathBuf};
 use weir_core::key::Key;
 use weir_core::state::{ByteMap, Slot, StateId};
-use weir_core::time::timers::TimeDomain;
+use weir_core::time::timers::{FiringPlace, TimeDomain};
 use weir_core::time::Timestamp;
 
 /// One shard's keyed state and timers on disk (see the [crate docs](crate)).
@@ -384,29 +384,25 @@ impl DiskStore {
         rows.iter().map(|(rest, _)| timer_of(rest)).collect()
     }
 
-    /// Up to `limit` pending timers of `domain` due at or after `from` and at or before
-    /// `up_to`, earliest first (keys due at the same time in the store's order: the
-    /// engine orders those itself). They stay pending until removed. A `from` past the
+    /// Up to `limit` pending timers of `domain` at places in firing order from `from`
+    /// through `through` (both included), in firing order (time, then the key's tie
+    /// order, then its bytes). They stay pending until removed. A `from` past the
     /// timers already removed spares the walk over their tombstones.
     pub fn due_timers(
         &self,
         domain: TimeDomain,
-        from: Timestamp,
-        up_to: Timestamp,
+        from: FiringPlace,
+        through: FiringPlace,
         limit: usize,
-    ) -> anyhow::Result<Vec<(Timestamp, Key)>> {
-        let d = layout::domain_byte(domain);
-        let mut start = vec![d];
-        start.extend_from_slice(&layout::time_bytes(from));
-        let mut end = vec![d];
-        end.extend_from_slice(&layout::time_bytes(up_to));
+    ) -> anyhow::Result<Vec<(FiringPlace, Key)>> {
+        let start = layout::place_bytes(domain, from).to_vec();
+        let mut end = layout::place_bytes(domain, through).to_vec();
         end.push(0xff);
         let mut out = Vec::new();
         for guard in self.tree().timers_by_time.range(start..end).take(limit) {
             let row = self.failed(guard.key())?;
-            let at = layout::time_of(&row[1..]).context("a timer row")?;
-            let (key, _) = layout::split_prefix(&row[9..]).context("a timer row")?;
-            out.push((at, Key::from_slice(key)));
+            let (place, key) = layout::split_timer_by_time(&row).context("a timer row")?;
+            out.push((place, Key::from_slice(key)));
         }
         Ok(out)
     }

@@ -5,7 +5,7 @@ use anyhow::Context as _;
 use layout::key_prefix;
 use weir_core::key::Key;
 use weir_core::state::{earliest_timers, SavedKey, SlotStore};
-use weir_core::time::timers::TimeDomain;
+use weir_core::time::timers::{FiringPlace, TimeDomain};
 use weir_core::time::Timestamp;
 
 /// The disk store as the key table's slot store: each key's slots (and a dormant key's
@@ -45,11 +45,11 @@ impl SlotStore for DiskStore {
     fn due(
         &self,
         domain: TimeDomain,
-        from: Timestamp,
-        up_to: Timestamp,
+        from: FiringPlace,
+        through: FiringPlace,
         limit: usize,
-    ) -> anyhow::Result<Vec<(Timestamp, Key)>> {
-        self.due_timers(domain, from, up_to, limit)
+    ) -> anyhow::Result<Vec<(FiringPlace, Key)>> {
+        self.due_timers(domain, from, through, limit)
     }
 
     fn for_each(

@@ -3,6 +3,7 @@
 
 use super::*;
 use std::collections::{BTreeMap, BTreeSet};
+use weir_core::key::tie_order;
 use weir_core::state::SavedKey;
 
 /// A small deterministic generator (xorshift64*), so a failure repeats.
@@ -231,28 +232,62 @@ fn due_timers_come_earliest_first_per_clock() {
         .add_timer(b"p", TimeDomain::ProcessingTime, 1)
         .unwrap();
     assert_eq!(store.next_timer(TimeDomain::EventTime).unwrap(), Some(-5));
+    let from_start = FiringPlace::start_of(Timestamp::MIN);
     let due = store
-        .due_timers(TimeDomain::EventTime, Timestamp::MIN, 30, 100)
+        .due_timers(
+            TimeDomain::EventTime,
+            from_start,
+            FiringPlace::end_of(30),
+            100,
+        )
         .unwrap();
-    let times: Vec<Timestamp> = due.iter().map(|(at, _)| *at).collect();
+    let times: Vec<Timestamp> = due.iter().map(|(place, _)| place.at).collect();
     assert_eq!(times, [-5, 10, 30, 30], "up to 30, none of the other clock");
-    let mut at_30: Vec<&[u8]> = due[2..].iter().map(|(_, k)| k.as_slice()).collect();
-    at_30.sort();
-    assert_eq!(at_30, [b"a", b"b"]);
-    assert_eq!(
-        store
-            .due_timers(TimeDomain::EventTime, Timestamp::MIN, 30, 2)
-            .unwrap()
-            .len(),
-        2
-    );
+    // Keys due at one time come in the order their timers fire: by tie order.
+    let at_30: Vec<&[u8]> = due[2..].iter().map(|(_, k)| k.as_slice()).collect();
+    let mut by_tie = [&b"a"[..], b"b"];
+    by_tie.sort_by_key(|key| tie_order(key));
+    assert_eq!(at_30, by_tie);
+    for (place, key) in &due {
+        assert_eq!(place.tie, tie_order(key));
+    }
+    let first_three = store
+        .due_timers(
+            TimeDomain::EventTime,
+            from_start,
+            FiringPlace::end_of(30),
+            3,
+        )
+        .unwrap();
+    assert_eq!(first_three, due[..3]);
+    // From the place after the third, inside time 30: the fourth alone.
+    let rest = store
+        .due_timers(
+            TimeDomain::EventTime,
+            due[2].0.next().unwrap(),
+            FiringPlace::end_of(30),
+            9,
+        )
+        .unwrap();
+    assert_eq!(rest, due[3..]);
     store.remove_timer(b"c", TimeDomain::EventTime, -5).unwrap();
     assert_eq!(store.next_timer(TimeDomain::EventTime).unwrap(), Some(10));
     assert_eq!(
         store
-            .due_timers(TimeDomain::ProcessingTime, Timestamp::MIN, i64::MAX, 10)
+            .due_timers(
+                TimeDomain::ProcessingTime,
+                from_start,
+                FiringPlace::end_of(i64::MAX),
+                10
+            )
             .unwrap(),
-        [(1, Key::from_slice(b"p"))]
+        [(
+            FiringPlace {
+                at: 1,
+                tie: tie_order(b"p")
+            },
+            Key::from_slice(b"p")
+        )]
     );
 }
 
@@ -335,8 +370,13 @@ fn saved_keys_and_their_timers_come_back_by_key_and_by_time() {
     );
     assert_eq!(store.load(b"z").unwrap(), None);
     let due = |up_to, limit| -> Vec<(Timestamp, Vec<u8>)> {
-        let due = store.due(ev, Timestamp::MIN, up_to, limit).unwrap();
-        due.into_iter().map(|(at, k)| (at, k.to_vec())).collect()
+        let from = FiringPlace::start_of(Timestamp::MIN);
+        let due = store
+            .due(ev, from, FiringPlace::end_of(up_to), limit)
+            .unwrap();
+        due.into_iter()
+            .map(|(place, k)| (place.at, k.to_vec()))
+            .collect()
     };
     // Each key under its earliest timer of the clock: b at 10 (not 30 too), a at 30.
     assert_eq!(due(100, 10), [(10, b"b".to_vec()), (30, b"a".to_vec())]);
@@ -344,8 +384,12 @@ fn saved_keys_and_their_timers_come_back_by_key_and_by_time() {
     assert_eq!(due(100, 1), [(10, b"b".to_vec())], "earliest first");
     store.remove(b"b", &[(ev, 10), (ev, 30)]).unwrap();
     assert_eq!(due(100, 10), [(30, b"a".to_vec())]);
-    assert_eq!(store.due(pt, 5, 5, 10).unwrap().len(), 1);
-    assert!(store.due(pt, 6, 100, 10).unwrap().is_empty(), "from 6 on");
+    let (start, end) = (FiringPlace::start_of, FiringPlace::end_of);
+    assert_eq!(store.due(pt, start(5), end(5), 10).unwrap().len(), 1);
+    assert!(
+        store.due(pt, start(6), end(100), 10).unwrap().is_empty(),
+        "from 6 on"
+    );
     let mut walked = Vec::new();
     store
         .for_each(&mut |key, saved| {

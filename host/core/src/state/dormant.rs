@@ -25,7 +25,7 @@
 use super::spill::SavedKey;
 use super::{clock, Key, KeyId, KeyTable};
 use crate::key::tie_order;
-use crate::time::timers::{TimeDomain, TimerService};
+use crate::time::timers::{FiringPlace, TimeDomain, TimerService};
 use crate::time::Timestamp;
 use smallvec::SmallVec;
 
@@ -62,7 +62,7 @@ impl KeyTable {
         let tie = tie_order(&entry.key);
         for &(domain, at) in &saved.timers {
             spill.dormant_timers[clock(domain)] -= 1;
-            timers.register(domain, id, tie, at);
+            timers.register_woken(domain, id, tie, at);
         }
         for (domain, at) in saved.timers {
             self.add_timer_entry(id, domain, at);
@@ -96,7 +96,8 @@ impl KeyTable {
             for &(domain, at) in &saved.timers {
                 let clock = clock(domain);
                 spill.dormant_timers[clock] += 1;
-                spill.dormant_from[clock] = spill.dormant_from[clock].min(at);
+                let place = FiringPlace { at, tie };
+                spill.dormant_from[clock] = spill.dormant_from[clock].min(place);
                 timers.delete(domain, id, tie, at);
             }
         }
@@ -117,51 +118,60 @@ impl KeyTable {
     }
 
     /// Wakes the keys of saved timers of `domain` due at or before `up_to`, at most
-    /// about `limit` of them; returns the time through which every timer of `domain`
-    /// due by `up_to` is in `timers` now (`up_to` itself once all are). The engine calls
-    /// this before it fires timers of that clock, fires those in memory up to the time
-    /// returned, evicts, and calls again until it returns `up_to`.
+    /// about `limit` of them, in firing order (time, then the key's tie order); returns
+    /// the place through which every timer of `domain` due by `up_to` is in `timers`
+    /// now (the end of `up_to` itself once all are). The engine calls this before it
+    /// fires timers of that clock, fires those in memory through the place returned,
+    /// evicts, and calls again until it gets the end of `up_to`. Keys due at one time
+    /// wake `limit` at a time too (only keys whose tie orders collide wake together).
     pub fn wake_due(
         &mut self,
         domain: TimeDomain,
         up_to: Timestamp,
         limit: usize,
         timers: &mut TimerService,
-    ) -> anyhow::Result<Timestamp> {
+    ) -> anyhow::Result<FiringPlace> {
         let clock = clock(domain);
+        let all_of_it = FiringPlace::end_of(up_to);
         let Some(spill) = self.spill.as_ref() else {
-            return Ok(up_to);
+            return Ok(all_of_it);
         };
         let from = spill.dormant_from[clock];
-        if spill.dormant_timers[clock] == 0 || up_to < from {
-            return Ok(up_to);
+        if spill.dormant_timers[clock] == 0 || up_to < from.at {
+            return Ok(all_of_it);
         }
         let limit = limit.max(1);
-        let due = spill.store.due(domain, from, up_to, limit)?;
+        let due = spill.store.due(domain, from, all_of_it, limit)?;
         let all = due.len() < limit;
-        let last = due.last().map(|&(at, _)| at);
+        let last = due.last().map(|&(place, _)| place);
         for (_, key) in &due {
             self.intern_awake(key, timers)?;
         }
         let spill = self.spill.as_mut().expect("checked");
         let reached = match last {
             Some(last) if !all => {
-                // More may be due at `last` itself: wake those too (the store lists a
-                // time's timers together), then every due timer up to `last` is awake.
+                // Keys whose tie orders collide with the last one's wake with it, so that
+                // every timer through `last` is awake.
                 for (_, key) in spill.store.due(domain, last, last, usize::MAX)? {
                     self.intern_awake(&key, timers)?;
                 }
                 last
             }
-            _ => up_to,
+            _ => all_of_it,
         };
         // Where the next dormant timer is (keys that go dormant later lower it again).
         let spill = self.spill.as_mut().expect("checked");
-        let next = match reached.checked_add(1) {
-            Some(after) => spill.store.due(domain, after, Timestamp::MAX, 1)?,
+        let next = match reached.next() {
+            Some(after) => {
+                spill
+                    .store
+                    .due(domain, after, FiringPlace::end_of(Timestamp::MAX), 1)?
+            }
             None => Vec::new(),
         };
-        spill.dormant_from[clock] = next.first().map_or(Timestamp::MAX, |&(at, _)| at);
+        spill.dormant_from[clock] = next
+            .first()
+            .map_or(FiringPlace::end_of(Timestamp::MAX), |&(place, _)| place);
         Ok(reached)
     }
 
@@ -197,8 +207,9 @@ impl KeyTable {
         match &self.spill {
             Some(spill) if spill.dormant_timers[clock(domain)] > 0 => {
                 let from = spill.dormant_from[clock(domain)];
-                let first = spill.store.due(domain, from, Timestamp::MAX, 1)?;
-                Ok(first.first().map(|&(at, _)| at))
+                let end = FiringPlace::end_of(Timestamp::MAX);
+                let first = spill.store.due(domain, from, end, 1)?;
+                Ok(first.first().map(|&(place, _)| place.at))
             }
             _ => Ok(None),
         }
@@ -280,9 +291,21 @@ mod tests {
         domain: TimeDomain,
         now: Timestamp,
     ) -> Vec<(Timestamp, Key)> {
+        fire_counting(table, timers, domain, now).0
+    }
+
+    /// [`fire`], and the most keys the table held in memory after a wake.
+    fn fire_counting(
+        table: &mut KeyTable,
+        timers: &mut TimerService,
+        domain: TimeDomain,
+        now: Timestamp,
+    ) -> (Vec<(Timestamp, Key)>, usize) {
         let mut fired = Vec::new();
+        let mut peak = 0;
         loop {
             let upto = table.wake_due(domain, now, 7, timers).unwrap();
+            peak = peak.max(table.live);
             loop {
                 let next = match domain {
                     TimeDomain::EventTime => timers.pop_event_due(upto),
@@ -293,8 +316,8 @@ mod tests {
                 fired.push((at, Key::from_slice(table.entry(id).key())));
                 table.release_if_unused(id);
             }
-            if upto == now {
-                return fired;
+            if upto == FiringPlace::end_of(now) {
+                return (fired, peak);
             }
             table.evict(timers, true).unwrap();
         }
@@ -439,6 +462,41 @@ mod tests {
                 contents(&sleeping, entry.key()),
                 contents(&keeping, entry.key())
             );
+        }
+    }
+
+    /// Keys whose timers all fall on one time (a window's end) wake a few at a time, in
+    /// firing order (the keys' tie order), among the keys of that time that stayed in
+    /// memory: memory holds the budget's keys and one wake's, not all of them.
+    #[test]
+    fn keys_due_at_one_time_wake_a_few_at_a_time_in_firing_order() {
+        for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+            let mut sleeping = KeyTable::new();
+            sleeping.spill_to(Box::new(Shelf::default()), 20 * 200);
+            let mut keeping = KeyTable::new();
+            let (mut sleeping_timers, mut keeping_timers) =
+                (TimerService::new(0), TimerService::new(0));
+            for i in 0..400 {
+                let key = format!("order-{i}");
+                for (table, timers) in [
+                    (&mut sleeping, &mut sleeping_timers),
+                    (&mut keeping, &mut keeping_timers),
+                ] {
+                    let id = table.intern_awake(key.as_bytes(), timers).unwrap();
+                    table.entry_mut(id).set_slot(0, Slot::Value(vec![7; 20]));
+                    assert!(timers.register(domain, id, tie_order(key.as_bytes()), 50));
+                    table.timer_added(id, domain, 50);
+                }
+                sleeping.evict(&mut sleeping_timers, true).unwrap();
+            }
+            let dormant = sleeping.dormant_keys();
+            assert!(dormant > 300 && sleeping.live > 5, "{dormant} dormant");
+            let (got, peak) = fire_counting(&mut sleeping, &mut sleeping_timers, domain, 60);
+            let want = fire(&mut keeping, &mut keeping_timers, domain, 60);
+            assert_eq!(got.len(), 400);
+            assert_eq!(got, want, "{domain:?}");
+            // The budget's ~20 keys and a wake's 7, not the 400 due.
+            assert!(peak <= 40, "{peak} keys in memory at once");
         }
     }
 

@@ -15,7 +15,7 @@
 //! changed.
 
 use super::{Key, KeyEntry, KeyId, KeyTable, Slot, StateId};
-use crate::time::timers::TimeDomain;
+use crate::time::timers::{FiringPlace, TimeDomain};
 use crate::time::Timestamp;
 use smallvec::SmallVec;
 
@@ -60,16 +60,18 @@ pub trait SlotStore: Send {
     /// [`earliest_timers`] of `timers` (the timers it was saved with). Called when a dormant key wakes, and at an eviction
     /// after a key whose copy the store held was released.
     fn remove(&self, key: &[u8], timers: &[(TimeDomain, Timestamp)]) -> anyhow::Result<()>;
-    /// Up to `limit` keys listed under a timer of `domain` due at or after `from` and at
-    /// or before `up_to`, earliest first, with that time. Called before timers of that clock fire,
-    /// to wake their keys (`from` is where none can be earlier).
+    /// Up to `limit` keys listed under a timer of `domain` at a place in firing order
+    /// from `from` through `through` (both included), in firing order (time, then the
+    /// key's [`tie_order`](crate::key::tie_order), then the key's bytes), with that
+    /// place. Called before timers of that clock fire, to wake their keys (`from` is
+    /// where none can be earlier).
     fn due(
         &self,
         domain: TimeDomain,
-        from: Timestamp,
-        up_to: Timestamp,
+        from: FiringPlace,
+        through: FiringPlace,
         limit: usize,
-    ) -> anyhow::Result<Vec<(Timestamp, Key)>>;
+    ) -> anyhow::Result<Vec<(FiringPlace, Key)>>;
     /// Calls `each` with every key the store holds and what it holds of it, in the
     /// store's order. Called for a full checkpoint, and to wake every dormant key.
     fn for_each(
@@ -109,7 +111,7 @@ pub(super) struct Spill {
     pub(super) dormant_timers: [usize; 2],
     /// Per clock, a time no dormant timer is earlier than (exact after a wake by time):
     /// a clock short of it wakes nothing without reading the store.
-    pub(super) dormant_from: [Timestamp; 2],
+    pub(super) dormant_from: [FiringPlace; 2],
     /// Keys that changed since the last checkpoint and left memory whole since: a
     /// checkpoint reads them from the store.
     pub(super) changed_dormant: Vec<Key>,
@@ -202,7 +204,7 @@ impl KeyTable {
             failure: None,
             dormant_keys: 0,
             dormant_timers: [0; 2],
-            dormant_from: [Timestamp::MAX; 2],
+            dormant_from: [FiringPlace::end_of(Timestamp::MAX); 2],
             changed_dormant: Vec::new(),
         }));
     }
@@ -430,6 +432,7 @@ fn footprint(entry: &KeyEntry, timers: usize) -> u32 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::key::tie_order;
     use crate::state::ByteMap;
     use crate::time::timers::TimerService;
     use std::collections::{BTreeSet, HashMap};
@@ -443,7 +446,7 @@ pub(crate) mod tests {
     #[derive(Default)]
     pub(crate) struct Shelved {
         pub(crate) keys: HashMap<Vec<u8>, SavedKey>,
-        pub(crate) by_time: BTreeSet<(u8, Timestamp, Vec<u8>)>,
+        pub(crate) by_time: BTreeSet<(u8, FiringPlace, Vec<u8>)>,
     }
 
     fn domain_byte(domain: TimeDomain) -> u8 {
@@ -460,9 +463,13 @@ pub(crate) mod tests {
         fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()> {
             let mut shelf = self.0.lock().unwrap();
             for (domain, at) in earliest_timers(&saved.timers) {
+                let place = FiringPlace {
+                    at,
+                    tie: tie_order(key),
+                };
                 shelf
                     .by_time
-                    .insert((domain_byte(domain), at, key.to_vec()));
+                    .insert((domain_byte(domain), place, key.to_vec()));
             }
             shelf.keys.insert(key.to_vec(), saved.clone());
             Ok(())
@@ -470,9 +477,13 @@ pub(crate) mod tests {
         fn remove(&self, key: &[u8], timers: &[(TimeDomain, Timestamp)]) -> anyhow::Result<()> {
             let mut shelf = self.0.lock().unwrap();
             for (domain, at) in earliest_timers(timers) {
+                let place = FiringPlace {
+                    at,
+                    tie: tie_order(key),
+                };
                 shelf
                     .by_time
-                    .remove(&(domain_byte(domain), at, key.to_vec()));
+                    .remove(&(domain_byte(domain), place, key.to_vec()));
             }
             shelf.keys.remove(key);
             Ok(())
@@ -480,18 +491,18 @@ pub(crate) mod tests {
         fn due(
             &self,
             domain: TimeDomain,
-            from: Timestamp,
-            up_to: Timestamp,
+            from: FiringPlace,
+            through: FiringPlace,
             limit: usize,
-        ) -> anyhow::Result<Vec<(Timestamp, Key)>> {
+        ) -> anyhow::Result<Vec<(FiringPlace, Key)>> {
             let shelf = self.0.lock().unwrap();
             let d = domain_byte(domain);
             Ok(shelf
                 .by_time
                 .iter()
-                .filter(|(dd, at, _)| *dd == d && *at >= from && *at <= up_to)
+                .filter(|(dd, place, _)| *dd == d && *place >= from && *place <= through)
                 .take(limit)
-                .map(|(_, at, key)| (*at, Key::from_slice(key)))
+                .map(|(_, place, key)| (*place, Key::from_slice(key)))
                 .collect())
         }
         fn for_each(

@@ -42,6 +42,54 @@ impl TimeDomain {
     }
 }
 
+/// A place in firing order: a time and, among the keys with a timer due then, a key's
+/// [`tie_order`](crate::key::tie_order). Places compare in firing order. The engine
+/// fires timers *through* a place (every timer before it, and at it) when the `disk`
+/// backend has woken the dormant keys of the timers due through it only, so that keys
+/// due at one time wake a bounded number at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FiringPlace {
+    /// The time.
+    pub at: Timestamp,
+    /// The key's tie order at that time.
+    pub tie: u64,
+}
+
+impl FiringPlace {
+    /// The place before every timer due at `at`.
+    pub fn start_of(at: Timestamp) -> Self {
+        Self { at, tie: 0 }
+    }
+
+    /// The place after every timer due at `at`.
+    pub fn end_of(at: Timestamp) -> Self {
+        Self { at, tie: u64::MAX }
+    }
+
+    /// Whether a timer at `at` of a key whose tie order is `tie` fires through here.
+    pub fn covers(self, at: Timestamp, tie: u64) -> bool {
+        (at, tie) <= (self.at, self.tie)
+    }
+
+    /// The next place, if any.
+    pub fn next(self) -> Option<Self> {
+        match self.tie.checked_add(1) {
+            Some(tie) => Some(Self { at: self.at, tie }),
+            None => Some(Self {
+                at: self.at.checked_add(1)?,
+                tie: 0,
+            }),
+        }
+    }
+}
+
+impl From<Timestamp> for FiringPlace {
+    /// The place after every timer due at the time.
+    fn from(at: Timestamp) -> Self {
+        Self::end_of(at)
+    }
+}
+
 /// An event-time timer's place in firing order: time, then the key's stable hash
 /// ([`crate::key::tie_order`]), then its id (only if two keys' hashes collide).
 pub type EventTimer = (Timestamp, u64, KeyId);
@@ -79,6 +127,24 @@ impl TimerService {
         }
     }
 
+    /// Registers a timer of a key woken from the `disk` backend's store. Like
+    /// [`register`](Self::register), except that a processing-time timer that sorts
+    /// before timers already staged as due joins them in order: the keys of one time
+    /// wake a bounded number at a time while that time's timers fire.
+    pub fn register_woken(&mut self, domain: TimeDomain, key: KeyId, tie: u64, at: Timestamp) {
+        let timer = (at, tie, key);
+        match (domain, self.staged.back()) {
+            (TimeDomain::ProcessingTime, Some(&last)) if timer < last => {
+                if let Err(pos) = self.staged.binary_search(&timer) {
+                    self.staged.insert(pos, timer);
+                }
+            }
+            _ => {
+                self.register(domain, key, tie, at);
+            }
+        }
+    }
+
     /// Deletes a timer; returns false if there was none.
     pub fn delete(&mut self, domain: TimeDomain, key: KeyId, tie: u64, at: Timestamp) -> bool {
         match domain {
@@ -94,40 +160,61 @@ impl TimerService {
         }
     }
 
-    /// Pops the earliest event-time timer at or before `watermark`.
-    pub fn pop_event_due(&mut self, watermark: Timestamp) -> Option<(Timestamp, KeyId)> {
+    /// Pops the earliest event-time timer through `through` (a watermark: every timer
+    /// at or before it).
+    pub fn pop_event_due(&mut self, through: impl Into<FiringPlace>) -> Option<(Timestamp, KeyId)> {
+        let through = through.into();
         match self.event.first() {
-            Some(&(at, _, _)) if at <= watermark => {
+            Some(&(at, tie, _)) if through.covers(at, tie) => {
                 self.event.pop_first().map(|(at, _, key)| (at, key))
             }
             _ => None,
         }
     }
 
-    /// Event-time timers after `after` (exclusive) and at or before `upto`, in firing
+    /// Event-time timers after `after` (exclusive) and through `through`, in firing
     /// order, without removing them: a batch sends them ahead and removes them only once
     /// they have fired.
     pub fn event_due_between(
         &self,
         after: Option<EventTimer>,
-        upto: Timestamp,
+        through: impl Into<FiringPlace>,
     ) -> impl Iterator<Item = EventTimer> + '_ {
         use std::ops::Bound::{Excluded, Included, Unbounded};
+        let through = through.into();
         let lower = after.map_or(Unbounded, Excluded);
+        let upper = (through.at, through.tie, KeyId::MAX);
+        // An `after` past the upper end is an empty range (a BTreeSet range would panic).
+        let lower = match lower {
+            Excluded(after) if after >= upper => Included(upper),
+            lower => lower,
+        };
+        let empty = matches!(lower, Included(_));
         self.event
-            .range((lower, Included((upto, u64::MAX, KeyId::MAX))))
+            .range((lower, Included(upper)))
+            .filter(move |_| !empty)
             .copied()
     }
 
-    /// Pops the earliest processing-time timer at or before `now`.
-    pub fn pop_processing_due(&mut self, now: Timestamp) -> Option<(Timestamp, KeyId)> {
+    /// Pops the earliest processing-time timer through `through` (the clock's reading:
+    /// every timer at or before it).
+    pub fn pop_processing_due(
+        &mut self,
+        through: impl Into<FiringPlace>,
+    ) -> Option<(Timestamp, KeyId)> {
+        let through = through.into();
         if self.staged.is_empty() {
             let mut due = Vec::new();
-            self.processing.advance(now, &mut due);
+            self.processing.advance(through.at, &mut due);
             self.staged
                 .extend(due.into_iter().map(|(at, (tie, key))| (at, tie, key)));
         }
-        self.staged.pop_front().map(|(at, _, key)| (at, key))
+        match self.staged.front() {
+            Some(&(at, tie, _)) if through.covers(at, tie) => {
+                self.staged.pop_front().map(|(at, _, key)| (at, key))
+            }
+            _ => None,
+        }
     }
 
     /// Pops the earliest processing-time timer whatever its time (end of input).
@@ -207,6 +294,39 @@ mod tests {
         assert_eq!(timers.pop_processing_due(100), Some((50, 1)));
         assert_eq!(timers.pop_processing_due(100), Some((60, 4)));
         assert!(!timers.delete(ProcessingTime, 1, 900, 70));
+    }
+
+    /// Timers fire through a place inside a time; keys woken after, whose timers sort
+    /// among those already staged, fire in their place, on both clocks.
+    #[test]
+    fn timers_fire_through_a_place_and_woken_ones_join_in_order() {
+        let mut timers = TimerService::new(0);
+        for domain in [EventTime, ProcessingTime] {
+            timers.register(domain, 1, 100, 50);
+            timers.register(domain, 2, 900, 50);
+            let through = FiringPlace { at: 50, tie: 100 };
+            let pop = |timers: &mut TimerService, through: FiringPlace| match domain {
+                EventTime => timers.pop_event_due(through),
+                ProcessingTime => timers.pop_processing_due(through),
+            };
+            assert_eq!(pop(&mut timers, through), Some((50, 1)));
+            assert_eq!(pop(&mut timers, through), None, "key 2 is past the place");
+            timers.register_woken(domain, 3, 500, 50);
+            timers.register_woken(domain, 4, 50, 70);
+            let end = FiringPlace::end_of(100);
+            assert_eq!(pop(&mut timers, end), Some((50, 3)));
+            assert_eq!(pop(&mut timers, end), Some((50, 2)));
+            assert_eq!(pop(&mut timers, end), Some((70, 4)));
+            assert_eq!(pop(&mut timers, end), None);
+        }
+    }
+
+    #[test]
+    fn a_firing_place_steps_to_the_next_time_after_the_last_tie() {
+        let last = FiringPlace::end_of(5);
+        assert_eq!(last.next(), Some(FiringPlace::start_of(6)));
+        assert_eq!(FiringPlace::end_of(i64::MAX).next(), None);
+        assert!(FiringPlace::start_of(6) > last && last.covers(5, u64::MAX));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use super::{KeyedOperator, OperatorError};
 use crate::runtime::{BatchEntry, CallError, ElementRef, HostServices};
 use weir_core::state::KeyId;
-use weir_core::time::timers::{EventTimer, TimeDomain};
+use weir_core::time::timers::{EventTimer, FiringPlace, TimeDomain};
 use weir_core::time::{wall_clock_ms, Timestamp, END_OF_TIME};
 
 impl KeyedOperator {
@@ -242,7 +242,7 @@ impl KeyedOperator {
     /// again and so reports a failure on its exact timer.
     pub(super) fn fire_event_timers_in_batches(
         &mut self,
-        up_to: Timestamp,
+        through: FiringPlace,
         watermark: Timestamp,
     ) -> Result<bool, OperatorError> {
         // A function that stops a batch early (a timer it registered is due already) gets
@@ -255,7 +255,7 @@ impl KeyedOperator {
                 return Err(OperatorError::Stopped);
             }
             let entries: Vec<BatchEntry<'_>> = (self.host.timers)
-                .event_due_between(None, up_to)
+                .event_due_between(None, through)
                 .take(limit.min(self.batch_limit))
                 .map(|(at, _, key)| BatchEntry::Timer {
                     domain: TimeDomain::EventTime,
@@ -361,13 +361,13 @@ impl KeyedOperator {
         last: &mut Option<EventTimer>,
         watermark: Timestamp,
     ) -> Result<bool, OperatorError> {
-        let up_to = self.wake_due(TimeDomain::EventTime, watermark)?;
+        let through = self.wake_due(TimeDomain::EventTime, watermark)?;
         let ttl = self
             .host
             .states
             .shortest_ttl(TimeDomain::EventTime)
             .is_some();
-        for timer @ (at, _, key) in self.host.timers.event_due_between(*last, up_to) {
+        for timer @ (at, _, key) in self.host.timers.event_due_between(*last, through) {
             let expires = ttl
                 && self
                     .host
@@ -385,6 +385,6 @@ impl KeyedOperator {
             });
             *last = Some(timer);
         }
-        Ok(up_to == watermark)
+        Ok(through == FiringPlace::end_of(watermark))
     }
 }

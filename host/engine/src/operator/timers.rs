@@ -6,7 +6,7 @@
 use super::{Activity, KeyedOperator, OperatorError};
 use crate::runtime::FiredTimer;
 use weir_core::state::KeyId;
-use weir_core::time::timers::TimeDomain;
+use weir_core::time::timers::{FiringPlace, TimeDomain};
 use weir_core::time::{wall_clock_ms, Timestamp, END_OF_TIME};
 
 impl KeyedOperator {
@@ -62,25 +62,26 @@ impl KeyedOperator {
     pub fn fire_processing_timers(&mut self, now: Timestamp) -> Result<(), OperatorError> {
         self.expire_state(now);
         loop {
-            let up_to = self.wake_due(TimeDomain::ProcessingTime, now)?;
-            while let Some((at, key)) = self.host.timers.pop_processing_due(up_to) {
+            let through = self.wake_due(TimeDomain::ProcessingTime, now)?;
+            while let Some((at, key)) = self.host.timers.pop_processing_due(through) {
                 self.fire(TimeDomain::ProcessingTime, at, key)?;
             }
             self.evict_state()?;
-            if up_to == now {
+            if through == FiringPlace::end_of(now) {
                 return Ok(());
             }
         }
     }
 
     /// With the `disk` backend, wakes the dormant keys of timers of `domain` due by
-    /// `up_to`, a bounded number at a time; returns the time up to which timers may
-    /// fire now (`up_to` once every due one is in memory). Called before timers fire.
+    /// `up_to`, a bounded number at a time; returns the place in firing order through
+    /// which timers may fire now (the end of `up_to` once every due one is in memory).
+    /// Called before timers fire.
     pub(crate) fn wake_due(
         &mut self,
         domain: TimeDomain,
         up_to: Timestamp,
-    ) -> Result<Timestamp, OperatorError> {
+    ) -> Result<FiringPlace, OperatorError> {
         self.host
             .wake_due(domain, up_to)
             .map_err(OperatorError::State)
@@ -104,19 +105,20 @@ impl KeyedOperator {
                 // Dormant keys' timers come in a bounded number at a time, with an
                 // eviction between.
                 loop {
-                    let up_to = self.wake_due(domain, END_OF_TIME)?;
+                    let through = self.wake_due(domain, END_OF_TIME)?;
+                    let all_awake = through == FiringPlace::end_of(END_OF_TIME);
                     loop {
                         if self.stopping_at(END_OF_TIME) {
                             return Err(OperatorError::Stopped);
                         }
                         let next = match domain {
-                            TimeDomain::ProcessingTime if up_to == END_OF_TIME => {
+                            TimeDomain::ProcessingTime if all_awake => {
                                 self.host.timers.pop_any_processing()
                             }
                             TimeDomain::ProcessingTime => {
-                                self.host.timers.pop_processing_due(up_to)
+                                self.host.timers.pop_processing_due(through)
                             }
-                            TimeDomain::EventTime => self.host.timers.pop_event_due(up_to),
+                            TimeDomain::EventTime => self.host.timers.pop_event_due(through),
                         };
                         let Some((at, key)) = next else {
                             break;
@@ -124,7 +126,7 @@ impl KeyedOperator {
                         self.fire(domain, at, key)?;
                         fired = true;
                     }
-                    if up_to == END_OF_TIME {
+                    if all_awake {
                         break;
                     }
                     self.evict_state()?;
@@ -163,29 +165,29 @@ impl KeyedOperator {
     pub(super) fn fire_event_timers(&mut self, watermark: Timestamp) -> Result<(), OperatorError> {
         self.host.watermark = watermark;
         loop {
-            let up_to = self.wake_due(TimeDomain::EventTime, watermark)?;
-            self.fire_event_timers_up_to(up_to, watermark)?;
-            if up_to == watermark {
+            let through = self.wake_due(TimeDomain::EventTime, watermark)?;
+            self.fire_event_timers_through(through, watermark)?;
+            if through == FiringPlace::end_of(watermark) {
                 return Ok(());
             }
             self.evict_state()?;
         }
     }
 
-    /// Fires the event-time timers due by `up_to` in an advance to `watermark`.
-    fn fire_event_timers_up_to(
+    /// Fires the event-time timers due through `through` in an advance to `watermark`.
+    fn fire_event_timers_through(
         &mut self,
-        up_to: Timestamp,
+        through: FiringPlace,
         watermark: Timestamp,
     ) -> Result<(), OperatorError> {
-        if self.fire_event_timers_in_batches(up_to, watermark)? {
+        if self.fire_event_timers_in_batches(through, watermark)? {
             return Ok(());
         }
         loop {
             if self.stopping_at(watermark) {
                 return Err(OperatorError::Stopped);
             }
-            let Some((at, key)) = self.host.timers.pop_event_due(up_to) else {
+            let Some((at, key)) = self.host.timers.pop_event_due(through) else {
                 return Ok(());
             };
             self.fire(TimeDomain::EventTime, at, key)?;

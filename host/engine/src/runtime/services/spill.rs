@@ -6,7 +6,7 @@
 
 use super::Services;
 use weir_core::state::KeyId;
-use weir_core::time::timers::TimeDomain;
+use weir_core::time::timers::{FiringPlace, TimeDomain};
 use weir_core::time::Timestamp;
 
 /// Dormant keys woken at a time before the timers in memory fire: bounds the memory an
@@ -29,11 +29,15 @@ impl Services {
     }
 
     /// Wakes dormant keys with timers of `domain` due by `up_to`, a bounded number at a
-    /// time; returns the time through which every due timer of `domain` is in the timer
-    /// service (`up_to` once all are). The operator calls this before it fires timers of
-    /// that clock, fires up to the time returned, evicts, and calls again until it gets
-    /// `up_to`.
-    pub fn wake_due(&mut self, domain: TimeDomain, up_to: Timestamp) -> anyhow::Result<Timestamp> {
+    /// time, in firing order; returns the place through which every due timer of
+    /// `domain` is in the timer service (the end of `up_to` once all are). The operator
+    /// calls this before it fires timers of that clock, fires through the place
+    /// returned, evicts, and calls again until it gets the end of `up_to`.
+    pub fn wake_due(
+        &mut self,
+        domain: TimeDomain,
+        up_to: Timestamp,
+    ) -> anyhow::Result<FiringPlace> {
         self.keys
             .wake_due(domain, up_to, WAKE_AT_ONCE, &mut self.timers)
     }
