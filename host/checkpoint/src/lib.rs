@@ -23,7 +23,7 @@ pub mod kafka_store;
 pub mod store;
 
 pub use file::CheckpointFile;
-pub use store::{Chain, CheckpointStore};
+pub use store::{Chain, CheckpointStore, Written};
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -189,6 +189,8 @@ pub struct Checkpointer {
     chain_len: usize,
     chain_bytes: u64,
     base_bytes: u64,
+    /// A checkpoint handed to the writer whose size is known once written.
+    size_unknown: Option<u64>,
     /// The previous chain's base, kept as a fallback should the current one be damaged.
     previous_base: Option<u64>,
     /// The stage's part in its graph's checkpoints, if it is a stage of several.
@@ -243,6 +245,7 @@ impl Checkpointer {
             chain_len: 0,
             chain_bytes: 0,
             base_bytes: 0,
+            size_unknown: None,
             previous_base: None,
             aligned: spec.aligned.clone(),
             stalled: std::cell::Cell::new(false),
@@ -341,31 +344,85 @@ impl Checkpointer {
     pub fn write(&mut self, file: &CheckpointFile) -> anyhow::Result<u64> {
         let data = file.encode()?;
         let size = data.len() as u64;
-        let epoch = file.meta.epoch;
-        if file.meta.parent.is_none() {
+        self.hand_over(&file.meta, Some(size), Box::new(move || Ok(data)))?;
+        Ok(size)
+    }
+
+    /// Hands a checkpoint to the background writer, whose keyed section ends with what
+    /// `keyed_later` returns on the writer's thread (a full checkpoint's keys read from
+    /// a snapshot of the state store), so the run does not wait for them. Its size is
+    /// known once it is durable ([`wait`](Self::wait)).
+    pub fn write_later(
+        &mut self,
+        file: CheckpointFile,
+        keyed_later: KeyedLater,
+    ) -> anyhow::Result<()> {
+        let meta = file.meta.clone();
+        let produce = move || {
+            let mut file = file;
+            file.keyed.extend(keyed_later()?);
+            file.encode()
+        };
+        self.hand_over(&meta, None, Box::new(produce))
+    }
+
+    /// Waits for the checkpoint being written; returns what it made durable, if any.
+    /// The run calls this before the next checkpoint and when it stops.
+    pub fn wait(&mut self) -> anyhow::Result<Option<Written>> {
+        let written = self.store.wait()?;
+        if let Some(written) = written {
+            if self.size_unknown == Some(written.epoch) {
+                self.size_unknown = None;
+                match self.base == Some(written.epoch) {
+                    true => self.base_bytes = written.bytes,
+                    false => self.chain_bytes += written.bytes,
+                }
+            }
+        }
+        Ok(written)
+    }
+
+    /// Starts the background write of the checkpoint `meta` describes, whose bytes
+    /// `produce` makes there; `size` if they are known now.
+    fn hand_over(
+        &mut self,
+        meta: &Meta,
+        size: Option<u64>,
+        produce: Box<dyn FnOnce() -> anyhow::Result<Vec<u8>> + Send>,
+    ) -> anyhow::Result<()> {
+        // The write in flight lands first, and its size counts before this one's.
+        self.wait()?;
+        let epoch = meta.epoch;
+        let known = size.unwrap_or(0);
+        if meta.parent.is_none() {
             self.previous_base = self.base;
             self.base = Some(epoch);
-            self.base_bytes = size;
+            self.base_bytes = known;
             self.chain_len = 0;
             self.chain_bytes = 0;
         } else {
             self.chain_len += 1;
-            self.chain_bytes += size;
+            self.chain_bytes += known;
         }
+        self.size_unknown = size.is_none().then_some(epoch);
         let keep_from = self.previous_base.or(self.base).unwrap_or(epoch);
-        self.store.write(epoch, data, keep_from)?;
+        self.store.write_later(epoch, produce, keep_from)?;
         if let Some(aligned) = &self.aligned {
             aligned.epochs.taken(aligned.stage, epoch);
-            if file.meta.finished {
+            if meta.finished {
                 aligned.epochs.finished(aligned.stage, epoch);
             }
         }
         self.epoch = epoch;
         self.section = epoch;
         self.next_due = Instant::now() + self.interval;
-        Ok(size)
+        Ok(())
     }
 }
+
+/// The end of a checkpoint's keyed section, made on the checkpoint writer's thread
+/// ([`Checkpointer::write_later`]).
+pub type KeyedLater = Box<dyn FnOnce() -> anyhow::Result<Vec<u8>> + Send>;
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -51,11 +51,20 @@ pub trait Backend: Send + Sync {
     fn delete(&self, epoch: u64) -> anyhow::Result<()>;
 }
 
+/// A checkpoint the background writer made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Its epoch.
+    pub epoch: u64,
+    /// Its size, encoded, as the store keeps it.
+    pub bytes: u64,
+}
+
 /// A run's checkpoints over a [`Backend`]: finds the chain to restore, writes one
 /// checkpoint at a time on a background thread, and prunes the chains no longer needed.
 pub struct CheckpointStore {
     backend: Arc<dyn Backend>,
-    writing: Option<JoinHandle<anyhow::Result<u64>>>,
+    writing: Option<JoinHandle<anyhow::Result<Written>>>,
     /// Told each epoch the background writer made durable.
     on_durable: Option<Arc<OnDurable>>,
 }
@@ -153,12 +162,26 @@ impl CheckpointStore {
     /// Starts writing checkpoint `epoch` in the background; then deletes the ones
     /// before `keep_from` (older chains). Waits for the previous write first.
     pub fn write(&mut self, epoch: u64, data: Vec<u8>, keep_from: u64) -> anyhow::Result<()> {
-        self.wait()?;
+        self.write_later(epoch, Box::new(move || Ok(data)), keep_from)?;
+        Ok(())
+    }
+
+    /// [`write`](Self::write) with bytes that `produce` makes on the writer's thread
+    /// (a full checkpoint reading a snapshot of the state store). Returns what the
+    /// previous write made durable, if one was in progress.
+    pub fn write_later(
+        &mut self,
+        epoch: u64,
+        produce: Box<dyn FnOnce() -> anyhow::Result<Vec<u8>> + Send>,
+        keep_from: u64,
+    ) -> anyhow::Result<Option<Written>> {
+        let previous = self.wait()?;
         let backend = Arc::clone(&self.backend);
         let on_durable = self.on_durable.clone();
         let handle = std::thread::Builder::new()
             .name("weir-checkpoint".into())
             .spawn(move || {
+                let data = produce()?;
                 backend.write(epoch, &data)?;
                 if let Some(tell) = on_durable {
                     tell(epoch);
@@ -168,14 +191,17 @@ impl CheckpointStore {
                         backend.delete(old)?;
                     }
                 }
-                Ok(epoch)
+                Ok(Written {
+                    epoch,
+                    bytes: data.len() as u64,
+                })
             })?;
         self.writing = Some(handle);
-        Ok(())
+        Ok(previous)
     }
 
-    /// Waits for the write in progress; returns the epoch it made durable, if any.
-    pub fn wait(&mut self) -> anyhow::Result<Option<u64>> {
+    /// Waits for the write in progress; returns what it made durable, if any.
+    pub fn wait(&mut self) -> anyhow::Result<Option<Written>> {
         match self.writing.take() {
             None => Ok(None),
             Some(handle) => match handle.join() {

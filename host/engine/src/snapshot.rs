@@ -14,7 +14,7 @@
 use crate::runtime::HostServices;
 use weir_core::codec::{Reader, Writer};
 use weir_core::state::ttl;
-use weir_core::state::{KeyId, KeyTable, SavedKey, Slot, StampChange, StateId};
+use weir_core::state::{DormantSnapshot, KeyId, KeyTable, SavedKey, Slot, StampChange, StateId};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::Timestamp;
 
@@ -22,18 +22,64 @@ const REMOVED: u8 = 0;
 const PUT: u8 = 1;
 
 /// Every live key: a base for later increments. Fails only if the `disk` backend's
-/// store cannot be read (spilled slots and dormant keys are read from it; for now on the
-/// run's thread, walking the whole store).
+/// store cannot be read. Reads the whole store on the calling thread: the run takes a
+/// [`FullBase`] instead.
 pub fn encode_full(keys: &KeyTable) -> anyhow::Result<Vec<u8>> {
-    let mut out = Writer::default();
-    for (id, _) in keys.iter() {
-        put(&mut out, keys, id)?;
+    let base = begin_full(keys);
+    let mut out = base.in_memory;
+    if let Some(in_store) = base.in_store {
+        out.extend(in_store.encode()?);
     }
-    keys.for_each_dormant(&mut |key, saved| {
-        put_saved(&mut out, key, &saved);
-        Ok(())
-    })?;
-    Ok(out.into_inner())
+    Ok(out)
+}
+
+/// A full checkpoint's keyed section in two parts, one after the other: the keys whose
+/// slots are in memory, encoded when the checkpoint is taken, and, with the `disk`
+/// backend, the other keys, read later from a snapshot of the store taken at the same
+/// moment (on the checkpoint writer's thread). So the run pauses for the keys in memory
+/// (the cache), not for the store.
+pub struct FullBase {
+    /// The keys whose slots are in memory, encoded.
+    pub in_memory: Vec<u8>,
+    /// The other keys, to read from the store; `None` with the memory backend.
+    pub in_store: Option<StoreKeys>,
+}
+
+/// The keys of a full checkpoint that are read from a snapshot of the store
+/// ([`FullBase::in_store`]).
+pub struct StoreKeys(DormantSnapshot);
+
+impl StoreKeys {
+    /// The keys, encoded as the rest of the section. Reads the whole snapshot: called on
+    /// the checkpoint writer's thread. Fails only if the store cannot be read.
+    pub fn encode(&self) -> anyhow::Result<Vec<u8>> {
+        let mut out = Writer::default();
+        self.0.for_each(&mut |key, saved| {
+            put_saved(&mut out, key, &saved);
+            Ok(())
+        })?;
+        Ok(out.into_inner())
+    }
+}
+
+/// Starts a full checkpoint of `keys` (see [`FullBase`]). Called on the run's thread
+/// between runs of records; never reads the store.
+pub fn begin_full(keys: &KeyTable) -> FullBase {
+    let mut in_memory = Writer::default();
+    for (id, entry) in keys.iter() {
+        if !entry.is_spilled() {
+            put_key(
+                &mut in_memory,
+                entry.key(),
+                entry.slots().collect(),
+                keys.timers(id).collect(),
+            );
+        }
+    }
+    FullBase {
+        in_memory: in_memory.into_inner(),
+        in_store: keys.dormant_snapshot().map(StoreKeys),
+    }
 }
 
 /// The keys released and changed since the last call (see [`KeyTable::take_changes`]),

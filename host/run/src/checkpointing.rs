@@ -305,7 +305,7 @@ impl Checkpoints {
                 // The section being written lands before the run returns: the graph
                 // clears every stage's checkpoints once all completed, and must find no
                 // write in flight (nor the directory still locked by it).
-                checkpointer.store.wait()?;
+                checkpointer.wait()?;
                 Ok(())
             }
             _ => self.clear(),
@@ -393,18 +393,22 @@ impl Checkpoints {
             }
         }
         // The shards' keys are disjoint: their sections, one after another, are one.
+        // A full one's keys in the `disk` backend's stores come last, read from
+        // snapshots of the stores on the writer's thread.
         let mut keyed = Vec::new();
+        let mut in_stores = Vec::new();
         for operator in stage.shards_mut() {
             let host = operator.host_mut();
-            keyed.extend(match plan.parent {
+            match plan.parent {
                 None => {
-                    let full = snapshot::encode_full(host.keys())?;
+                    let full = snapshot::begin_full(host.keys());
                     host.keys_mut().take_changes();
                     host.keys_mut().take_dormant_changes();
-                    full
+                    keyed.extend(full.in_memory);
+                    in_stores.extend(full.in_store);
                 }
-                Some(_) => snapshot::encode_changes(host.keys_mut())?,
-            });
+                Some(_) => keyed.extend(snapshot::encode_changes(host.keys_mut())?),
+            }
         }
         let operator = stage.shard(0);
         let host = operator.host();
@@ -472,7 +476,22 @@ impl Checkpoints {
         let at = meta.written_at;
         let file = CheckpointFile { meta, sinks, keyed };
         let checkpointer = self.checkpointer.as_mut().expect("checked above");
-        let bytes = checkpointer.write(&file)?;
+        // Its size, unless the writer reads part of it from the stores (then once it is
+        // durable: `commit_durable`).
+        let bytes = match in_stores.is_empty() {
+            true => checkpointer.write(&file)?,
+            false => {
+                let keyed_later = move || {
+                    let mut keyed = Vec::new();
+                    for in_store in &in_stores {
+                        keyed.extend(in_store.encode()?);
+                    }
+                    Ok(keyed)
+                };
+                checkpointer.write_later(file, Box::new(keyed_later))?;
+                0
+            }
+        };
         inputs.release_barriers();
         self.uncommitted = Some(positions);
         let pause = started.elapsed();
@@ -512,7 +531,11 @@ impl Checkpoints {
         let Some(checkpointer) = &mut self.checkpointer else {
             return Ok(());
         };
-        if let Some(epoch) = checkpointer.store.wait()? {
+        if let Some(written) = checkpointer.wait()? {
+            let epoch = written.epoch;
+            if let Some(record) = self.history.iter_mut().find(|r| r.epoch == epoch) {
+                record.bytes = written.bytes;
+            }
             if let Some(positions) = self.uncommitted.take() {
                 for (slot, positions) in inputs.sources_mut().iter_mut().zip(&positions) {
                     slot.source.commit(positions)?;

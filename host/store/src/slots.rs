@@ -3,8 +3,9 @@
 use crate::{layout, DiskStore};
 use anyhow::Context as _;
 use layout::key_prefix;
+use std::path::Path;
 use weir_core::key::Key;
-use weir_core::state::{earliest_timers, SavedKey, SlotStore};
+use weir_core::state::{earliest_timers, SavedKey, SlotSnapshot, SlotStore};
 use weir_core::time::timers::{FiringPlace, TimeDomain};
 use weir_core::time::Timestamp;
 
@@ -15,7 +16,8 @@ use weir_core::time::Timestamp;
 impl SlotStore for DiskStore {
     fn load(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
         let row = self.failed(self.tree().spilled.get(key_prefix(key)?))?;
-        row.map(|bytes| self.decode_saved(&bytes)).transpose()
+        row.map(|bytes| decode_saved_in(&self.path, &bytes))
+            .transpose()
     }
 
     fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()> {
@@ -59,9 +61,13 @@ impl SlotStore for DiskStore {
         for guard in self.tree().spilled.iter() {
             let (row, value) = self.failed(guard.into_inner())?;
             let (key, _) = layout::split_prefix(&row).context("a spilled row")?;
-            each(key, self.decode_saved(&value)?)?;
+            each(key, decode_saved_in(&self.path, &value)?)?;
         }
         Ok(())
+    }
+
+    fn snapshot(&self) -> Box<dyn SlotSnapshot> {
+        Box::new(DiskStore::snapshot(self))
     }
 
     fn disk_bytes(&self) -> u64 {
@@ -73,14 +79,8 @@ impl SlotStore for DiskStore {
     }
 }
 
-impl DiskStore {
-    /// A `spilled` row's contents, or an error naming the store's folder.
-    fn decode_saved(&self, bytes: &[u8]) -> anyhow::Result<SavedKey> {
-        layout::decode_saved(bytes).with_context(|| {
-            format!(
-                "a damaged row in the state store in {}",
-                self.path.display()
-            )
-        })
-    }
+/// A `spilled` row's contents, or an error naming the folder of the store it is in.
+pub(crate) fn decode_saved_in(path: &Path, bytes: &[u8]) -> anyhow::Result<SavedKey> {
+    layout::decode_saved(bytes)
+        .with_context(|| format!("a damaged row in the state store in {}", path.display()))
 }

@@ -1,12 +1,13 @@
 //! The store at one moment, for a full checkpoint: a walk over its keys, each with its
 //! slots and timers, that reads a snapshot while the run writes on.
 
+use crate::slots::decode_saved_in;
 use crate::{layout, slots_of, timer_of, DiskStore, Entries};
 use anyhow::Context as _;
 use fjall::{Keyspace, Readable};
 use std::path::PathBuf;
 use weir_core::key::Key;
-use weir_core::state::{Slot, StateId};
+use weir_core::state::{SavedKey, Slot, SlotSnapshot, StateId};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::Timestamp;
 
@@ -27,6 +28,7 @@ pub struct StoreSnapshot {
     snapshot: fjall::Snapshot,
     state: Keyspace,
     timers_by_key: Keyspace,
+    spilled: Keyspace,
     path: PathBuf,
 }
 
@@ -136,7 +138,24 @@ impl DiskStore {
             snapshot: self.tree().db.snapshot(),
             state: self.tree().state.clone(),
             timers_by_key: self.tree().timers_by_key.clone(),
+            spilled: self.tree().spilled.clone(),
             path: self.path.clone(),
         }
+    }
+}
+
+/// The snapshot's whole keys (the key table's rows in `spilled`), walked on the
+/// checkpoint writer's thread for a full checkpoint.
+impl SlotSnapshot for StoreSnapshot {
+    fn for_each(
+        &self,
+        each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        for row in self.rows(&self.spilled) {
+            let (row, value) = row?;
+            let (key, _) = layout::split_prefix(&row).context("a spilled row")?;
+            each(key, decode_saved_in(&self.path, &value)?)?;
+        }
+        Ok(())
     }
 }

@@ -19,15 +19,50 @@
 //! purges stay in memory.
 //!
 //! Checkpoints: a key that changed since the last checkpoint and went dormant is
-//! remembered by its bytes ([`KeyTable::take_dormant_changes`]); a full checkpoint walks
-//! the store for the dormant keys ([`KeyTable::for_each_dormant`]).
+//! remembered by its bytes ([`KeyTable::take_dormant_changes`]); a full checkpoint
+//! writes the keys in memory and takes a [`DormantSnapshot`] on the run's thread, and
+//! walks the store's snapshot for the others on the checkpoint writer's thread.
 
-use super::spill::SavedKey;
+use super::spill::{SavedKey, SlotSnapshot};
 use super::{clock, Key, KeyId, KeyTable};
 use crate::key::tie_order;
 use crate::time::timers::{FiringPlace, TimeDomain, TimerService};
 use crate::time::Timestamp;
 use smallvec::SmallVec;
+use std::collections::HashMap;
+
+/// The keys a full checkpoint reads from the store rather than from memory, taken at
+/// one moment ([`KeyTable::dormant_snapshot`]) and walked later, on any thread, while the
+/// run goes on: the dormant keys, and the keys in memory whose slots are in the store
+/// only, with the timers memory holds of them.
+pub struct DormantSnapshot {
+    snapshot: Box<dyn SlotSnapshot>,
+    /// The keys in memory of which the store held a row at that moment: `None` for a
+    /// key whose slots memory holds (the row may be older; the walk skips it), its
+    /// timers for a key whose slots are in the store only.
+    in_memory: HashMap<Key, Option<Vec<(TimeDomain, Timestamp)>>>,
+}
+
+impl DormantSnapshot {
+    /// Calls `each` with every key whose state a full checkpoint takes from the store,
+    /// and its slots and timers, in the store's order. Called on the checkpoint
+    /// writer's thread; with the keys in memory whose slots memory holds, it is every
+    /// key of the table at the snapshot's moment.
+    pub fn for_each(
+        &self,
+        each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        self.snapshot
+            .for_each(&mut |key, mut saved| match self.in_memory.get(key) {
+                Some(None) => Ok(()),
+                Some(Some(timers)) => {
+                    saved.timers = timers.clone();
+                    each(key, saved)
+                }
+                None => each(key, saved),
+            })
+    }
+}
 
 impl KeyTable {
     /// The id of `key`, interning it if it is new; with a slot store a new key that is
@@ -241,24 +276,23 @@ impl KeyTable {
         }
     }
 
-    /// Calls `each` with every dormant key and what the store holds of it: with the
-    /// keys in memory, what a full checkpoint writes.
-    pub fn for_each_dormant(
-        &self,
-        each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
-        let Some(spill) = &self.spill else {
-            return Ok(());
-        };
-        if spill.dormant_keys == 0 {
-            return Ok(());
-        }
-        spill
-            .store
-            .for_each(&mut |key, saved| match self.find(key) {
-                Some(_) => Ok(()),
-                None => each(key, saved),
+    /// The store's keys as they are now, for a full checkpoint to walk later
+    /// ([`DormantSnapshot`]); `None` without a store. Called on the run's thread; takes
+    /// time in the keys in memory, not in the store's.
+    pub fn dormant_snapshot(&self) -> Option<DormantSnapshot> {
+        let spill = self.spill.as_ref()?;
+        let in_memory = self
+            .iter()
+            .filter(|(_, entry)| entry.stored)
+            .map(|(id, entry)| {
+                let timers = entry.spilled.then(|| self.timers(id).collect());
+                (Key::from_slice(&entry.key), timers)
             })
+            .collect();
+        Some(DormantSnapshot {
+            snapshot: spill.store.snapshot(),
+            in_memory,
+        })
     }
 }
 
@@ -267,7 +301,7 @@ mod tests {
     use super::*;
     use crate::state::spill::tests::Shelf;
     use crate::state::Slot;
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
 
     /// A key's slots and timers, sorted, wherever the table keeps them.
     fn contents(table: &KeyTable, key: &[u8]) -> Option<SavedKey> {
@@ -450,7 +484,9 @@ mod tests {
         assert_eq!(sleeping.len(), keeping.len());
         let mut dormant = 0;
         sleeping
-            .for_each_dormant(&mut |key, _| {
+            .dormant_snapshot()
+            .unwrap()
+            .for_each(&mut |key, _| {
                 dormant += 1;
                 assert!(keeping.find(key).is_some());
                 Ok(())
@@ -498,6 +534,80 @@ mod tests {
             // The budget's ~20 keys and a wake's 7, not the 400 due.
             assert!(peak <= 40, "{peak} keys in memory at once");
         }
+    }
+
+    /// What a full checkpoint writes of a table: the keys whose slots are in memory,
+    /// then the snapshot's keys; sorted by key.
+    fn full_base(table: &KeyTable, snapshot: &DormantSnapshot) -> BTreeMap<Key, SavedKey> {
+        let mut keys = BTreeMap::new();
+        for (id, entry) in table.iter().filter(|(_, entry)| !entry.is_spilled()) {
+            let saved = SavedKey {
+                slots: entry.slots().map(|(s, slot)| (s, slot.clone())).collect(),
+                timers: table.timers(id).collect(),
+            };
+            keys.insert(Key::from_slice(entry.key()), saved);
+        }
+        snapshot
+            .for_each(&mut |key, saved| {
+                assert!(keys.insert(Key::from_slice(key), saved).is_none(), "twice");
+                Ok(())
+            })
+            .unwrap();
+        for saved in keys.values_mut() {
+            saved.slots.sort();
+            saved.timers.sort();
+        }
+        keys
+    }
+
+    /// A snapshot for a full checkpoint, taken while keys are dormant, spilled (slots in
+    /// the store, timers in memory), and loaded back and changed (an older copy in the
+    /// store): with the keys in memory it is every key once, as the table holds it.
+    #[test]
+    fn a_full_base_is_every_key_once_as_the_table_held_it() {
+        let mut table = KeyTable::new();
+        table.spill_to(Box::new(Shelf::default()), 0);
+        let mut timers = TimerService::new(0);
+        let add = |table: &mut KeyTable, timers: &mut TimerService, key: &str, n: u8| {
+            let id = table.intern_awake(key.as_bytes(), timers).unwrap();
+            table.load(id).unwrap();
+            table.entry_mut(id).set_slot(0, Slot::Value(vec![n; 3]));
+            if timers.register(TimeDomain::EventTime, id, tie_order(key.as_bytes()), 9) {
+                table.timer_added(id, TimeDomain::EventTime, 9);
+            }
+        };
+        for i in 0..30 {
+            add(&mut table, &mut timers, &format!("dormant-{i}"), 1);
+        }
+        table.evict(&mut timers, true).unwrap();
+        for i in 0..30 {
+            add(&mut table, &mut timers, &format!("spilled-{i}"), 2);
+        }
+        table.evict(&mut timers, false).unwrap();
+        table.evict(&mut timers, false).unwrap();
+        // Loaded back and changed: the store's copy is older than memory's.
+        for i in 0..10 {
+            add(&mut table, &mut timers, &format!("spilled-{i}"), 3);
+        }
+        let all: Vec<Key> = (0..30)
+            .flat_map(|i| [format!("dormant-{i}"), format!("spilled-{i}")])
+            .map(|key| Key::from_slice(key.as_bytes()))
+            .collect();
+        let want: BTreeMap<Key, SavedKey> = all
+            .iter()
+            .map(|key| (key.clone(), contents(&table, key).unwrap()))
+            .collect();
+        let figures = table.spill_figures().unwrap();
+        assert!(
+            figures.dormant_keys == 30 && figures.spilled_keys == 20,
+            "{figures:?}"
+        );
+        let snapshot = table.dormant_snapshot().unwrap();
+        assert_eq!(full_base(&table, &snapshot), want);
+        assert_eq!(
+            want[&Key::from_slice(b"spilled-3")].slots[0].1,
+            Slot::Value(vec![3; 3])
+        );
     }
 
     /// A key whose slots the store holds a copy of, released (its state cleared) and

@@ -22,8 +22,9 @@ mod registry;
 mod spill;
 pub mod ttl;
 
+pub use dormant::DormantSnapshot;
 pub use registry::{StampChange, StateId, StateKind, StateRegistry, StateTtl, TtlRefresh};
-pub use spill::{earliest_timers, SavedKey, SlotStore, SpillFigures};
+pub use spill::{earliest_timers, SavedKey, SlotSnapshot, SlotStore, SpillFigures};
 
 use crate::codec::{Reader, Writer};
 use crate::key::tie_order;
@@ -543,7 +544,7 @@ impl KeyTable {
     }
 
     /// Live keys in memory with their entries, in id order (dormant keys:
-    /// [`for_each_dormant`](Self::for_each_dormant)).
+    /// [`dormant_snapshot`](Self::dormant_snapshot)).
     pub fn iter(&self) -> impl Iterator<Item = (KeyId, &KeyEntry)> {
         self.entries
             .iter()

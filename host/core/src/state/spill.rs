@@ -78,12 +78,26 @@ pub trait SlotStore: Send {
         &self,
         each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
     ) -> anyhow::Result<()>;
+    /// The store as it is now, to be read later on any thread while the run writes on
+    /// (a full checkpoint's dormant keys). Called on the run's thread; cheap (no walk).
+    fn snapshot(&self) -> Box<dyn SlotSnapshot>;
     /// Bytes the store takes on disk, for status figures.
     fn disk_bytes(&self) -> u64;
 
     /// Bytes the store itself keeps in memory (its block cache and write buffers), for
     /// status figures.
     fn memory_bytes(&self) -> u64;
+}
+
+/// A [`SlotStore`] at one moment ([`SlotStore::snapshot`]).
+pub trait SlotSnapshot: Send {
+    /// Calls `each` with every key the store held at that moment and what it held of
+    /// it, in the store's order. Called on the checkpoint writer's thread for a full
+    /// checkpoint.
+    fn for_each(
+        &self,
+        each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()>;
 }
 
 /// A table's slot store and its budget.
@@ -435,7 +449,7 @@ pub(crate) mod tests {
     use crate::key::tie_order;
     use crate::state::ByteMap;
     use crate::time::timers::TimerService;
-    use std::collections::{BTreeSet, HashMap};
+    use std::collections::{BTreeMap, BTreeSet, HashMap};
     use std::sync::{Arc, Mutex};
 
     /// A slot store in memory, shared with the test to look into.
@@ -515,12 +529,31 @@ pub(crate) mod tests {
             }
             Ok(())
         }
+        fn snapshot(&self) -> Box<dyn SlotSnapshot> {
+            let keys = self.0.lock().unwrap().keys.clone();
+            Box::new(ShelfSnapshot(keys.into_iter().collect()))
+        }
         fn memory_bytes(&self) -> u64 {
             0
         }
 
         fn disk_bytes(&self) -> u64 {
             0
+        }
+    }
+
+    /// A shelf's keys at one moment.
+    pub(crate) struct ShelfSnapshot(BTreeMap<Vec<u8>, SavedKey>);
+
+    impl SlotSnapshot for ShelfSnapshot {
+        fn for_each(
+            &self,
+            each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
+        ) -> anyhow::Result<()> {
+            for (key, saved) in &self.0 {
+                each(key, saved.clone())?;
+            }
+            Ok(())
         }
     }
 
