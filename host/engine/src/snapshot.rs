@@ -14,7 +14,9 @@
 use crate::runtime::HostServices;
 use weir_core::codec::{Reader, Writer};
 use weir_core::state::ttl;
-use weir_core::state::{DormantSnapshot, KeyId, KeyTable, SavedKey, Slot, StampChange, StateId};
+use weir_core::state::{
+    DormantSnapshot, Key, KeyId, KeyTable, SavedKey, Slot, StampChange, StateId,
+};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::Timestamp;
 
@@ -22,49 +24,70 @@ const REMOVED: u8 = 0;
 const PUT: u8 = 1;
 
 /// Every live key: a base for later increments. Fails only if the `disk` backend's
-/// store cannot be read. Reads the whole store on the calling thread: the run takes a
-/// [`FullBase`] instead.
+/// store cannot be read. Reads the whole store on the calling thread: the run takes
+/// [`begin_full`] instead.
 pub fn encode_full(keys: &KeyTable) -> anyhow::Result<Vec<u8>> {
-    let base = begin_full(keys);
-    let mut out = base.in_memory;
-    if let Some(in_store) = base.in_store {
-        out.extend(in_store.encode()?);
-    }
-    Ok(out)
+    begin_full(keys).encode()
 }
 
-/// A full checkpoint's keyed section in two parts, one after the other: the keys whose
-/// slots are in memory, encoded when the checkpoint is taken, and, with the `disk`
-/// backend, the other keys, read later from a snapshot of the store taken at the same
-/// moment (on the checkpoint writer's thread). So the run pauses for the keys in memory
-/// (the cache), not for the store.
-pub struct FullBase {
-    /// The keys whose slots are in memory, encoded.
+/// A checkpoint's keyed section in two parts, one after the other: what the run
+/// encodes when the checkpoint is taken (the keys in memory), and, with the `disk`
+/// backend, the keys read later from a snapshot of the store taken at the same moment
+/// (on the checkpoint writer's thread). So the run pauses for the keys in memory (the
+/// cache), not for the store: a full checkpoint's dormant keys, or the keys an
+/// increment has that changed and went dormant since.
+pub struct KeyedSection {
+    /// The part encoded on the run's thread.
     pub in_memory: Vec<u8>,
-    /// The other keys, to read from the store; `None` with the memory backend.
+    /// The keys to read from the store; `None` when there are none (always with the
+    /// memory backend).
     pub in_store: Option<StoreKeys>,
 }
 
-/// The keys of a full checkpoint that are read from a snapshot of the store
-/// ([`FullBase::in_store`]).
-pub struct StoreKeys(DormantSnapshot);
+impl KeyedSection {
+    /// The whole section, read on the calling thread.
+    pub fn encode(self) -> anyhow::Result<Vec<u8>> {
+        let mut out = self.in_memory;
+        if let Some(in_store) = self.in_store {
+            out.extend(in_store.encode()?);
+        }
+        Ok(out)
+    }
+}
+
+/// The keys of a section that are read from a snapshot of the store
+/// ([`KeyedSection::in_store`]): every one it holds (a full checkpoint), or those listed
+/// (an increment's).
+pub struct StoreKeys {
+    snapshot: DormantSnapshot,
+    listed: Option<Vec<Key>>,
+}
 
 impl StoreKeys {
-    /// The keys, encoded as the rest of the section. Reads the whole snapshot: called on
-    /// the checkpoint writer's thread. Fails only if the store cannot be read.
+    /// The keys, encoded as the rest of the section. Reads the snapshot: called on the
+    /// checkpoint writer's thread. Fails only if the store cannot be read.
     pub fn encode(&self) -> anyhow::Result<Vec<u8>> {
         let mut out = Writer::default();
-        self.0.for_each(&mut |key, saved| {
-            put_saved(&mut out, key, &saved);
-            Ok(())
-        })?;
+        match &self.listed {
+            None => self.snapshot.for_each(&mut |key, saved| {
+                put_saved(&mut out, key, &saved);
+                Ok(())
+            })?,
+            Some(keys) => {
+                for key in keys {
+                    if let Some(saved) = self.snapshot.get(key)? {
+                        put_saved(&mut out, key, &saved);
+                    }
+                }
+            }
+        }
         Ok(out.into_inner())
     }
 }
 
-/// Starts a full checkpoint of `keys` (see [`FullBase`]). Called on the run's thread
-/// between runs of records; never reads the store.
-pub fn begin_full(keys: &KeyTable) -> FullBase {
+/// Starts a full checkpoint of `keys` (see [`KeyedSection`]): every live key. Called on
+/// the run's thread between runs of records; never reads the store.
+pub fn begin_full(keys: &KeyTable) -> KeyedSection {
     let mut in_memory = Writer::default();
     for (id, entry) in keys.iter() {
         if !entry.is_spilled() {
@@ -76,15 +99,20 @@ pub fn begin_full(keys: &KeyTable) -> FullBase {
             );
         }
     }
-    FullBase {
+    KeyedSection {
         in_memory: in_memory.into_inner(),
-        in_store: keys.dormant_snapshot().map(StoreKeys),
+        in_store: keys.dormant_snapshot().map(|snapshot| StoreKeys {
+            snapshot,
+            listed: None,
+        }),
     }
 }
 
-/// The keys released and changed since the last call (see [`KeyTable::take_changes`]),
-/// those that went dormant since they changed included.
-pub fn encode_changes(keys: &mut KeyTable) -> anyhow::Result<Vec<u8>> {
+/// Starts an increment (see [`KeyedSection`]): the keys released and changed since the
+/// last call ([`KeyTable::take_changes`]), those that went dormant since they changed
+/// included (read from the store later). Called on the run's thread between runs of
+/// records; reads the store only for changed keys whose slots alone are there.
+pub fn begin_changes(keys: &mut KeyTable) -> anyhow::Result<KeyedSection> {
     let (released, changed) = keys.take_changes();
     let dormant = keys.take_dormant_changes();
     let mut out = Writer::default();
@@ -98,7 +126,9 @@ pub fn encode_changes(keys: &mut KeyTable) -> anyhow::Result<Vec<u8>> {
         put(&mut out, keys, id)?;
     }
     // A key that went dormant and woke again is in memory, and written as it is now
-    // (once); one released since is gone, its removal written above.
+    // (once); one still dormant is read from the store's snapshot; one released since is
+    // gone (the snapshot has none of it), its removal written above.
+    let mut in_store = Vec::new();
     for key in dormant {
         match keys.find(&key) {
             Some(id) => {
@@ -106,14 +136,20 @@ pub fn encode_changes(keys: &mut KeyTable) -> anyhow::Result<Vec<u8>> {
                     put(&mut out, keys, id)?;
                 }
             }
-            None => {
-                if let Some(saved) = keys.dormant(&key)? {
-                    put_saved(&mut out, &key, &saved);
-                }
-            }
+            None => in_store.push(key),
         }
     }
-    Ok(out.into_inner())
+    let in_store = match in_store.is_empty() {
+        true => None,
+        false => keys.dormant_snapshot().map(|snapshot| StoreKeys {
+            snapshot,
+            listed: Some(in_store),
+        }),
+    };
+    Ok(KeyedSection {
+        in_memory: out.into_inner(),
+        in_store,
+    })
 }
 
 /// Writes key `id` as it is in memory (its slots read from the store if spilled).
@@ -353,7 +389,7 @@ mod tests {
         let mut map = ByteMap::new();
         map.insert(b"k".to_vec(), b"v".to_vec());
         host.keys.entry_mut(c).set_slot(0, Slot::Map(map));
-        let delta = encode_changes(&mut host.keys).unwrap();
+        let delta = begin_changes(&mut host.keys).unwrap().encode().unwrap();
 
         let mut restored = HostServices::new(0);
         apply(&mut restored, &full, &[Some(0.into())]).unwrap();

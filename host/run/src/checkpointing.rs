@@ -393,22 +393,23 @@ impl Checkpoints {
             }
         }
         // The shards' keys are disjoint: their sections, one after another, are one.
-        // A full one's keys in the `disk` backend's stores come last, read from
+        // The keys to read from the `disk` backend's stores come last, read from
         // snapshots of the stores on the writer's thread.
         let mut keyed = Vec::new();
         let mut in_stores = Vec::new();
         for operator in stage.shards_mut() {
             let host = operator.host_mut();
-            match plan.parent {
+            let section = match plan.parent {
                 None => {
                     let full = snapshot::begin_full(host.keys());
                     host.keys_mut().take_changes();
                     host.keys_mut().take_dormant_changes();
-                    keyed.extend(full.in_memory);
-                    in_stores.extend(full.in_store);
+                    full
                 }
-                Some(_) => keyed.extend(snapshot::encode_changes(host.keys_mut())?),
-            }
+                Some(_) => snapshot::begin_changes(host.keys_mut())?,
+            };
+            keyed.extend(section.in_memory);
+            in_stores.extend(section.in_store);
         }
         let operator = stage.shard(0);
         let host = operator.host();

@@ -40,6 +40,7 @@ impl Runner {
         udf: UdfIdentity,
         options: &RunOptions,
     ) -> anyhow::Result<Self> {
+        let started = std::time::Instant::now();
         let (checkpointer, chain) = if spec.checkpoint.enabled {
             let (checkpointer, chain) = Checkpointer::open(&spec.checkpoint, options.fresh)?;
             (Some(checkpointer), chain)
@@ -68,6 +69,13 @@ impl Runner {
             operator
                 .evict_state()
                 .map_err(|e| anyhow::anyhow!("cannot restore the checkpoint: {e}"))?;
+        }
+        if let Some(epoch) = restored.epoch() {
+            let keys: usize = stage.shards().map(|o| o.host().keys().len()).sum();
+            tracing::info!(
+                "restored checkpoint {epoch}: {keys} keys in {:.0} ms (reading its files, opening the pipeline and applying them)",
+                started.elapsed().as_secs_f64() * 1e3
+            );
         }
         let dead_letters = open_dead_letters(spec, &restored)?;
         Ok(Self {

@@ -61,6 +61,12 @@ const JOURNAL_BYTES: u64 = 64 << 20;
 /// The largest memtable of a keyspace (written out to a table on disk beyond it).
 const MEMTABLE_BYTES: u64 = 4 << 20;
 
+/// Level-0 tables merged into level 1 at once (see [`DiskStore::open`]).
+const L0_TABLES_PER_MERGE: u8 = 8;
+
+/// The size of a table on disk the store aims at.
+const TABLE_BYTES: u64 = 16 << 20;
+
 /// Writes between two checks of the memtables' size.
 const CHECK_EVERY: u32 = 256;
 
@@ -93,9 +99,18 @@ impl DiskStore {
         // the filters of the deeper levels went through the block cache, the cache,
         // full of data blocks, read and checksummed a filter of up to a MiB from the file
         // for each lookup (60% of the run's time at 2,000,000 open orders).
+        // Level 0 merged into level 1 eight tables at a time, and tables of 16 MiB: with
+        // rows in hash order every level-0 table overlaps all of level 1, which each
+        // merge rewrites, so fewer, larger merges write less (5,000,000 open orders under
+        // a 32 MiB cache: 5.6 GB written instead of 9.1 GB; fjall's defaults are four
+        // tables and 64 MiB). fjall holds writes back at 20 tables in level 0.
+        let strategy = fjall::compaction::Leveled::default()
+            .with_l0_threshold(L0_TABLES_PER_MERGE)
+            .with_table_target_size(TABLE_BYTES);
         let keyspace = |name: &str| {
             db.keyspace(name, || {
                 KeyspaceCreateOptions::default()
+                    .compaction_strategy(std::sync::Arc::new(strategy.clone()))
                     .max_memtable_size(MEMTABLE_BYTES)
                     .filter_block_pinning_policy(PinningPolicy::all(true))
                     .index_block_pinning_policy(PinningPolicy::all(true))

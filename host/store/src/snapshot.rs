@@ -147,6 +147,15 @@ impl DiskStore {
 /// The snapshot's whole keys (the key table's rows in `spilled`), walked on the
 /// checkpoint writer's thread for a full checkpoint.
 impl SlotSnapshot for StoreSnapshot {
+    fn get(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
+        let row = self
+            .snapshot
+            .get(&self.spilled, layout::key_prefix(key)?)
+            .with_context(|| format!("the state store in {}", self.path.display()))?;
+        row.map(|value| decode_saved_in(&self.path, &value))
+            .transpose()
+    }
+
     fn for_each(
         &self,
         each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,

@@ -44,6 +44,21 @@ pub struct DormantSnapshot {
 }
 
 impl DormantSnapshot {
+    /// What a checkpoint takes of `key` from the store: the snapshot's row, completed
+    /// with memory's timers for a key whose slots only were there; `None` for a key the
+    /// store did not hold, or whose slots memory held. Called on the checkpoint
+    /// writer's thread.
+    pub fn get(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
+        match self.in_memory.get(key) {
+            Some(None) => Ok(None),
+            Some(Some(timers)) => Ok(self.snapshot.get(key)?.map(|mut saved| {
+                saved.timers = timers.clone();
+                saved
+            })),
+            None => self.snapshot.get(key),
+        }
+    }
+
     /// Calls `each` with every key whose state a full checkpoint takes from the store,
     /// and its slots and timers, in the store's order. Called on the checkpoint
     /// writer's thread; with the keys in memory whose slots memory holds, it is every
@@ -604,6 +619,21 @@ mod tests {
         );
         let snapshot = table.dormant_snapshot().unwrap();
         assert_eq!(full_base(&table, &snapshot), want);
+        // One key at a time (an increment's): the store's keys as the table holds them,
+        // none for a key whose slots memory holds, or that the table does not have.
+        for key in &all {
+            let mut got = snapshot.get(key).unwrap();
+            if let Some(saved) = got.as_mut() {
+                saved.slots.sort();
+                saved.timers.sort();
+            }
+            let in_memory = table
+                .find(key)
+                .is_some_and(|id| !table.entry(id).is_spilled());
+            let expected = (!in_memory).then(|| want[key].clone());
+            assert_eq!(got, expected, "{key:?}");
+        }
+        assert_eq!(snapshot.get(b"unknown").unwrap(), None);
         assert_eq!(
             want[&Key::from_slice(b"spilled-3")].slots[0].1,
             Slot::Value(vec![3; 3])

@@ -91,6 +91,9 @@ pub trait SlotStore: Send {
 
 /// A [`SlotStore`] at one moment ([`SlotStore::snapshot`]).
 pub trait SlotSnapshot: Send {
+    /// What the store held for `key` at that moment, if anything. Called on the
+    /// checkpoint writer's thread for an increment's keys that went dormant.
+    fn get(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>>;
     /// Calls `each` with every key the store held at that moment and what it held of
     /// it, in the store's order. Called on the checkpoint writer's thread for a full
     /// checkpoint.
@@ -546,6 +549,9 @@ pub(crate) mod tests {
     pub(crate) struct ShelfSnapshot(BTreeMap<Vec<u8>, SavedKey>);
 
     impl SlotSnapshot for ShelfSnapshot {
+        fn get(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
+            Ok(self.0.get(key).cloned())
+        }
         fn for_each(
             &self,
             each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
