@@ -70,6 +70,7 @@
 //! ```text
 //! state-backend udf=change-only-counter backend=B cache_kib=C records_per_s=N memory_records_per_s=M ratio=R loads=L writes=W
 //! state-backend-open-orders orders=N backend=B cache_mib=C records_per_s=R peak_rss_mb=M
+//! state-backend-checkpoints orders=N backend=disk cache_mib=C checkpoints=K longest_pause_ms=P peak_rss_mb=M restored_keys=R restore_ms=T restore_peak_rss_mb=S
 //! ```
 
 mod flink;
@@ -144,6 +145,7 @@ fn main() -> anyhow::Result<()> {
                 for r in state_backend::open_orders(&data)? {
                     println!("{}", r.line());
                 }
+                println!("{}", state_backend::checkpoints(&data)?.line());
                 return Ok(());
             }
             "checkpoints" => {
@@ -337,6 +339,7 @@ fn full(data: &Path, clicks: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
     let graphs = stages::compare(&data)?;
     let backends = state_backend::compare(&spec)?;
     let open_orders = state_backend::open_orders(&data)?;
+    let backend_checkpoints = state_backend::checkpoints(&data)?;
 
     println!();
     for r in &graphs {
@@ -348,6 +351,7 @@ fn full(data: &Path, clicks: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
     for r in &open_orders {
         println!("{}", r.line());
     }
+    println!("{}", backend_checkpoints.line());
     for r in &scale_runs {
         println!("{}", r.line());
     }

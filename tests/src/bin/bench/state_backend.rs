@@ -19,11 +19,26 @@
 //! ```text
 //! state-backend-open-orders orders=N backend=B cache_mib=C records_per_s=R peak_rss_mb=M
 //! ```
+//!
+//! Checkpoints of that state (issue 40's goal 3, scaled down): the disk run again with a
+//! checkpoint every 2 s, stopped (SIGTERM) once its third checkpoint is on disk: the
+//! checkpoints it took and the longest time one held processing up, and its peak RSS;
+//! then the run that resumes from its last checkpoint to the end: the keys it restored
+//! and the time from its start to the state restored (as it logs them), and its peak RSS.
+//!
+//! ```text
+//! state-backend-checkpoints orders=N backend=disk cache_mib=C checkpoints=K longest_pause_ms=P peak_rss_mb=M restored_keys=R restore_ms=T restore_peak_rss_mb=S
+//! ```
 
+use crate::peak_rss_mb;
 use crate::state_size::measure;
 use crate::{best_of, DiscardPipeline};
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use weir_e2e::crash::newest_checkpoint;
+use weir_e2e::weir_bin;
 use weir_e2e::{component, datetime_millis, gen};
 use weir_pipeline::{PipelineSpec, StateBackend, DEFAULT_STATE_CACHE};
 use weir_run::{run, RunOptions};
@@ -126,27 +141,13 @@ pub fn open_orders(data: &Path) -> anyhow::Result<Vec<OpenOrdersRun>> {
         out.flush()?;
     }
     let mut runs = Vec::new();
-    for (backend, cache_mib) in [("memory", 0), ("disk", 64)] {
+    for (backend, cache_mib) in [("memory", 0), ("disk", OPEN_ORDERS_CACHE_MIB)] {
         // `cache` is a setting of the disk backend only (the memory backend refuses it).
         let cache = match backend {
             "disk" => format!("cache = \"{cache_mib}MiB\"\n"),
             _ => String::new(),
         };
-        let lines = format!(
-            "[udf.config]\ntimeout = \"1000h\"\n\n[state]\nbackend = \"{backend}\"\n{cache}"
-        );
-        let name = format!("state-backend-open-orders-{backend}");
-        let pipeline = DiscardPipeline {
-            name: &name,
-            source: "input",
-            input: &input,
-            key: "orderId",
-            timestamp: "timestamp",
-            out_of_orderness: "0s",
-            udf: &component("order-timeout"),
-            udf_lines: &lines,
-        }
-        .write(data)?;
+        let pipeline = open_orders_pipeline(data, &input, backend, &cache)?;
         let (records_per_s, peak_rss_mb) = measure(&pipeline, data)?;
         let run = OpenOrdersRun {
             backend,
@@ -158,4 +159,145 @@ pub fn open_orders(data: &Path) -> anyhow::Result<Vec<OpenOrdersRun>> {
         runs.push(run);
     }
     Ok(runs)
+}
+
+/// The disk backend's cache in the open-orders case.
+const OPEN_ORDERS_CACHE_MIB: usize = 64;
+
+/// The open-orders pipeline on `backend` (`cache`: its `cache = ...` line, or nothing).
+fn open_orders_pipeline(
+    data: &Path,
+    input: &Path,
+    backend: &str,
+    cache: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    let lines =
+        format!("[udf.config]\ntimeout = \"1000h\"\n\n[state]\nbackend = \"{backend}\"\n{cache}");
+    let name = format!("state-backend-open-orders-{backend}");
+    DiscardPipeline {
+        name: &name,
+        source: "input",
+        input,
+        key: "orderId",
+        timestamp: "timestamp",
+        out_of_orderness: "0s",
+        udf: &component("order-timeout"),
+        udf_lines: &lines,
+    }
+    .write(data)
+}
+
+/// A checkpointed run over the open orders and its restore (see the module docs).
+pub struct CheckpointsRun {
+    checkpoints: u64,
+    longest_pause_ms: f64,
+    peak_rss_mb: f64,
+    restored_keys: u64,
+    restore_ms: f64,
+    restore_peak_rss_mb: f64,
+}
+
+impl CheckpointsRun {
+    /// The machine-readable line.
+    pub fn line(&self) -> String {
+        format!(
+            "state-backend-checkpoints orders={OPEN_ORDERS} backend=disk cache_mib={OPEN_ORDERS_CACHE_MIB} checkpoints={} longest_pause_ms={:.1} peak_rss_mb={:.1} restored_keys={} restore_ms={:.0} restore_peak_rss_mb={:.1}",
+            self.checkpoints,
+            self.longest_pause_ms,
+            self.peak_rss_mb,
+            self.restored_keys,
+            self.restore_ms,
+            self.restore_peak_rss_mb
+        )
+    }
+}
+
+/// The open orders on the disk backend with checkpoints, stopped after the third, then
+/// resumed to the end (see the module docs). Runs after [`open_orders`], which writes
+/// the input.
+pub fn checkpoints(data: &Path) -> anyhow::Result<CheckpointsRun> {
+    let input = data.join(format!("orders-open-{OPEN_ORDERS}.jsonl"));
+    anyhow::ensure!(
+        input.exists(),
+        "{} is written by open_orders",
+        input.display()
+    );
+    let cache = format!("cache = \"{OPEN_ORDERS_CACHE_MIB}MiB\"\n");
+    let pipeline = open_orders_pipeline(data, &input, "disk", &cache)?;
+    let state_dir = data.join("state-backend-checkpoints.state");
+    let _ = std::fs::remove_dir_all(&state_dir);
+    let run = |log: &Path| -> anyhow::Result<std::process::Child> {
+        Ok(Command::new(weir_bin())
+            .arg("run")
+            .arg(&pipeline)
+            .arg("--state-dir")
+            .arg(&state_dir)
+            .args(["--checkpoint-interval", "2s"])
+            .arg("--dead-letter")
+            .arg(data.join("state-backend-checkpoints.dead-letter.jsonl"))
+            .env("WEIR_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log)?)
+            .spawn()?)
+    };
+    // The first run, stopped once its third checkpoint is on disk.
+    let first_log = data.join("state-backend-checkpoints.first.log");
+    let mut first = run(&first_log)?;
+    let limit = Instant::now() + Duration::from_secs(600);
+    loop {
+        let third = newest_checkpoint(&state_dir)
+            .and_then(|name| {
+                let epoch = name.strip_prefix("checkpoint-")?.strip_suffix(".weir")?;
+                epoch.parse::<u64>().ok()
+            })
+            .is_some_and(|epoch| epoch >= 3);
+        if third || first.try_wait()?.is_some() || Instant::now() > limit {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status();
+    first.wait()?;
+    let summary = std::fs::read_to_string(&first_log)?;
+    let (checkpoints, longest_pause_ms) = summary
+        .lines()
+        .find_map(|l| {
+            let rest = l.trim().strip_prefix("checkpoints: ")?;
+            let (taken, pause) = rest.split_once(" taken, longest pause ")?;
+            Some((
+                taken.parse().ok()?,
+                pause.strip_suffix(" ms")?.parse().ok()?,
+            ))
+        })
+        .ok_or_else(|| anyhow::anyhow!("no checkpoints in the summary:\n{summary}"))?;
+    anyhow::ensure!(
+        summary.contains("stopped"),
+        "the checkpointed run ended before it was stopped:\n{summary}"
+    );
+    let first_peak_rss_mb = peak_rss_mb(&summary)?;
+    // The run that resumes, to the end.
+    let second_log = data.join("state-backend-checkpoints.second.log");
+    let status = run(&second_log)?.wait()?;
+    let summary = std::fs::read_to_string(&second_log)?;
+    anyhow::ensure!(status.success(), "the resumed run failed:\n{summary}");
+    let (restored_keys, restore_ms) = summary
+        .lines()
+        .find_map(|l| {
+            let rest = l.split_once("restored checkpoint ")?.1;
+            let (keys, ms) = rest.split_once(": ")?.1.split_once(" keys in ")?;
+            Some((keys.parse().ok()?, ms.split_once(" ms")?.0.parse().ok()?))
+        })
+        .ok_or_else(|| anyhow::anyhow!("no restore in the log:\n{summary}"))?;
+    let run = CheckpointsRun {
+        checkpoints,
+        longest_pause_ms,
+        peak_rss_mb: first_peak_rss_mb,
+        restored_keys,
+        restore_ms,
+        restore_peak_rss_mb: peak_rss_mb(&summary)?,
+    };
+    eprintln!("  {}", run.line());
+    Ok(run)
 }
