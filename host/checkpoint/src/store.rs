@@ -162,20 +162,19 @@ impl CheckpointStore {
     /// Starts writing checkpoint `epoch` in the background; then deletes the ones
     /// before `keep_from` (older chains). Waits for the previous write first.
     pub fn write(&mut self, epoch: u64, data: Vec<u8>, keep_from: u64) -> anyhow::Result<()> {
-        self.write_later(epoch, Box::new(move || Ok(data)), keep_from)?;
-        Ok(())
+        self.write_later(epoch, Box::new(move || Ok(data)), keep_from)
     }
 
     /// [`write`](Self::write) with bytes that `produce` makes on the writer's thread
-    /// (a full checkpoint reading a snapshot of the state store). Returns what the
-    /// previous write made durable, if one was in progress.
+    /// (a checkpoint reading a snapshot of the state store). Waits for the previous
+    /// write first: call [`wait`](Self::wait) before to learn what it wrote.
     pub fn write_later(
         &mut self,
         epoch: u64,
         produce: Box<dyn FnOnce() -> anyhow::Result<Vec<u8>> + Send>,
         keep_from: u64,
-    ) -> anyhow::Result<Option<Written>> {
-        let previous = self.wait()?;
+    ) -> anyhow::Result<()> {
+        self.wait()?;
         let backend = Arc::clone(&self.backend);
         let on_durable = self.on_durable.clone();
         let handle = std::thread::Builder::new()
@@ -197,7 +196,7 @@ impl CheckpointStore {
                 })
             })?;
         self.writing = Some(handle);
-        Ok(previous)
+        Ok(())
     }
 
     /// Waits for the write in progress; returns what it made durable, if any.

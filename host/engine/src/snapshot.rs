@@ -141,7 +141,7 @@ pub fn begin_changes(keys: &mut KeyTable) -> anyhow::Result<KeyedSection> {
     }
     let in_store = match in_store.is_empty() {
         true => None,
-        false => keys.dormant_snapshot().map(|snapshot| StoreKeys {
+        false => keys.store_snapshot().map(|snapshot| StoreKeys {
             snapshot,
             listed: Some(in_store),
         }),

@@ -271,24 +271,13 @@ impl KeyTable {
     }
 
     /// The keys that changed since the last call and went dormant since, and forgets
-    /// them: a checkpoint writes them as [`dormant`](Self::dormant) says they are (one
-    /// woken again since is in memory, and may be listed by
+    /// them: a checkpoint writes them as the store holds them
+    /// ([`store_snapshot`](Self::store_snapshot)) (one woken again since is in memory, and may be listed by
     /// [`take_changes`](Self::take_changes) too).
     pub fn take_dormant_changes(&mut self) -> Vec<Key> {
         self.spill
             .as_mut()
             .map_or_else(Vec::new, |spill| std::mem::take(&mut spill.changed_dormant))
-    }
-
-    /// What the store holds of dormant `key` (`None`: it is not dormant).
-    pub fn dormant(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
-        if self.find(key).is_some() {
-            return Ok(None);
-        }
-        match &self.spill {
-            Some(spill) => spill.store.load(key),
-            None => Ok(None),
-        }
     }
 
     /// The store's keys as they are now, for a full checkpoint to walk later
@@ -309,6 +298,18 @@ impl KeyTable {
             in_memory,
         })
     }
+
+    /// The store as it is now, to read later keys that are dormant now (an increment's
+    /// keys that changed and went dormant since): [`dormant_snapshot`](Self::dormant_snapshot)
+    /// without listing the keys in memory, which such a read never asks for. `None`
+    /// without a store. Called on the run's thread; takes no time in either.
+    pub fn store_snapshot(&self) -> Option<DormantSnapshot> {
+        let spill = self.spill.as_ref()?;
+        Some(DormantSnapshot {
+            snapshot: spill.store.snapshot(),
+            in_memory: HashMap::new(),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -325,7 +326,7 @@ mod tests {
                 slots: table.slots_of(id).unwrap(),
                 timers: table.timers(id).collect(),
             },
-            None => table.dormant(key).unwrap()?,
+            None => table.spill.as_ref()?.store.load(key).unwrap()?,
         };
         saved.slots.sort();
         saved.timers.sort();
