@@ -22,7 +22,7 @@ pub mod file;
 pub mod kafka_store;
 pub mod store;
 
-pub use file::CheckpointFile;
+pub use file::{CheckpointFile, CheckpointHead, KeyedLater};
 pub use store::{Chain, CheckpointStore, Written};
 
 use serde::{Deserialize, Serialize};
@@ -341,28 +341,26 @@ impl Checkpointer {
 
     /// Hands a checkpoint to the background writer; returns its size in bytes (encoded,
     /// as the store keeps it).
-    pub fn write(&mut self, file: &CheckpointFile) -> anyhow::Result<u64> {
-        let data = file.encode()?;
-        let size = data.len() as u64;
-        self.hand_over(&file.meta, Some(size), Box::new(move || Ok(data)))?;
+    pub fn write(&mut self, file: CheckpointFile) -> anyhow::Result<u64> {
+        let size = file.encoded_len()?;
+        let meta = file.meta.clone();
+        let produce = move |out: &mut dyn std::io::Write| file.write_to(out, None).map(|_| ());
+        self.hand_over(&meta, Some(size), Box::new(produce))?;
         Ok(size)
     }
 
-    /// Hands a checkpoint to the background writer, whose keyed section ends with what
-    /// `keyed_later` returns on the writer's thread (a full checkpoint's keys read from
-    /// a snapshot of the state store), so the run does not wait for them. Its size is
-    /// known once it is durable ([`wait`](Self::wait)).
+    /// Hands a checkpoint to the background writer, whose keyed section ends with the
+    /// parts `keyed_later` makes on the writer's thread (a full checkpoint's keys read
+    /// from a snapshot of the state store), so the run does not wait for them. Its size
+    /// is known once it is durable ([`wait`](Self::wait)).
     pub fn write_later(
         &mut self,
         file: CheckpointFile,
         keyed_later: KeyedLater,
     ) -> anyhow::Result<()> {
         let meta = file.meta.clone();
-        let produce = move || {
-            let mut file = file;
-            file.keyed.extend(keyed_later()?);
-            file.encode()
-        };
+        let produce =
+            move |out: &mut dyn std::io::Write| file.write_to(out, Some(keyed_later)).map(|_| ());
         self.hand_over(&meta, None, Box::new(produce))
     }
 
@@ -388,7 +386,7 @@ impl Checkpointer {
         &mut self,
         meta: &Meta,
         size: Option<u64>,
-        produce: Box<dyn FnOnce() -> anyhow::Result<Vec<u8>> + Send>,
+        produce: store::Produce,
     ) -> anyhow::Result<()> {
         // The write in flight lands first, and its size counts before this one's.
         self.wait()?;
@@ -419,10 +417,6 @@ impl Checkpointer {
         Ok(())
     }
 }
-
-/// The end of a checkpoint's keyed section, made on the checkpoint writer's thread
-/// ([`Checkpointer::write_later`]).
-pub type KeyedLater = Box<dyn FnOnce() -> anyhow::Result<Vec<u8>> + Send>;
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -480,9 +474,9 @@ pub(crate) mod tests {
                 length: Some(3),
                 data: b"t".to_vec(),
             }],
-            keyed: keyed.to_vec(),
+            keyed: vec![keyed.to_vec()],
         };
-        c.write(&file).unwrap();
+        c.write(file).unwrap();
         c.store.wait().unwrap();
         plan
     }
@@ -507,7 +501,18 @@ pub(crate) mod tests {
         assert_eq!(epochs, vec![1, 2, 3]);
         assert_eq!(chain.newest().sinks[0].data, b"t");
         assert_eq!(chain.newest().meta, meta(3, Some(2)));
-        drop(c);
+        let mut parts = Vec::new();
+        for index in 0..3 {
+            chain
+                .read_keyed(index, &mut |part| {
+                    parts.push(part.to_vec());
+                    Ok(())
+                })
+                .unwrap();
+        }
+        assert_eq!(parts, [vec![1; 10_000], vec![2; 10], vec![3; 10]]);
+        // A chain reads its files from the store it was found in, locked while it lives.
+        drop((c, chain));
 
         // Damage the newest: the one before is restored, the damaged one discarded.
         let newest = dir.path().join("checkpoint-0000000003.weir");
@@ -565,24 +570,5 @@ pub(crate) mod tests {
         );
         let (_, chain) = Checkpointer::open(&in_dir(dir.path()), true).unwrap();
         assert!(chain.is_none(), "--fresh starts over");
-    }
-
-    #[test]
-    fn a_cut_short_file_is_refused() {
-        let file = CheckpointFile {
-            meta: meta(1, None),
-            sinks: vec![],
-            keyed: vec![9; 50],
-        };
-        let data = file.encode().unwrap();
-        let back = CheckpointFile::decode(&data).unwrap();
-        assert_eq!(back.meta, file.meta);
-        assert_eq!(back.keyed, file.keyed);
-        for cut in [0, 7, 20, data.len() - 1] {
-            assert!(
-                CheckpointFile::decode(&data[..cut]).is_err(),
-                "cut at {cut}"
-            );
-        }
     }
 }

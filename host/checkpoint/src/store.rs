@@ -7,28 +7,56 @@
 //! run only waits for it at the next checkpoint. A lock file keeps two runs from sharing
 //! a directory.
 
-use super::file::CheckpointFile;
+use super::file::{self, CheckpointHead};
 use anyhow::Context as _;
 use std::fs::File;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// A checkpoint that can be restored: its full base first, then its increments.
-#[derive(Debug)]
+/// A checkpoint that can be restored: its full base first, then its increments. Holds
+/// each file's head; their keyed sections are read a part at a time
+/// ([`read_keyed`](Self::read_keyed)).
 pub struct Chain {
-    /// The checkpoints, oldest first: a full one, then each increment on it, up to the
-    /// one restored. Never empty.
-    pub files: Vec<CheckpointFile>,
+    /// The checkpoints' heads, oldest first: a full one, then each increment on it, up to
+    /// the one restored. Never empty.
+    pub files: Vec<CheckpointHead>,
     /// Bytes of each file, in the same order.
     pub sizes: Vec<u64>,
+    backend: Arc<dyn Backend>,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chain")
+            .field("files", &self.files)
+            .field("sizes", &self.sizes)
+            .field("in", &self.backend.describe())
+            .finish()
+    }
 }
 
 impl Chain {
     /// The checkpoint the chain restores: its last file, whose meta holds the positions,
     /// watermarks and counters to resume at.
-    pub fn newest(&self) -> &CheckpointFile {
+    pub fn newest(&self) -> &CheckpointHead {
         self.files.last().expect("a chain has a base")
+    }
+
+    /// Reads the keyed section of `files[index]` again, handing `apply` its parts in
+    /// order, one at a time in memory. The file read back intact when the chain was
+    /// found; a file that no longer does fails here, after the parts before the damage.
+    pub fn read_keyed(
+        &self,
+        index: usize,
+        apply: &mut dyn FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let epoch = self.files[index].meta.epoch;
+        let mut input = self.backend.open(epoch)?;
+        file::read(&mut input, apply)
+            .with_context(|| format!("checkpoint {epoch} in {}", self.backend.describe()))?;
+        Ok(())
     }
 }
 
@@ -43,8 +71,28 @@ pub trait Backend: Send + Sync {
     /// The bytes of checkpoint `epoch`, one of [`epochs`](Backend::epochs). Decoding
     /// (and the checksum) is the caller's.
     fn read(&self, epoch: u64) -> anyhow::Result<Vec<u8>>;
+    /// Checkpoint `epoch`, one of [`epochs`](Backend::epochs), to read from its start.
+    /// By default the bytes [`read`](Backend::read) returns; a backend that can read a
+    /// file a little at a time does.
+    fn open(&self, epoch: u64) -> anyhow::Result<Box<dyn Read + Send>> {
+        Ok(Box::new(std::io::Cursor::new(self.read(epoch)?)))
+    }
     /// Writes checkpoint `epoch` durably, all of it or nothing. Runs on a background thread.
     fn write(&self, epoch: u64, data: &[u8]) -> anyhow::Result<()>;
+    /// Writes checkpoint `epoch` durably, all of it or nothing, its bytes being those
+    /// `fill` writes (nothing, if it fails); returns their count. Runs on a background
+    /// thread. By default collects them in memory and calls [`write`](Backend::write); a
+    /// backend that can write a file a little at a time does.
+    fn write_from(
+        &self,
+        epoch: u64,
+        fill: &mut dyn FnMut(&mut dyn Write) -> anyhow::Result<()>,
+    ) -> anyhow::Result<u64> {
+        let mut data = Vec::new();
+        fill(&mut data)?;
+        self.write(epoch, &data)?;
+        Ok(data.len() as u64)
+    }
     /// Removes checkpoint `epoch`, so that [`epochs`](Backend::epochs) no longer lists
     /// it; one that is not there is no error. Runs on the background thread when a write
     /// prunes older chains, else on the caller's.
@@ -68,6 +116,9 @@ pub struct CheckpointStore {
     /// Told each epoch the background writer made durable.
     on_durable: Option<Arc<OnDurable>>,
 }
+
+/// What writes a checkpoint's bytes on the writer's thread ([`CheckpointStore::write_later`]).
+pub type Produce = Box<dyn FnOnce(&mut dyn Write) -> anyhow::Result<()> + Send>;
 
 /// What a store tells when a checkpoint it wrote is durable (its epoch).
 pub type OnDurable = dyn Fn(u64) + Send + Sync;
@@ -131,9 +182,16 @@ impl CheckpointStore {
     /// Whether checkpoint `epoch` reads back intact and is a stage's final section
     /// ([`Meta::finished`](crate::Meta::finished)); a damaged one is not.
     pub fn is_final(&self, epoch: u64) -> bool {
-        let file = self.backend.read(epoch);
-        file.and_then(|data| CheckpointFile::decode(&data))
-            .is_ok_and(|file| file.meta.finished)
+        self.read_through(epoch)
+            .is_ok_and(|(head, _)| head.meta.finished)
+    }
+
+    /// Reads checkpoint `epoch` through, checking it, without keeping its keyed section:
+    /// its head and size.
+    fn read_through(&self, epoch: u64) -> anyhow::Result<(CheckpointHead, u64)> {
+        let mut input = self.backend.open(epoch)?;
+        file::read(&mut input, &mut |_| Ok(()))
+            .with_context(|| format!("checkpoint {epoch} in {}", self.backend.describe()))
     }
 
     fn load_chain(&self, epoch: u64) -> anyhow::Result<Chain> {
@@ -141,37 +199,43 @@ impl CheckpointStore {
         let mut sizes = Vec::new();
         let mut next = Some(epoch);
         while let Some(epoch) = next {
-            let data = self.backend.read(epoch)?;
-            let file = CheckpointFile::decode(&data)
-                .with_context(|| format!("checkpoint {epoch} in {}", self.backend.describe()))?;
+            let (head, size) = self.read_through(epoch)?;
             anyhow::ensure!(
-                file.meta.epoch == epoch,
+                head.meta.epoch == epoch,
                 "checkpoint {epoch} in {} says it is checkpoint {}",
                 self.backend.describe(),
-                file.meta.epoch
+                head.meta.epoch
             );
-            next = file.meta.parent;
-            sizes.push(data.len() as u64);
-            files.push(file);
+            next = head.meta.parent;
+            sizes.push(size);
+            files.push(head);
         }
         files.reverse();
         sizes.reverse();
-        Ok(Chain { files, sizes })
+        Ok(Chain {
+            files,
+            sizes,
+            backend: Arc::clone(&self.backend),
+        })
     }
 
     /// Starts writing checkpoint `epoch` in the background; then deletes the ones
     /// before `keep_from` (older chains). Waits for the previous write first.
     pub fn write(&mut self, epoch: u64, data: Vec<u8>, keep_from: u64) -> anyhow::Result<()> {
-        self.write_later(epoch, Box::new(move || Ok(data)), keep_from)
+        self.write_later(
+            epoch,
+            Box::new(move |out: &mut dyn Write| Ok(out.write_all(&data)?)),
+            keep_from,
+        )
     }
 
-    /// [`write`](Self::write) with bytes that `produce` makes on the writer's thread
-    /// (a checkpoint reading a snapshot of the state store). Waits for the previous
-    /// write first: call [`wait`](Self::wait) before to learn what it wrote.
+    /// [`write`](Self::write) with bytes that `produce` writes on the writer's thread, as
+    /// it makes them (a checkpoint reading a snapshot of the state store). Waits for the
+    /// previous write first: call [`wait`](Self::wait) before to learn what it wrote.
     pub fn write_later(
         &mut self,
         epoch: u64,
-        produce: Box<dyn FnOnce() -> anyhow::Result<Vec<u8>> + Send>,
+        produce: Produce,
         keep_from: u64,
     ) -> anyhow::Result<()> {
         self.wait()?;
@@ -180,8 +244,11 @@ impl CheckpointStore {
         let handle = std::thread::Builder::new()
             .name("weir-checkpoint".into())
             .spawn(move || {
-                let data = produce()?;
-                backend.write(epoch, &data)?;
+                let mut produce = Some(produce);
+                let bytes = backend.write_from(epoch, &mut |out| {
+                    let produce = produce.take().expect("a backend writes a checkpoint once");
+                    produce(out)
+                })?;
                 if let Some(tell) = on_durable {
                     tell(epoch);
                 }
@@ -190,10 +257,7 @@ impl CheckpointStore {
                         backend.delete(old)?;
                     }
                 }
-                Ok(Written {
-                    epoch,
-                    bytes: data.len() as u64,
-                })
+                Ok(Written { epoch, bytes })
             })?;
         self.writing = Some(handle);
         Ok(())
@@ -293,8 +357,23 @@ impl Backend for DirBackend {
         std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
     }
 
+    fn open(&self, epoch: u64) -> anyhow::Result<Box<dyn Read + Send>> {
+        let path = self.path(epoch);
+        let file = File::open(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        Ok(Box::new(std::io::BufReader::with_capacity(1 << 16, file)))
+    }
+
     fn write(&self, epoch: u64, data: &[u8]) -> anyhow::Result<()> {
-        write_atomically(&self.dir, &self.path(epoch), data)
+        self.write_from(epoch, &mut |out| Ok(out.write_all(data)?))
+            .map(|_| ())
+    }
+
+    fn write_from(
+        &self,
+        epoch: u64,
+        fill: &mut dyn FnMut(&mut dyn Write) -> anyhow::Result<()>,
+    ) -> anyhow::Result<u64> {
+        write_atomically(&self.dir, &self.path(epoch), fill)
     }
 
     fn delete(&self, epoch: u64) -> anyhow::Result<()> {
@@ -302,20 +381,62 @@ impl Backend for DirBackend {
     }
 }
 
-fn write_atomically(dir: &Path, path: &Path, data: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write as _;
+/// Writes `path` through a temporary file, synced and renamed into place: all of it or
+/// nothing (the temporary file is removed when `fill` or the disk fails).
+fn write_atomically(
+    dir: &Path,
+    path: &Path,
+    fill: &mut dyn FnMut(&mut dyn Write) -> anyhow::Result<()>,
+) -> anyhow::Result<u64> {
     let tmp = path.with_extension("tmp");
-    let mut file =
-        File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    file.write_all(data)
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    drop(file);
+    let written = (|| {
+        let file =
+            File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let mut out = Counting {
+            inner: std::io::BufWriter::with_capacity(1 << 16, file),
+            written: 0,
+        };
+        fill(&mut out).with_context(|| format!("cannot write {}", tmp.display()))?;
+        let file = out
+            .inner
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|file| file.sync_all().map(|()| file))
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        drop(file);
+        anyhow::Ok(out.written)
+    })();
+    let written = match written {
+        Ok(written) => written,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
     std::fs::rename(&tmp, path)
         .with_context(|| format!("cannot rename {} into place", tmp.display()))?;
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .with_context(|| format!("cannot sync {}", dir.display()))
+        .with_context(|| format!("cannot sync {}", dir.display()))?;
+    Ok(written)
+}
+
+/// A writer that counts the bytes through it.
+struct Counting<W> {
+    inner: W,
+    written: u64,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 fn remove(path: &Path) -> anyhow::Result<()> {

@@ -23,9 +23,13 @@ use weir_core::time::Timestamp;
 const REMOVED: u8 = 0;
 const PUT: u8 = 1;
 
-/// Every live key: a base for later increments. Fails only if the `disk` backend's
-/// store cannot be read. Reads the whole store on the calling thread: the run takes
-/// [`begin_full`] instead.
+/// The size past which a section's part ends (after the key's record that crosses it):
+/// a checkpoint file is written and restored a part at a time.
+pub const PART_BYTES: usize = 1 << 20;
+
+/// Every live key: a base for later increments, as one block. Fails only if the `disk`
+/// backend's store cannot be read. Reads the whole store on the calling thread: the run
+/// takes [`begin_full`] instead.
 pub fn encode_full(keys: &KeyTable) -> anyhow::Result<Vec<u8>> {
     begin_full(keys).encode()
 }
@@ -35,21 +39,26 @@ pub fn encode_full(keys: &KeyTable) -> anyhow::Result<Vec<u8>> {
 /// backend, the keys read later from a snapshot of the store taken at the same moment
 /// (on the checkpoint writer's thread). So the run pauses for the keys in memory (the
 /// cache), not for the store: a full checkpoint's dormant keys, or the keys an
-/// increment has that changed and went dormant since.
+/// increment has that changed and went dormant since. Both come in parts of about
+/// [`PART_BYTES`], each a whole number of keys' records, which [`apply`] takes one at a
+/// time.
 pub struct KeyedSection {
-    /// The part encoded on the run's thread.
-    pub in_memory: Vec<u8>,
+    /// The parts encoded on the run's thread.
+    pub in_memory: Vec<Vec<u8>>,
     /// The keys to read from the store; `None` when there are none (always with the
     /// memory backend).
     pub in_store: Option<StoreKeys>,
 }
 
 impl KeyedSection {
-    /// The whole section, read on the calling thread.
+    /// The whole section as one block, read on the calling thread.
     pub fn encode(self) -> anyhow::Result<Vec<u8>> {
-        let mut out = self.in_memory;
+        let mut out = self.in_memory.concat();
         if let Some(in_store) = self.in_store {
-            out.extend(in_store.encode()?);
+            in_store.write_parts(&mut |part| {
+                out.extend_from_slice(part);
+                Ok(())
+            })?;
         }
         Ok(out)
     }
@@ -64,43 +73,105 @@ pub struct StoreKeys {
 }
 
 impl StoreKeys {
-    /// The keys, encoded as the rest of the section. Reads the snapshot: called on the
-    /// checkpoint writer's thread. Fails only if the store cannot be read.
-    pub fn encode(&self) -> anyhow::Result<Vec<u8>> {
-        let mut out = Writer::default();
+    /// Reads the keys from the snapshot, handing `part` the rest of the section a part at
+    /// a time (see [`KeyedSection`]). Called on the checkpoint writer's thread. Fails if
+    /// the store cannot be read or `part` fails.
+    pub fn write_parts(
+        &self,
+        part: &mut dyn FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut done = |done: Vec<u8>| part(&done);
+        let mut out = Parts::new(&mut done);
         match &self.listed {
             None => self.snapshot.for_each(&mut |key, saved| {
-                put_saved(&mut out, key, &saved);
-                Ok(())
+                put_saved(out.writer(), key, &saved);
+                out.end_record()
             })?,
             Some(keys) => {
                 for key in keys {
                     if let Some(saved) = self.snapshot.get(key)? {
-                        put_saved(&mut out, key, &saved);
+                        put_saved(out.writer(), key, &saved);
+                        out.end_record()?;
                     }
                 }
             }
         }
-        Ok(out.into_inner())
+        out.finish()
     }
+}
+
+/// A section being encoded: records go to a writer, which becomes a part (handed to
+/// `done`) once it holds [`PART_BYTES`].
+struct Parts<'a> {
+    current: Writer,
+    done: &'a mut dyn FnMut(Vec<u8>) -> anyhow::Result<()>,
+}
+
+impl<'a> Parts<'a> {
+    fn new(done: &'a mut dyn FnMut(Vec<u8>) -> anyhow::Result<()>) -> Self {
+        Self {
+            current: Writer::default(),
+            done,
+        }
+    }
+
+    /// Where the next record goes.
+    fn writer(&mut self) -> &mut Writer {
+        &mut self.current
+    }
+
+    /// Called after each record: ends the part if it is full.
+    fn end_record(&mut self) -> anyhow::Result<()> {
+        if self.current.len() >= PART_BYTES {
+            (self.done)(std::mem::take(&mut self.current).into_inner())?;
+        }
+        Ok(())
+    }
+
+    /// Hands over the last part, if it holds anything.
+    fn finish(self) -> anyhow::Result<()> {
+        match self.current.is_empty() {
+            true => Ok(()),
+            false => (self.done)(self.current.into_inner()),
+        }
+    }
+}
+
+/// Encodes on the calling thread what `records` writes, in parts.
+fn in_parts(
+    records: impl FnOnce(&mut Parts<'_>) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<Vec<u8>>> {
+    let mut parts = Vec::new();
+    let mut keep = |part: Vec<u8>| {
+        parts.push(part);
+        Ok(())
+    };
+    let mut out = Parts::new(&mut keep);
+    records(&mut out)?;
+    out.finish()?;
+    Ok(parts)
 }
 
 /// Starts a full checkpoint of `keys` (see [`KeyedSection`]): every live key. Called on
 /// the run's thread between runs of records; never reads the store.
 pub fn begin_full(keys: &KeyTable) -> KeyedSection {
-    let mut in_memory = Writer::default();
-    for (id, entry) in keys.iter() {
-        if !entry.is_spilled() {
-            put_key(
-                &mut in_memory,
-                entry.key(),
-                entry.slots().collect(),
-                keys.timers(id).collect(),
-            );
+    let in_memory = in_parts(|out| {
+        for (id, entry) in keys.iter() {
+            if !entry.is_spilled() {
+                put_key(
+                    out.writer(),
+                    entry.key(),
+                    entry.slots().collect(),
+                    keys.timers(id).collect(),
+                );
+                out.end_record()?;
+            }
         }
-    }
+        Ok(())
+    })
+    .expect("keeping parts in memory does not fail");
     KeyedSection {
-        in_memory: in_memory.into_inner(),
+        in_memory,
         in_store: keys.dormant_snapshot().map(|snapshot| StoreKeys {
             snapshot,
             listed: None,
@@ -115,30 +186,35 @@ pub fn begin_full(keys: &KeyTable) -> KeyedSection {
 pub fn begin_changes(keys: &mut KeyTable) -> anyhow::Result<KeyedSection> {
     let (released, changed) = keys.take_changes();
     let dormant = keys.take_dormant_changes();
-    let mut out = Writer::default();
-    for key in &released {
-        out.u8(REMOVED);
-        out.bytes(key);
-    }
-    let mut written = std::collections::HashSet::new();
-    for id in changed {
-        written.insert(id);
-        put(&mut out, keys, id)?;
-    }
-    // A key that went dormant and woke again is in memory, and written as it is now
-    // (once); one still dormant is read from the store's snapshot; one released since is
-    // gone (the snapshot has none of it), its removal written above.
     let mut in_store = Vec::new();
-    for key in dormant {
-        match keys.find(&key) {
-            Some(id) => {
-                if written.insert(id) {
-                    put(&mut out, keys, id)?;
-                }
-            }
-            None => in_store.push(key),
+    let in_memory = in_parts(|out| {
+        for key in &released {
+            out.writer().u8(REMOVED);
+            out.writer().bytes(key);
+            out.end_record()?;
         }
-    }
+        let mut written = std::collections::HashSet::new();
+        for id in changed {
+            written.insert(id);
+            put(out.writer(), keys, id)?;
+            out.end_record()?;
+        }
+        // A key that went dormant and woke again is in memory, and written as it is now
+        // (once); one still dormant is read from the store's snapshot; one released since
+        // is gone (the snapshot has none of it), its removal written above.
+        for key in dormant {
+            match keys.find(&key) {
+                Some(id) => {
+                    if written.insert(id) {
+                        put(out.writer(), keys, id)?;
+                        out.end_record()?;
+                    }
+                }
+                None => in_store.push(key),
+            }
+        }
+        Ok(())
+    })?;
     let in_store = match in_store.is_empty() {
         true => None,
         false => keys.store_snapshot().map(|snapshot| StoreKeys {
@@ -147,7 +223,7 @@ pub fn begin_changes(keys: &mut KeyTable) -> anyhow::Result<KeyedSection> {
         }),
     };
     Ok(KeyedSection {
-        in_memory: out.into_inner(),
+        in_memory,
         in_store,
     })
 }
@@ -420,6 +496,33 @@ mod tests {
         parts.sort();
         assert_eq!(parts, dump(&host));
         assert_eq!(dump(&right).len(), 1);
+    }
+
+    #[test]
+    fn a_large_section_comes_in_parts_of_whole_keys_that_restore_one_at_a_time() {
+        let keys: Vec<(Vec<u8>, Slot, Timers<'_>)> = (0..3_000u32)
+            .map(|i| {
+                let value = vec![i as u8; 1_000];
+                let timers: Timers<'_> = if i % 2 == 0 { &[(EventTime, 7)] } else { &[] };
+                (i.to_be_bytes().to_vec(), Slot::Value(value), timers)
+            })
+            .collect();
+        let refs: Vec<(&[u8], Slot, Timers<'_>)> = keys
+            .iter()
+            .map(|(k, s, t)| (k.as_slice(), s.clone(), *t))
+            .collect();
+        let host = host_with(&refs);
+        let parts = begin_full(&host.keys).in_memory;
+        assert_eq!(parts.len(), 3, "about 3 MB in parts of 1 MiB");
+        for part in &parts[..parts.len() - 1] {
+            assert!(part.len() >= PART_BYTES && part.len() < PART_BYTES + 1_100);
+        }
+        let mut restored = HostServices::new(0);
+        for part in &parts {
+            apply(&mut restored, part, &[Some(0.into())]).unwrap();
+        }
+        assert_eq!(dump(&restored), dump(&host));
+        assert_eq!(restored.timers.pending(EventTime), 1_500);
     }
 
     #[test]

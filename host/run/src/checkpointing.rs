@@ -126,7 +126,7 @@ impl Restored {
         let Some(chain) = &self.chain else {
             return Ok(());
         };
-        for file in &chain.files {
+        for (index, file) in chain.files.iter().enumerate() {
             let host = operator.host_mut();
             let mapping: Vec<_> = file
                 .meta
@@ -161,8 +161,9 @@ impl Restored {
                 })
                 .collect();
             let mine = |key: &[u8]| weir_core::key::shard_of(key, parallelism) == shard;
-            snapshot::apply_where(host, &file.keyed, &mapping, mine).map_err(|e| {
-                anyhow::anyhow!("checkpoint {}: keyed state: {e:#}", file.meta.epoch)
+            chain.read_keyed(index, &mut |part| {
+                snapshot::apply_where(host, part, &mapping, mine)
+                    .map_err(|e| anyhow::anyhow!("keyed state: {e:#}"))
             })?;
         }
         operator.host_mut().schedule_all_expiry();
@@ -480,14 +481,13 @@ impl Checkpoints {
         // Its size, unless the writer reads part of it from the stores (then once it is
         // durable: `commit_durable`).
         let bytes = match in_stores.is_empty() {
-            true => checkpointer.write(&file)?,
+            true => checkpointer.write(file)?,
             false => {
-                let keyed_later = move || {
-                    let mut keyed = Vec::new();
+                let keyed_later = move |part: &mut dyn FnMut(&[u8]) -> anyhow::Result<()>| {
                     for in_store in &in_stores {
-                        keyed.extend(in_store.encode()?);
+                        in_store.write_parts(part)?;
                     }
-                    Ok(keyed)
+                    Ok(())
                 };
                 checkpointer.write_later(file, Box::new(keyed_later))?;
                 0
