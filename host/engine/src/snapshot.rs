@@ -298,8 +298,8 @@ impl From<StateId> for RestoreTo {
 }
 
 /// Applies a section to `host`. `states[i]` says where the checkpoint's state `i` goes
-/// (`None`: the UDF no longer declares it, so its slots are dropped). The caller lists
-/// the keys for expiry afterwards ([`HostServices::schedule_all_expiry`]).
+/// (`None`: the UDF no longer declares it, so its slots are dropped). Each key is listed
+/// for the expiry of its entries as it is applied.
 pub fn apply(
     host: &mut HostServices,
     section: &[u8],
@@ -359,6 +359,10 @@ pub fn apply_where(
                 }
             }
             other => anyhow::bail!("unknown keyed record tag {other}"),
+        }
+        if host.states.any_ttl() {
+            // Before it may leave memory: a dormant key takes its expiry with it.
+            host.schedule_expiry(id);
         }
         host.keys.release_if_unused(id);
         // The `disk` backend keeps what exceeds its budget in its store as it goes.

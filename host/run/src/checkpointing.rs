@@ -166,7 +166,6 @@ impl Restored {
                     .map_err(|e| anyhow::anyhow!("keyed state: {e:#}"))
             })?;
         }
-        operator.host_mut().schedule_all_expiry();
         let meta = &chain.newest().meta;
         let watermarks: Vec<_> = inputs
             .iter()

@@ -12,18 +12,20 @@
 //!   appended; a map entry its map key's bytes, so entries come in byte order.
 //! - `timers_by_key` rows: prefix, domain (1 byte), time (8 bytes, sign bit flipped,
 //!   BE, so that times sort as numbers); the key's timers in time order.
-//! - `timers_by_time` rows: domain, time, the key's tie order (8 bytes BE, see
-//!   `weir_core::key::tie_order`), then the prefix: the due timers of a clock first, in
-//!   the order they fire, so that keys due at one time wake a bounded number at a time.
+//! - `timers_by_time` rows: the listing (1 byte, `weir_core::state::Wake::index`: a
+//!   timer of either clock, or an expiry of state entries on either clock), time, the
+//!   key's tie order (8 bytes BE, see `weir_core::key::tie_order`), then the prefix: the
+//!   due timers of a clock first, in the order they fire, so that keys due at one time
+//!   wake a bounded number at a time; likewise the keys whose entries expire.
 //! - `spilled` rows: the prefix, then every slot of the key in one value, and the
-//!   timers of a key that left memory whole ([`encode_saved`]): how the key table
-//!   spills a key. A dormant key's timers are also in `timers_by_time`, so that due
-//!   ones wake their keys in time order.
+//!   timers and expiry of a key that left memory whole ([`encode_saved`]): how the key
+//!   table spills a key. A dormant key's earliest timers and its expiry are also in
+//!   `timers_by_time`, so that due ones wake their keys in time order.
 
 use weir_core::codec::{Reader, Writer};
 use weir_core::key::{key_group, tie_order};
 use weir_core::state::StateId;
-use weir_core::state::{SavedKey, Slot};
+use weir_core::state::{SavedKey, Slot, Wake};
 use weir_core::time::timers::{FiringPlace, TimeDomain};
 use weir_core::time::Timestamp;
 
@@ -37,7 +39,7 @@ pub const MAX_MAP_KEY_BYTES: usize = 32 * 1024;
 /// What the key table saved of a key as one `spilled` row: the count of its slots, then
 /// per slot its state id and the slot as checkpoints write it ([`Slot::encode`]); then
 /// the count of its timers (none unless the key is dormant), each its domain byte and
-/// time.
+/// time; then its expiry the same way.
 pub fn encode_saved(saved: &SavedKey) -> Vec<u8> {
     let mut w = Writer::default();
     w.u32(saved.slots.len() as u32);
@@ -45,10 +47,12 @@ pub fn encode_saved(saved: &SavedKey) -> Vec<u8> {
         w.u32(*state);
         slot.encode(&mut w);
     }
-    w.u32(saved.timers.len() as u32);
-    for &(domain, at) in &saved.timers {
-        w.u8(domain_byte(domain));
-        w.i64(at);
+    for times in [&saved.timers, &saved.expiry] {
+        w.u32(times.len() as u32);
+        for &(domain, at) in times {
+            w.u8(domain_byte(domain));
+            w.i64(at);
+        }
     }
     w.into_inner()
 }
@@ -62,9 +66,11 @@ pub fn decode_saved(bytes: &[u8]) -> anyhow::Result<SavedKey> {
         let state = r.u32()?;
         saved.slots.push((state, Slot::decode(&mut r)?));
     }
-    for _ in 0..r.u32()? {
-        let domain = domain_of(r.u8()?).ok_or_else(|| anyhow::anyhow!("a bad timer domain"))?;
-        saved.timers.push((domain, r.i64()?));
+    for times in [&mut saved.timers, &mut saved.expiry] {
+        for _ in 0..r.u32()? {
+            let domain = domain_of(r.u8()?).ok_or_else(|| anyhow::anyhow!("a bad clock"))?;
+            times.push((domain, r.i64()?));
+        }
     }
     r.finish()?;
     Ok(saved)
@@ -158,13 +164,13 @@ pub fn timer_by_key(prefix: &[u8], domain: TimeDomain, at: Timestamp) -> Vec<u8>
     out
 }
 
-/// A `timers_by_time` row: the domain, the time, the key's tie order and the key's
+/// A `timers_by_time` row: the listing, the time, the key's tie order and the key's
 /// prefix.
-pub fn timer_by_time(prefix: &[u8], domain: TimeDomain, at: Timestamp) -> Vec<u8> {
+pub fn timer_by_time(prefix: &[u8], wake: Wake, at: Timestamp) -> Vec<u8> {
     let key = split_prefix(prefix).map_or(&[][..], |(key, _)| key);
     let mut out = Vec::with_capacity(prefix.len() + 17);
     out.extend_from_slice(&place_bytes(
-        domain,
+        wake,
         FiringPlace {
             at,
             tie: tie_order(key),
@@ -174,10 +180,10 @@ pub fn timer_by_time(prefix: &[u8], domain: TimeDomain, at: Timestamp) -> Vec<u8
     out
 }
 
-/// The first 17 bytes of `timers_by_time` rows at `place` on `domain`'s clock.
-pub fn place_bytes(domain: TimeDomain, place: FiringPlace) -> [u8; 17] {
+/// The first 17 bytes of `timers_by_time` rows at `place` of listing `wake`.
+pub fn place_bytes(wake: Wake, place: FiringPlace) -> [u8; 17] {
     let mut out = [0; 17];
-    out[0] = domain_byte(domain);
+    out[0] = wake.index();
     out[1..9].copy_from_slice(&time_bytes(place.at));
     out[9..].copy_from_slice(&place.tie.to_be_bytes());
     out
@@ -218,6 +224,7 @@ mod tests {
         let saved = SavedKey {
             slots,
             timers: vec![(TimeDomain::EventTime, -5), (TimeDomain::ProcessingTime, 9)],
+            expiry: vec![(TimeDomain::ProcessingTime, 12)],
         };
         let row = encode_saved(&saved);
         assert_eq!(decode_saved(&row).unwrap(), saved);

@@ -33,7 +33,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 use layout::{key_prefix, LIST_ITEM, MAP_ENTRY, VALUE};
 use std::path::{Path, PathBuf};
 use weir_core::key::Key;
-use weir_core::state::{ByteMap, Slot, StateId};
+use weir_core::state::{ByteMap, Slot, StateId, Wake};
 use weir_core::time::timers::{FiringPlace, TimeDomain};
 use weir_core::time::Timestamp;
 
@@ -369,7 +369,7 @@ impl DiskStore {
         )?;
         self.put(
             &self.tree().timers_by_time,
-            layout::timer_by_time(&prefix, domain, at),
+            layout::timer_by_time(&prefix, Wake::Timer(domain), at),
             [],
         )
     }
@@ -388,7 +388,7 @@ impl DiskStore {
         )?;
         self.delete(
             &self.tree().timers_by_time,
-            layout::timer_by_time(&prefix, domain, at),
+            layout::timer_by_time(&prefix, Wake::Timer(domain), at),
         )
     }
 
@@ -399,19 +399,20 @@ impl DiskStore {
         rows.iter().map(|(rest, _)| timer_of(rest)).collect()
     }
 
-    /// Up to `limit` pending timers of `domain` at places in firing order from `from`
-    /// through `through` (both included), in firing order (time, then the key's tie
-    /// order, then its bytes). They stay pending until removed. A `from` past the
-    /// timers already removed spares the walk over their tombstones.
+    /// Up to `limit` keys listed under `wake` (pending timers of a clock, or expiry on
+    /// one) at places in firing order from `from` through `through` (both included), in
+    /// firing order (time, then the key's tie order, then its bytes). They stay listed
+    /// until removed. A `from` past the listings already removed spares the walk over
+    /// their tombstones.
     pub fn due_timers(
         &self,
-        domain: TimeDomain,
+        wake: Wake,
         from: FiringPlace,
         through: FiringPlace,
         limit: usize,
     ) -> anyhow::Result<Vec<(FiringPlace, Key)>> {
-        let start = layout::place_bytes(domain, from).to_vec();
-        let mut end = layout::place_bytes(domain, through).to_vec();
+        let start = layout::place_bytes(wake, from).to_vec();
+        let mut end = layout::place_bytes(wake, through).to_vec();
         end.push(0xff);
         let mut out = Vec::new();
         for guard in self.tree().timers_by_time.range(start..end).take(limit) {
@@ -424,7 +425,7 @@ impl DiskStore {
 
     /// When the earliest pending timer of `domain` is due, if any is pending.
     pub fn next_timer(&self, domain: TimeDomain) -> anyhow::Result<Option<Timestamp>> {
-        let d = layout::domain_byte(domain);
+        let d = Wake::Timer(domain).index();
         match self.tree().timers_by_time.prefix([d]).next() {
             None => Ok(None),
             Some(guard) => {

@@ -5,14 +5,14 @@ use anyhow::Context as _;
 use layout::key_prefix;
 use std::path::Path;
 use weir_core::key::Key;
-use weir_core::state::{earliest_timers, SavedKey, SlotSnapshot, SlotStore};
-use weir_core::time::timers::{FiringPlace, TimeDomain};
+use weir_core::state::{SavedKey, SlotSnapshot, SlotStore, Wake};
+use weir_core::time::timers::FiringPlace;
 use weir_core::time::Timestamp;
 
 /// The disk store as the key table's slot store: each key's slots (and a dormant key's
 /// timers) in one row of the `spilled` keyspace (a key is loaded and saved whole: one
-/// read, one write), a dormant key also in `timers_by_time` under its earliest timer of
-/// each clock, until the engine reads and writes state entries row by row.
+/// read, one write), a dormant key also in `timers_by_time` under its earliest timer and
+/// its expiry on each clock, until the engine reads and writes state entries row by row.
 impl SlotStore for DiskStore {
     fn load(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
         let row = self.failed(self.tree().spilled.get(key_prefix(key)?))?;
@@ -22,10 +22,10 @@ impl SlotStore for DiskStore {
 
     fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()> {
         let prefix = key_prefix(key)?;
-        for (domain, at) in earliest_timers(&saved.timers) {
+        for (wake, at) in saved.listings() {
             self.put(
                 &self.tree().timers_by_time,
-                layout::timer_by_time(&prefix, domain, at),
+                layout::timer_by_time(&prefix, wake, at),
                 [],
             )?;
         }
@@ -33,12 +33,12 @@ impl SlotStore for DiskStore {
         self.put(&self.tree().spilled, prefix, row)
     }
 
-    fn remove(&self, key: &[u8], timers: &[(TimeDomain, Timestamp)]) -> anyhow::Result<()> {
+    fn remove(&self, key: &[u8], listed: &[(Wake, Timestamp)]) -> anyhow::Result<()> {
         let prefix = key_prefix(key)?;
-        for (domain, at) in earliest_timers(timers) {
+        for &(wake, at) in listed {
             self.delete(
                 &self.tree().timers_by_time,
-                layout::timer_by_time(&prefix, domain, at),
+                layout::timer_by_time(&prefix, wake, at),
             )?;
         }
         self.delete(&self.tree().spilled, prefix)
@@ -46,12 +46,12 @@ impl SlotStore for DiskStore {
 
     fn due(
         &self,
-        domain: TimeDomain,
+        wake: Wake,
         from: FiringPlace,
         through: FiringPlace,
         limit: usize,
     ) -> anyhow::Result<Vec<(FiringPlace, Key)>> {
-        self.due_timers(domain, from, through, limit)
+        self.due_timers(wake, from, through, limit)
     }
 
     fn for_each(

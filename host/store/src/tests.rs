@@ -235,7 +235,7 @@ fn due_timers_come_earliest_first_per_clock() {
     let from_start = FiringPlace::start_of(Timestamp::MIN);
     let due = store
         .due_timers(
-            TimeDomain::EventTime,
+            Wake::Timer(TimeDomain::EventTime),
             from_start,
             FiringPlace::end_of(30),
             100,
@@ -253,7 +253,7 @@ fn due_timers_come_earliest_first_per_clock() {
     }
     let first_three = store
         .due_timers(
-            TimeDomain::EventTime,
+            Wake::Timer(TimeDomain::EventTime),
             from_start,
             FiringPlace::end_of(30),
             3,
@@ -263,7 +263,7 @@ fn due_timers_come_earliest_first_per_clock() {
     // From the place after the third, inside time 30: the fourth alone.
     let rest = store
         .due_timers(
-            TimeDomain::EventTime,
+            Wake::Timer(TimeDomain::EventTime),
             due[2].0.next().unwrap(),
             FiringPlace::end_of(30),
             9,
@@ -275,7 +275,7 @@ fn due_timers_come_earliest_first_per_clock() {
     assert_eq!(
         store
             .due_timers(
-                TimeDomain::ProcessingTime,
+                Wake::Timer(TimeDomain::ProcessingTime),
                 from_start,
                 FiringPlace::end_of(i64::MAX),
                 10
@@ -356,6 +356,7 @@ fn saved_keys_and_their_timers_come_back_by_key_and_by_time() {
     let saved = |n: u8, timers: Vec<(TimeDomain, Timestamp)>| SavedKey {
         slots: vec![(0, Slot::Value(vec![n])), (2, Slot::List(vec![vec![n; 3]]))],
         timers,
+        expiry: vec![],
     };
     store
         .save(b"a", &saved(1, vec![(ev, 30), (pt, 5)]))
@@ -363,7 +364,13 @@ fn saved_keys_and_their_timers_come_back_by_key_and_by_time() {
     store
         .save(b"b", &saved(2, vec![(ev, 10), (ev, 30)]))
         .unwrap();
-    store.save(b"c", &saved(3, vec![])).unwrap();
+    // c has no timer; its entries expire at 20 on event time.
+    let c = SavedKey {
+        expiry: vec![(ev, 20)],
+        ..saved(3, vec![])
+    };
+    store.save(b"c", &c).unwrap();
+    assert_eq!(store.load(b"c").unwrap(), Some(c.clone()));
     assert_eq!(
         store.load(b"a").unwrap(),
         Some(saved(1, vec![(ev, 30), (pt, 5)]))
@@ -372,7 +379,7 @@ fn saved_keys_and_their_timers_come_back_by_key_and_by_time() {
     let due = |up_to, limit| -> Vec<(Timestamp, Vec<u8>)> {
         let from = FiringPlace::start_of(Timestamp::MIN);
         let due = store
-            .due(ev, from, FiringPlace::end_of(up_to), limit)
+            .due(Wake::Timer(ev), from, FiringPlace::end_of(up_to), limit)
             .unwrap();
         due.into_iter()
             .map(|(place, k)| (place.at, k.to_vec()))
@@ -382,14 +389,31 @@ fn saved_keys_and_their_timers_come_back_by_key_and_by_time() {
     assert_eq!(due(100, 10), [(10, b"b".to_vec()), (30, b"a".to_vec())]);
     assert_eq!(due(20, 10), [(10, b"b".to_vec())]);
     assert_eq!(due(100, 1), [(10, b"b".to_vec())], "earliest first");
-    store.remove(b"b", &[(ev, 10), (ev, 30)]).unwrap();
+    store
+        .remove(b"b", &saved(2, vec![(ev, 10), (ev, 30)]).listings())
+        .unwrap();
     assert_eq!(due(100, 10), [(30, b"a".to_vec())]);
     let (start, end) = (FiringPlace::start_of, FiringPlace::end_of);
-    assert_eq!(store.due(pt, start(5), end(5), 10).unwrap().len(), 1);
+    let timers = Wake::Timer(pt);
+    assert_eq!(store.due(timers, start(5), end(5), 10).unwrap().len(), 1);
     assert!(
-        store.due(pt, start(6), end(100), 10).unwrap().is_empty(),
+        store
+            .due(timers, start(6), end(100), 10)
+            .unwrap()
+            .is_empty(),
         "from 6 on"
     );
+    // Listed for its expiry apart from the timers.
+    let expiring = store.due(Wake::Expiry(ev), start(0), end(100), 10).unwrap();
+    assert_eq!(expiring.len(), 1);
+    assert_eq!(
+        (expiring[0].0.at, expiring[0].1.as_slice()),
+        (20, &b"c"[..])
+    );
+    assert!(store
+        .due(Wake::Expiry(pt), start(0), end(100), 10)
+        .unwrap()
+        .is_empty());
     let mut walked = Vec::new();
     store
         .for_each(&mut |key, saved| {

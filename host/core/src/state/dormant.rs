@@ -7,23 +7,28 @@
 //! - **It is interned** ([`KeyTable::intern_awake`]): a record or a restore names it.
 //!   Every new key is looked up in the store (a point read, which the store's filters
 //!   answer at once for a key it never saw).
-//! - **One of its timers falls due** ([`KeyTable::wake_due`]): before timers of a clock
+//! - **One of its timers falls due** ([`KeyTable::wake_listed`]): before timers of a clock
 //!   fire up to a time, the engine wakes the keys listed under a time due by then (a
 //!   key with a timer due has its earliest due), a bounded number at a time, and fires what is in memory up to the time through which
 //!   every due timer is in memory. So timers fire in the same order as if every key had
 //!   stayed, and memory stays bounded even when the end of input makes every timer due.
 //!
-//! Waking removes the key's row: the key is back in memory as it was, slots and timers,
-//! and is written again when it leaves next. Only keys with no expiry scheduled go
-//! dormant (the engine allows none while any state has a time-to-live): their entries'
-//! purges stay in memory.
+//! - **Its state entries expire** ([`KeyTable::wake_listed`]): a key whose states
+//!   have a time-to-live is also listed under the time its first entry expires on each
+//!   clock; before the engine purges expired entries by a clock, it wakes the keys listed
+//!   by then, a bounded number at a time, and purges them (a key left with nothing is
+//!   released, and its row is gone). So expired entries leave the store through an
+//!   expiry index, without a scan of the keys.
+//!
+//! Waking removes the key's row: the key is back in memory as it was, slots, timers and
+//! expiry, and is written again when it leaves next.
 //!
 //! Checkpoints: a key that changed since the last checkpoint and went dormant is
 //! remembered by its bytes ([`KeyTable::take_dormant_changes`]); a full checkpoint
 //! writes the keys in memory and takes a [`DormantSnapshot`] on the run's thread, and
 //! walks the store's snapshot for the others on the checkpoint writer's thread.
 
-use super::spill::{SavedKey, SlotSnapshot};
+use super::spill::{SavedKey, SlotSnapshot, Wake};
 use super::{clock, Key, KeyId, KeyTable};
 use crate::key::tie_order;
 use crate::time::timers::{FiringPlace, TimeDomain, TimerService};
@@ -102,7 +107,7 @@ impl KeyTable {
         let Some(saved) = spill.store.load(&entry.key)? else {
             return Ok(());
         };
-        spill.store.remove(&entry.key, &saved.timers)?;
+        spill.store.remove(&entry.key, &saved.listings())?;
         spill.loads += 1;
         spill.dormant_keys -= 1;
         entry.slots = saved.slots.into_iter().collect();
@@ -114,23 +119,36 @@ impl KeyTable {
             spill.dormant_timers[clock(domain)] -= 1;
             timers.register_woken(domain, id, tie, at);
         }
+        for &(domain, _) in &saved.expiry {
+            spill.dormant_expiring[clock(domain)] -= 1;
+        }
         for (domain, at) in saved.timers {
             self.add_timer_entry(id, domain, at);
+        }
+        for (domain, at) in saved.expiry {
+            self.schedule_expiry(id, domain, at);
         }
         self.list_for_recount(id);
         Ok(())
     }
 
-    /// Sends key `id` to the store whole (see the [module docs](self)).
+    /// Sends key `id` to the store whole (see the [module docs](self)): its slots, its
+    /// timers and its listings for expiry.
     pub(super) fn put_to_sleep(
         &mut self,
         id: KeyId,
         timers: &mut TimerService,
     ) -> anyhow::Result<()> {
         let pending: Vec<(TimeDomain, Timestamp)> = self.timers(id).collect();
+        let expiry: Vec<(TimeDomain, Timestamp)> =
+            [TimeDomain::EventTime, TimeDomain::ProcessingTime]
+                .into_iter()
+                .filter_map(|domain| Some((domain, self.expiry[clock(domain)].take(id)?)))
+                .collect();
         let spill = self.spill.as_mut().expect("only with a store");
         let entry = &mut self.entries[id as usize];
-        let needs_write = entry.touched || !entry.stored || !pending.is_empty();
+        let needs_write =
+            entry.touched || !entry.stored || !pending.is_empty() || !expiry.is_empty();
         if needs_write {
             let slots = match entry.spilled {
                 true => spill.store.load(&entry.key)?.unwrap_or_default().slots,
@@ -139,16 +157,21 @@ impl KeyTable {
             let saved = SavedKey {
                 slots,
                 timers: pending,
+                expiry,
             };
             spill.store.save(&entry.key, &saved)?;
             spill.saves += 1;
             let tie = tie_order(&entry.key);
+            for (wake, at) in saved.listings() {
+                let from = &mut spill.dormant_from[wake.index() as usize];
+                *from = (*from).min(FiringPlace { at, tie });
+            }
             for &(domain, at) in &saved.timers {
-                let clock = clock(domain);
-                spill.dormant_timers[clock] += 1;
-                let place = FiringPlace { at, tie };
-                spill.dormant_from[clock] = spill.dormant_from[clock].min(place);
+                spill.dormant_timers[clock(domain)] += 1;
                 timers.delete(domain, id, tie, at);
+            }
+            for &(domain, _) in &saved.expiry {
+                spill.dormant_expiring[clock(domain)] += 1;
             }
         }
         spill.dormant_keys += 1;
@@ -167,31 +190,37 @@ impl KeyTable {
         Ok(())
     }
 
-    /// Wakes the keys of saved timers of `domain` due at or before `up_to`, at most
-    /// about `limit` of them, in firing order (time, then the key's tie order); returns
-    /// the place through which every timer of `domain` due by `up_to` is in `timers`
-    /// now (the end of `up_to` itself once all are). The engine calls this before it
-    /// fires timers of that clock, fires those in memory through the place returned,
-    /// evicts, and calls again until it gets the end of `up_to`. Keys due at one time
-    /// wake `limit` at a time too (only keys whose tie orders collide wake together).
-    pub fn wake_due(
+    /// Wakes the dormant keys listed under `wake` at or before `up_to` (due timers of a
+    /// clock, or entries expiring on one), at most about `limit` of them, in firing order
+    /// (time, then the key's tie order); returns the place through which every key so
+    /// listed by `up_to` is in memory now (the end of `up_to` itself once all are), its
+    /// timers in `timers` and its expiry scheduled. The engine calls this before it fires
+    /// timers of a clock (or purges entries expired by it), fires (purges) what is in
+    /// memory through the place returned, evicts, and calls again until it gets the end
+    /// of `up_to`. Keys listed at one time wake `limit` at a time too (only keys whose
+    /// tie orders collide wake together).
+    pub fn wake_listed(
         &mut self,
-        domain: TimeDomain,
+        wake: Wake,
         up_to: Timestamp,
         limit: usize,
         timers: &mut TimerService,
     ) -> anyhow::Result<FiringPlace> {
-        let clock = clock(domain);
+        let listing = wake.index() as usize;
         let all_of_it = FiringPlace::end_of(up_to);
         let Some(spill) = self.spill.as_ref() else {
             return Ok(all_of_it);
         };
-        let from = spill.dormant_from[clock];
-        if spill.dormant_timers[clock] == 0 || up_to < from.at {
+        let listed = match wake {
+            Wake::Timer(domain) => spill.dormant_timers[clock(domain)],
+            Wake::Expiry(domain) => spill.dormant_expiring[clock(domain)],
+        };
+        let from = spill.dormant_from[listing];
+        if listed == 0 || up_to < from.at {
             return Ok(all_of_it);
         }
         let limit = limit.max(1);
-        let due = spill.store.due(domain, from, all_of_it, limit)?;
+        let due = spill.store.due(wake, from, all_of_it, limit)?;
         let all = due.len() < limit;
         let last = due.last().map(|&(place, _)| place);
         for (_, key) in &due {
@@ -201,25 +230,23 @@ impl KeyTable {
         let reached = match last {
             Some(last) if !all => {
                 // Keys whose tie orders collide with the last one's wake with it, so that
-                // every timer through `last` is awake.
-                for (_, key) in spill.store.due(domain, last, last, usize::MAX)? {
+                // every listing through `last` is awake.
+                for (_, key) in spill.store.due(wake, last, last, usize::MAX)? {
                     self.intern_awake(&key, timers)?;
                 }
                 last
             }
             _ => all_of_it,
         };
-        // Where the next dormant timer is (keys that go dormant later lower it again).
+        // Where the next listing is (keys that go dormant later lower it again).
         let spill = self.spill.as_mut().expect("checked");
         let next = match reached.next() {
-            Some(after) => {
-                spill
-                    .store
-                    .due(domain, after, FiringPlace::end_of(Timestamp::MAX), 1)?
-            }
+            Some(after) => spill
+                .store
+                .due(wake, after, FiringPlace::end_of(Timestamp::MAX), 1)?,
             None => Vec::new(),
         };
-        spill.dormant_from[clock] = next
+        spill.dormant_from[listing] = next
             .first()
             .map_or(FiringPlace::end_of(Timestamp::MAX), |&(place, _)| place);
         Ok(reached)
@@ -256,9 +283,10 @@ impl KeyTable {
     pub fn next_dormant_timer(&self, domain: TimeDomain) -> anyhow::Result<Option<Timestamp>> {
         match &self.spill {
             Some(spill) if spill.dormant_timers[clock(domain)] > 0 => {
-                let from = spill.dormant_from[clock(domain)];
+                let wake = Wake::Timer(domain);
+                let from = spill.dormant_from[wake.index() as usize];
                 let end = FiringPlace::end_of(Timestamp::MAX);
-                let first = spill.store.due(domain, from, end, 1)?;
+                let first = spill.store.due(wake, from, end, 1)?;
                 Ok(first.first().map(|&(place, _)| place.at))
             }
             _ => Ok(None),
@@ -325,6 +353,7 @@ mod tests {
             Some(id) => SavedKey {
                 slots: table.slots_of(id).unwrap(),
                 timers: table.timers(id).collect(),
+                ..SavedKey::default()
             },
             None => table.spill.as_ref()?.store.load(key).unwrap()?,
         };
@@ -354,7 +383,9 @@ mod tests {
         let mut fired = Vec::new();
         let mut peak = 0;
         loop {
-            let upto = table.wake_due(domain, now, 7, timers).unwrap();
+            let upto = table
+                .wake_listed(Wake::Timer(domain), now, 7, timers)
+                .unwrap();
             peak = peak.max(table.live);
             loop {
                 let next = match domain {
@@ -560,6 +591,7 @@ mod tests {
             let saved = SavedKey {
                 slots: entry.slots().map(|(s, slot)| (s, slot.clone())).collect(),
                 timers: table.timers(id).collect(),
+                ..SavedKey::default()
             };
             keys.insert(Key::from_slice(entry.key()), saved);
         }
@@ -639,6 +671,71 @@ mod tests {
             want[&Key::from_slice(b"spilled-3")].slots[0].1,
             Slot::Value(vec![3; 3])
         );
+    }
+
+    /// Keys with entries listed for expiry leave memory whole with their listings, and
+    /// wake when a clock reaches one, a bounded number at a time, in the order of their
+    /// expiry, with their listings on both clocks back in memory.
+    #[test]
+    fn keys_listed_for_expiry_sleep_with_it_and_wake_when_it_is_due() {
+        use TimeDomain::{EventTime, ProcessingTime};
+        let mut table = KeyTable::new();
+        table.spill_to(Box::new(Shelf::default()), 0);
+        let mut timers = TimerService::new(0);
+        for i in 0..100 {
+            let id = table
+                .intern_awake(format!("k-{i}").as_bytes(), &mut timers)
+                .unwrap();
+            table.entry_mut(id).set_slot(0, Slot::Value(vec![1; 4]));
+            table.schedule_expiry(id, EventTime, 1_000 + i);
+            if i % 10 == 0 {
+                table.schedule_expiry(id, ProcessingTime, 50);
+            }
+        }
+        table.evict(&mut timers, true).unwrap();
+        assert_eq!((table.dormant_keys(), table.live), (100, 0));
+        let end = FiringPlace::end_of;
+        assert_eq!(
+            table
+                .wake_listed(Wake::Expiry(EventTime), 999, 16, &mut timers)
+                .unwrap(),
+            end(999)
+        );
+        assert_eq!(table.dormant_keys(), 100, "none due before 1,000");
+        let mut woken = Vec::new();
+        loop {
+            let reached = table
+                .wake_listed(Wake::Expiry(EventTime), 1_049, 16, &mut timers)
+                .unwrap();
+            assert!(table.live <= 16, "{} in memory", table.live);
+            while let Some(id) = table.pop_expiring(EventTime, 1_049) {
+                let key = String::from_utf8(table.entry(id).key().to_vec()).unwrap();
+                woken.push(key);
+                // Its processing-time listing came back with it.
+                let i: i64 = woken.last().unwrap()[2..].parse().unwrap();
+                let expected = (i % 10 == 0).then_some(50);
+                assert_eq!(table.expiry_of(id, ProcessingTime), expected);
+                table.entry_mut(id).clear_all();
+                table.release_if_unused(id);
+            }
+            if reached == end(1_049) {
+                break;
+            }
+        }
+        let expected: Vec<String> = (0..50).map(|i| format!("k-{i}")).collect();
+        assert_eq!(woken, expected, "in the order they expire");
+        assert_eq!(table.dormant_keys(), 50);
+        // On the other clock, only the dormant keys listed on it wake.
+        table
+            .wake_listed(Wake::Expiry(ProcessingTime), 60, 16, &mut timers)
+            .unwrap();
+        let mut due = Vec::new();
+        while let Some(id) = table.pop_expiring(ProcessingTime, 60) {
+            due.push(String::from_utf8(table.entry(id).key().to_vec()).unwrap());
+        }
+        due.sort();
+        assert_eq!(due, ["k-50", "k-60", "k-70", "k-80", "k-90"]);
+        assert_eq!(table.dormant_keys(), 45);
     }
 
     /// A key whose slots the store holds a copy of, released (its state cleared) and

@@ -24,7 +24,7 @@ pub mod ttl;
 
 pub use dormant::DormantSnapshot;
 pub use registry::{StampChange, StateId, StateKind, StateRegistry, StateTtl, TtlRefresh};
-pub use spill::{earliest_timers, SavedKey, SlotSnapshot, SlotStore, SpillFigures};
+pub use spill::{SavedKey, SlotSnapshot, SlotStore, SpillFigures, Wake};
 
 use crate::codec::{Reader, Writer};
 use crate::key::tie_order;
@@ -516,9 +516,12 @@ impl KeyTable {
         }
     }
 
-    /// Takes key `id` out of the index and frees its entry for another key; returns the
-    /// key's bytes.
+    /// Takes key `id` out of the index and the expiry lists and frees its entry for
+    /// another key; returns the key's bytes.
     fn free_entry(&mut self, id: KeyId) -> Key {
+        for queue in &mut self.expiry {
+            queue.take(id);
+        }
         let entry = &self.entries[id as usize];
         let hash = self.hasher.hash_one(entry.key.as_slice());
         if let Ok(found) = self.index.find_entry(hash, |&other| other == id) {

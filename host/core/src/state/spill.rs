@@ -20,54 +20,96 @@ use crate::time::Timestamp;
 use smallvec::SmallVec;
 
 /// What a [`SlotStore`] keeps of one key: its slots and, for a key that left memory
-/// whole (a *dormant* key, see [`dormant`](super::dormant)), its pending timers.
+/// whole (a *dormant* key, see [`dormant`](super::dormant)), its pending timers and when
+/// its state entries next expire.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SavedKey {
     /// The key's slots, one per state it holds.
     pub slots: Vec<(StateId, Slot)>,
     /// The key's pending timers (none for a key whose entry stayed in memory).
     pub timers: Vec<(TimeDomain, Timestamp)>,
+    /// When the first of the key's entries of states with a time-to-live expires, on
+    /// each clock it is listed for (none for a key whose entry stayed in memory).
+    pub expiry: Vec<(TimeDomain, Timestamp)>,
 }
 
-/// The earliest of `timers` on each clock: what a store lists a dormant key under by
-/// time (its key wakes with all its timers when the earliest falls due).
-pub fn earliest_timers(
-    timers: &[(TimeDomain, Timestamp)],
-) -> SmallVec<[(TimeDomain, Timestamp); 2]> {
-    let mut first: SmallVec<[(TimeDomain, Timestamp); 2]> = SmallVec::new();
-    for &(domain, at) in timers {
-        match first.iter_mut().find(|(d, _)| *d == domain) {
-            Some((_, earliest)) => *earliest = (*earliest).min(at),
-            None => first.push((domain, at)),
+/// Why a [`SlotStore`] lists a dormant key by time: its earliest timer of a clock falls
+/// due then, or its first entry of a state with a time-to-live on a clock expires then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Wake {
+    /// A timer of the clock.
+    Timer(TimeDomain),
+    /// The expiry of state entries on the clock.
+    Expiry(TimeDomain),
+}
+
+impl Wake {
+    /// Its number among the four (timers of event time, of processing time, expiry on
+    /// event time, on processing time): how stores tell the listings apart.
+    pub fn index(self) -> u8 {
+        match self {
+            Wake::Timer(TimeDomain::EventTime) => 0,
+            Wake::Timer(TimeDomain::ProcessingTime) => 1,
+            Wake::Expiry(TimeDomain::EventTime) => 2,
+            Wake::Expiry(TimeDomain::ProcessingTime) => 3,
         }
     }
-    first
+
+    /// The wake of number `index` ([`Wake::index`]).
+    pub fn from_index(index: u8) -> Option<Wake> {
+        Some(match index {
+            0 => Wake::Timer(TimeDomain::EventTime),
+            1 => Wake::Timer(TimeDomain::ProcessingTime),
+            2 => Wake::Expiry(TimeDomain::EventTime),
+            3 => Wake::Expiry(TimeDomain::ProcessingTime),
+            _ => return None,
+        })
+    }
+}
+
+impl SavedKey {
+    /// What a store lists the key under by time: the earliest of its timers on each
+    /// clock (the key wakes with all its timers when it falls due), and its expiry on
+    /// each clock.
+    pub fn listings(&self) -> SmallVec<[(Wake, Timestamp); 4]> {
+        let mut first: SmallVec<[(Wake, Timestamp); 4]> = SmallVec::new();
+        let timers = self.timers.iter().map(|&(d, at)| (Wake::Timer(d), at));
+        let expiry = self.expiry.iter().map(|&(d, at)| (Wake::Expiry(d), at));
+        for (wake, at) in timers.chain(expiry) {
+            match first.iter_mut().find(|(w, _)| *w == wake) {
+                Some((_, earliest)) => *earliest = (*earliest).min(at),
+                None => first.push((wake, at)),
+            }
+        }
+        first
+    }
 }
 
 /// Where a [`KeyTable`] keeps what it evicted: a store keyed by the record key's bytes,
 /// one [`SavedKey`] per key, each dormant key also listed by time under the earliest of
-/// its timers on each clock ([`earliest_timers`]).
+/// its timers and its expiry on each clock ([`SavedKey::listings`]).
 /// Implemented by `weir-store`'s disk store.
 pub trait SlotStore: Send {
     /// What the store holds for `key`, if anything. Called when a spilled key is loaded
     /// back and when a key is interned (it may be dormant).
     fn load(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>>;
     /// Replaces what the store holds for `key` with `saved`, and lists the key by time
-    /// under its [`earliest_timers`]. Called when a key whose slots changed is evicted, and when a key leaves
-    /// memory whole. The store holds no timers of the key when this is called.
+    /// under its [`listings`](SavedKey::listings). Called when a key whose slots changed
+    /// is evicted, and when a key leaves memory whole. The store holds no listing of the
+    /// key when this is called.
     fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()>;
-    /// Removes what the store holds for `key`, and its listing by time under the
-    /// [`earliest_timers`] of `timers` (the timers it was saved with). Called when a dormant key wakes, and at an eviction
+    /// Removes what the store holds for `key`, and its listings by time `listed` (those
+    /// of what it was saved with). Called when a dormant key wakes, and at an eviction
     /// after a key whose copy the store held was released.
-    fn remove(&self, key: &[u8], timers: &[(TimeDomain, Timestamp)]) -> anyhow::Result<()>;
-    /// Up to `limit` keys listed under a timer of `domain` at a place in firing order
-    /// from `from` through `through` (both included), in firing order (time, then the
-    /// key's [`tie_order`](crate::key::tie_order), then the key's bytes), with that
-    /// place. Called before timers of that clock fire, to wake their keys (`from` is
-    /// where none can be earlier).
+    fn remove(&self, key: &[u8], listed: &[(Wake, Timestamp)]) -> anyhow::Result<()>;
+    /// Up to `limit` keys listed under `wake` at a place in firing order from `from`
+    /// through `through` (both included), in firing order (time, then the key's
+    /// [`tie_order`](crate::key::tie_order), then the key's bytes), with that place.
+    /// Called before timers of a clock fire and before expired entries are purged, to
+    /// wake their keys (`from` is where none can be earlier).
     fn due(
         &self,
-        domain: TimeDomain,
+        wake: Wake,
         from: FiringPlace,
         through: FiringPlace,
         limit: usize,
@@ -123,12 +165,15 @@ pub(super) struct Spill {
     pub(super) lookups: u64,
     /// A load that failed where it could not be reported (an `entry_mut`).
     pub(super) failure: Option<anyhow::Error>,
-    /// Keys that left memory whole (in the store only), and their timers per clock.
+    /// Keys that left memory whole (in the store only), their timers per clock, and
+    /// those of them listed for an expiry per clock.
     pub(super) dormant_keys: usize,
     pub(super) dormant_timers: [usize; 2],
-    /// Per clock, a time no dormant timer is earlier than (exact after a wake by time):
-    /// a clock short of it wakes nothing without reading the store.
-    pub(super) dormant_from: [FiringPlace; 2],
+    pub(super) dormant_expiring: [usize; 2],
+    /// Per listing ([`Wake::index`]), a place no dormant key's listing is earlier than
+    /// (exact after a wake by time): a clock short of it wakes nothing without reading
+    /// the store.
+    pub(super) dormant_from: [FiringPlace; 4],
     /// Keys that changed since the last checkpoint and left memory whole since: a
     /// checkpoint reads them from the store.
     pub(super) changed_dormant: Vec<Key>,
@@ -221,7 +266,8 @@ impl KeyTable {
             failure: None,
             dormant_keys: 0,
             dormant_timers: [0; 2],
-            dormant_from: [FiringPlace::end_of(Timestamp::MAX); 2],
+            dormant_expiring: [0; 2],
+            dormant_from: [FiringPlace::end_of(Timestamp::MAX); 4],
             changed_dormant: Vec::new(),
         }));
     }
@@ -263,8 +309,9 @@ impl KeyTable {
         }
     }
 
-    /// Keeps a store failure for the next [`evict`](Self::evict), which fails with it.
-    pub(super) fn defer(&mut self, e: anyhow::Error) {
+    /// Keeps a store failure for the next [`evict`](Self::evict), which fails with it
+    /// (the engine's purges of expired entries, which cannot report one at once).
+    pub fn defer(&mut self, e: anyhow::Error) {
         let spill = self.spill.as_mut().expect("only a store fails");
         spill.failure.get_or_insert(e);
     }
@@ -334,13 +381,14 @@ impl KeyTable {
         // that takes its id.
     }
 
-    /// Evicts keys not used lately until the entries in memory fit the budget. A key
-    /// leaves memory whole (it goes *dormant*: its slots and timers to the store, its
-    /// timers out of `timers`) when `whole` allows it and no expiry is scheduled for it;
-    /// otherwise only its slots spill. Changed slots are written to the store first. The
+    /// Evicts keys not used lately until the entries in memory fit the budget. With
+    /// `whole`, each leaves memory whole (it goes *dormant*: its slots, timers and expiry
+    /// to the store, its timers out of `timers`); without, only its slots spill (the
+    /// engine always evicts whole since keys with an expiry go dormant too; slot-only
+    /// spilling is left to remove). Changed slots are written to the store first. The
     /// engine calls this between calls and batches (never while a call holds a key's
-    /// slots), with `whole` false while any state has a time-to-live. Fails with the
-    /// store's failure, or one a load met since the last call.
+    /// slots or a timer of it is firing). Fails with the store's failure, or one a load
+    /// met since the last call.
     pub fn evict(
         &mut self,
         timers: &mut crate::time::timers::TimerService,
@@ -373,8 +421,7 @@ impl KeyTable {
             if !entry.in_use || std::mem::replace(&mut entry.hot, false) {
                 continue;
             }
-            let scheduled = self.expiry.iter().any(|queue| queue.due_of(id).is_some());
-            if whole && !scheduled {
+            if whole {
                 self.put_to_sleep(id, timers)?;
             } else {
                 self.spill_slots(id)?;
@@ -395,7 +442,7 @@ impl KeyTable {
         if entry.touched || !entry.stored {
             let saved = SavedKey {
                 slots: entry.slots.drain(..).collect(),
-                timers: Vec::new(),
+                ..SavedKey::default()
             };
             spill.store.save(&entry.key, &saved)?;
             spill.saves += 1;
@@ -466,54 +513,43 @@ pub(crate) mod tests {
         pub(crate) by_time: BTreeSet<(u8, FiringPlace, Vec<u8>)>,
     }
 
-    fn domain_byte(domain: TimeDomain) -> u8 {
-        match domain {
-            TimeDomain::EventTime => 0,
-            TimeDomain::ProcessingTime => 1,
-        }
-    }
-
     impl SlotStore for Shelf {
         fn load(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
             Ok(self.0.lock().unwrap().keys.get(key).cloned())
         }
         fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()> {
             let mut shelf = self.0.lock().unwrap();
-            for (domain, at) in earliest_timers(&saved.timers) {
+            for (wake, at) in saved.listings() {
                 let place = FiringPlace {
                     at,
                     tie: tie_order(key),
                 };
-                shelf
-                    .by_time
-                    .insert((domain_byte(domain), place, key.to_vec()));
+                shelf.by_time.insert((wake.index(), place, key.to_vec()));
             }
             shelf.keys.insert(key.to_vec(), saved.clone());
             Ok(())
         }
-        fn remove(&self, key: &[u8], timers: &[(TimeDomain, Timestamp)]) -> anyhow::Result<()> {
+        fn remove(&self, key: &[u8], listed: &[(Wake, Timestamp)]) -> anyhow::Result<()> {
             let mut shelf = self.0.lock().unwrap();
-            for (domain, at) in earliest_timers(timers) {
+            for &(wake, at) in listed {
                 let place = FiringPlace {
                     at,
                     tie: tie_order(key),
                 };
-                shelf
-                    .by_time
-                    .remove(&(domain_byte(domain), place, key.to_vec()));
+                shelf.by_time.remove(&(wake.index(), place, key.to_vec()));
             }
             shelf.keys.remove(key);
             Ok(())
         }
         fn due(
             &self,
-            domain: TimeDomain,
+            wake: Wake,
             from: FiringPlace,
             through: FiringPlace,
             limit: usize,
         ) -> anyhow::Result<Vec<(FiringPlace, Key)>> {
             let shelf = self.0.lock().unwrap();
-            let d = domain_byte(domain);
+            let d = wake.index();
             Ok(shelf
                 .by_time
                 .iter()

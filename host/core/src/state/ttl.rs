@@ -145,8 +145,9 @@ pub fn purge(slot: &mut Slot, ttl: &StateTtl, now: Timestamp) -> Purged {
 
 /// Keys by the earliest time one of their entries expires, on one clock. A key is
 /// listed once, at the earliest time scheduled for it; when that time comes the engine
-/// purges the key and schedules it again for its next expiry, if any. An id listed for a
-/// key released since (and perhaps reused) only costs a purge that finds nothing.
+/// purges the key and schedules it again for its next expiry, if any. A key released
+/// leaves the queue ([`take`](ExpiryQueue::take)); one listed earlier than its entries
+/// expire (a refresh moved them on) only costs a purge that finds nothing.
 #[derive(Debug, Default)]
 pub struct ExpiryQueue {
     by_time: BTreeSet<(Timestamp, KeyId)>,
@@ -175,6 +176,14 @@ impl ExpiryQueue {
         self.by_time.pop_first();
         self.due.remove(&key);
         Some(key)
+    }
+
+    /// Takes `key` off the queue; when it was listed to be purged, if it was (a key
+    /// that leaves memory whole takes its listing with it).
+    pub fn take(&mut self, key: KeyId) -> Option<Timestamp> {
+        let at = self.due.remove(&key)?;
+        self.by_time.remove(&(at, key));
+        Some(at)
     }
 
     /// When `key` is listed to be purged, if it is.

@@ -57,20 +57,9 @@ impl Services {
         }
     }
 
-    /// Lists every key for removal of its expired entries (after a restore).
-    pub fn schedule_all_expiry(&mut self) {
-        if !self.states.any_ttl() {
-            return;
-        }
-        let keys: Vec<KeyId> = self.keys.iter().map(|(key, _)| key).collect();
-        for key in keys {
-            self.schedule_expiry(key);
-        }
-    }
-
     /// Removes every entry that has expired by the watermark (event-time time-to-live)
-    /// or by `processing_time`, without calling the UDF; a key left with nothing is
-    /// released. Returns how many keys lost entries. The operator calls this before
+    /// or by `processing_time`, without calling the UDF, dormant keys' (woken for it)
+    /// included; a key left with nothing is released. Returns how many keys lost entries. The operator calls this before
     /// every call or batch (so that no call sees an expired entry), when processing time
     /// is checked, and before a checkpoint is taken (so that none keeps one).
     pub fn expire_state(&mut self, processing_time: Timestamp) -> usize {
@@ -87,6 +76,7 @@ impl Services {
             (TimeDomain::EventTime, event_time),
             (TimeDomain::ProcessingTime, processing_time),
         ] {
+            self.purge_dormant(domain, now);
             while let Some(key) = self.keys.pop_expiring(domain, now) {
                 changed += usize::from(self.purge_key(key, domain, now));
             }

@@ -127,7 +127,6 @@ fn expired_entries_are_never_returned_and_go_without_a_call() {
         .declare_state("seen", StateKind::Map, Some(ttl))
         .unwrap();
     crate::snapshot::apply(&mut restored, &checkpoint, &[Some(seen.into())]).unwrap();
-    restored.schedule_all_expiry();
     restored.watermark = 1_249;
     assert_eq!(restored.expire_state(0), 0);
     restored.watermark = 1_250;
