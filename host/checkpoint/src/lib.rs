@@ -275,11 +275,14 @@ impl Checkpointer {
     }
 
     /// Whether the interval has passed since the last checkpoint written (or since
-    /// opening) and, for a stage of several, every stage made the last epoch durable
-    /// ([`aligned`]). The run asks between records, and checkpoints once its read-ahead
-    /// is processed; a stage reading other stages checkpoints at their barriers instead.
+    /// opening), that one is durable (one checkpoint is written at a time, and the run
+    /// does not wait for it: a checkpoint whose writer takes longer than the interval
+    /// delays the next, as Flink's one concurrent checkpoint does) and, for a stage of
+    /// several, every stage made the last epoch durable ([`aligned`]). The run asks
+    /// between records, and checkpoints once its read-ahead is processed; a stage reading
+    /// other stages checkpoints at their barriers instead.
     pub fn is_due(&self) -> bool {
-        if Instant::now() < self.next_due {
+        if Instant::now() < self.next_due || self.store.is_writing() {
             return false;
         }
         let Some(aligned) = &self.aligned else {
@@ -479,6 +482,35 @@ pub(crate) mod tests {
         c.write(file).unwrap();
         c.store.wait().unwrap();
         plan
+    }
+
+    #[test]
+    fn no_checkpoint_falls_due_while_the_last_one_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = CheckpointSpec {
+            interval: Duration::ZERO,
+            ..in_dir(dir.path())
+        };
+        let (mut c, _) = Checkpointer::open(&spec, false).unwrap();
+        assert!(c.is_due());
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let plan = c.plan();
+        let file = CheckpointFile {
+            meta: meta(plan.epoch, plan.parent),
+            sinks: vec![],
+            keyed: vec![b"now".to_vec()],
+        };
+        let later: KeyedLater = Box::new(move |part| {
+            held.recv().unwrap();
+            part(b"later")
+        });
+        c.write_later(file, later).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!c.is_due(), "the writer is still reading the store");
+        release.send(()).unwrap();
+        let written = c.wait().unwrap().unwrap();
+        assert_eq!(written.epoch, plan.epoch);
+        assert!(c.is_due());
     }
 
     #[test]

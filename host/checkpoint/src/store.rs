@@ -263,6 +263,11 @@ impl CheckpointStore {
         Ok(())
     }
 
+    /// Whether a checkpoint is still being written in the background.
+    pub fn is_writing(&self) -> bool {
+        self.writing.as_ref().is_some_and(|handle| !handle.is_finished())
+    }
+
     /// Waits for the write in progress; returns what it made durable, if any.
     pub fn wait(&mut self) -> anyhow::Result<Option<Written>> {
         match self.writing.take() {
