@@ -265,7 +265,9 @@ impl CheckpointStore {
 
     /// Whether a checkpoint is still being written in the background.
     pub fn is_writing(&self) -> bool {
-        self.writing.as_ref().is_some_and(|handle| !handle.is_finished())
+        self.writing
+            .as_ref()
+            .is_some_and(|handle| !handle.is_finished())
     }
 
     /// Waits for the write in progress; returns what it made durable, if any.

@@ -317,6 +317,31 @@ pub fn apply_where(
     states: &[Option<RestoreTo>],
     keep: impl Fn(&[u8]) -> bool,
 ) -> anyhow::Result<()> {
+    apply_records(host, section, states, keep, false)
+}
+
+/// [`apply_where`] for the full checkpoint a restored chain starts with, applied into a
+/// table that holds no key yet: with the `disk` backend each key goes straight into the
+/// store as a dormant key ([`KeyTable::restore_dormant`]) and never enters memory, which
+/// is most of what restoring a large state costs otherwise (interning, timers in and out
+/// of the timer service, evictions).
+pub fn apply_base_where(
+    host: &mut HostServices,
+    section: &[u8],
+    states: &[Option<RestoreTo>],
+    keep: impl Fn(&[u8]) -> bool,
+) -> anyhow::Result<()> {
+    apply_records(host, section, states, keep, true)
+}
+
+fn apply_records(
+    host: &mut HostServices,
+    section: &[u8],
+    states: &[Option<RestoreTo>],
+    keep: impl Fn(&[u8]) -> bool,
+    base: bool,
+) -> anyhow::Result<()> {
+    let straight_to_store = base && host.keys.spills();
     let mut r = Reader::new(section);
     let mut restored = 0;
     while !r.is_empty() {
@@ -326,39 +351,37 @@ pub fn apply_where(
             skip_record(&mut r, tag)?;
             continue;
         }
+        let contents = match tag {
+            REMOVED => None,
+            PUT => Some(read_contents(&mut r, host, states)?),
+            other => anyhow::bail!("unknown keyed record tag {other}"),
+        };
+        if straight_to_store {
+            if let Some((slots, mut timers)) = contents {
+                if slots.is_empty() && timers.is_empty() {
+                    continue;
+                }
+                timers.sort_unstable();
+                timers.dedup();
+                let expiry = host.first_expiry(slots.iter().map(|(state, slot)| (*state, slot)));
+                let saved = SavedKey {
+                    slots,
+                    timers,
+                    expiry,
+                };
+                host.keys.restore_dormant(key, &saved)?;
+            }
+            continue;
+        }
         let id = host.intern(key)?;
         clear_key(host, id);
-        match tag {
-            REMOVED => {}
-            PUT => {
-                let slots = r.u32()?;
-                for _ in 0..slots {
-                    let state = r.u32()? as usize;
-                    let mut slot = Slot::decode(&mut r)?;
-                    let target = states.get(state).copied().ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "a slot names state #{state}, which the checkpoint does not declare"
-                        )
-                    })?;
-                    if let Some(target) = target {
-                        let ttl = host.states.ttl(target.id);
-                        let now = ttl.map_or(0, |ttl| host.clock(ttl.domain));
-                        ttl::change_stamps(&mut slot, target.stamps, now);
-                        host.keys.entry_mut(id).set_slot(target.id, slot);
-                    }
-                }
-                let timers = r.u32()?;
-                for _ in 0..timers {
-                    let domain = match r.u8()? {
-                        0 => TimeDomain::EventTime,
-                        1 => TimeDomain::ProcessingTime,
-                        other => anyhow::bail!("unknown timer domain {other}"),
-                    };
-                    let at = r.i64()?;
-                    host.timer_for(id, domain, at, true);
-                }
+        if let Some((slots, timers)) = contents {
+            for (state, slot) in slots {
+                host.keys.entry_mut(id).set_slot(state, slot);
             }
-            other => anyhow::bail!("unknown keyed record tag {other}"),
+            for (domain, at) in timers {
+                host.timer_for(id, domain, at, true);
+            }
         }
         if host.states.any_ttl() {
             // Before it may leave memory: a dormant key takes its expiry with it.
@@ -372,6 +395,43 @@ pub fn apply_where(
         }
     }
     host.evict()
+}
+
+/// A key's record after its tag and key: its slots, each where `states` says it goes
+/// (with its stamps changed as it says; a state the UDF no longer declares is dropped),
+/// and its timers.
+#[allow(clippy::type_complexity)]
+fn read_contents(
+    r: &mut Reader<'_>,
+    host: &HostServices,
+    states: &[Option<RestoreTo>],
+) -> anyhow::Result<(Vec<(StateId, Slot)>, Vec<(TimeDomain, Timestamp)>)> {
+    let count = r.u32()?;
+    let mut slots = Vec::with_capacity(count.min(64) as usize);
+    for _ in 0..count {
+        let state = r.u32()? as usize;
+        let mut slot = Slot::decode(r)?;
+        let target = states.get(state).copied().ok_or_else(|| {
+            anyhow::anyhow!("a slot names state #{state}, which the checkpoint does not declare")
+        })?;
+        if let Some(target) = target {
+            let ttl = host.states.ttl(target.id);
+            let now = ttl.map_or(0, |ttl| host.clock(ttl.domain));
+            ttl::change_stamps(&mut slot, target.stamps, now);
+            slots.push((target.id, slot));
+        }
+    }
+    let count = r.u32()?;
+    let mut timers = Vec::with_capacity(count.min(64) as usize);
+    for _ in 0..count {
+        let domain = match r.u8()? {
+            0 => TimeDomain::EventTime,
+            1 => TimeDomain::ProcessingTime,
+            other => anyhow::bail!("unknown timer domain {other}"),
+        };
+        timers.push((domain, r.i64()?));
+    }
+    Ok((slots, timers))
 }
 
 /// Keys a restore applies between two evictions (the `disk` backend).

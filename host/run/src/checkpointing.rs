@@ -161,9 +161,13 @@ impl Restored {
                 })
                 .collect();
             let mine = |key: &[u8]| weir_core::key::shard_of(key, parallelism) == shard;
+            // The chain's first file is a full checkpoint, applied into an empty table.
+            let apply = match index {
+                0 => snapshot::apply_base_where,
+                _ => snapshot::apply_where,
+            };
             chain.read_keyed(index, &mut |part| {
-                snapshot::apply_where(host, part, &mapping, mine)
-                    .map_err(|e| anyhow::anyhow!("keyed state: {e:#}"))
+                apply(host, part, &mapping, mine).map_err(|e| anyhow::anyhow!("keyed state: {e:#}"))
             })?;
         }
         let meta = &chain.newest().meta;

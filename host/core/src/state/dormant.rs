@@ -28,13 +28,32 @@
 //! writes the keys in memory and takes a [`DormantSnapshot`] on the run's thread, and
 //! walks the store's snapshot for the others on the checkpoint writer's thread.
 
-use super::spill::{SavedKey, SlotSnapshot, Wake};
+use super::spill::{SavedKey, SlotSnapshot, Spill, Wake};
 use super::{clock, Key, KeyId, KeyTable};
 use crate::key::tie_order;
 use crate::time::timers::{FiringPlace, TimeDomain, TimerService};
 use crate::time::Timestamp;
 use smallvec::SmallVec;
 use std::collections::HashMap;
+
+/// Writes a dormant key's row and listings, and counts its timers, expiry and listings
+/// (the count of dormant keys is the caller's: a key already stored may sleep unwritten).
+fn save_dormant(spill: &mut Spill, key: &[u8], saved: &SavedKey) -> anyhow::Result<()> {
+    spill.store.save(key, saved)?;
+    spill.saves += 1;
+    let tie = tie_order(key);
+    for (wake, at) in saved.listings() {
+        let from = &mut spill.dormant_from[wake.index() as usize];
+        *from = (*from).min(FiringPlace { at, tie });
+    }
+    for &(domain, _) in &saved.timers {
+        spill.dormant_timers[clock(domain)] += 1;
+    }
+    for &(domain, _) in &saved.expiry {
+        spill.dormant_expiring[clock(domain)] += 1;
+    }
+    Ok(())
+}
 
 /// The keys a full checkpoint reads from the store rather than from memory, taken at
 /// one moment ([`KeyTable::dormant_snapshot`]) and walked later, on any thread, while the
@@ -159,19 +178,10 @@ impl KeyTable {
                 timers: pending,
                 expiry,
             };
-            spill.store.save(&entry.key, &saved)?;
-            spill.saves += 1;
+            save_dormant(spill, &entry.key, &saved)?;
             let tie = tie_order(&entry.key);
-            for (wake, at) in saved.listings() {
-                let from = &mut spill.dormant_from[wake.index() as usize];
-                *from = (*from).min(FiringPlace { at, tie });
-            }
             for &(domain, at) in &saved.timers {
-                spill.dormant_timers[clock(domain)] += 1;
                 timers.delete(domain, id, tie, at);
-            }
-            for &(domain, _) in &saved.expiry {
-                spill.dormant_expiring[clock(domain)] += 1;
             }
         }
         spill.dormant_keys += 1;
@@ -188,6 +198,24 @@ impl KeyTable {
         }
         self.free_entry(id);
         Ok(())
+    }
+
+    /// Puts `key` straight into the store as a dormant key holding `saved` (its slots,
+    /// timers and expiry): it never enters memory. For a restore's full checkpoint into
+    /// an empty table, where each key comes once: the key must be neither in memory nor
+    /// in the store. Returns `false`, doing nothing, without a store (the caller applies
+    /// the key to memory).
+    pub fn restore_dormant(&mut self, key: &[u8], saved: &SavedKey) -> anyhow::Result<bool> {
+        debug_assert!(
+            self.find(key).is_none(),
+            "a key restored dormant is not in memory"
+        );
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(false);
+        };
+        save_dormant(spill, key, saved)?;
+        spill.dormant_keys += 1;
+        Ok(true)
     }
 
     /// Wakes the dormant keys listed under `wake` at or before `up_to` (due timers of a
@@ -736,6 +764,55 @@ mod tests {
         due.sort();
         assert_eq!(due, ["k-50", "k-60", "k-70", "k-80", "k-90"]);
         assert_eq!(table.dormant_keys(), 45);
+    }
+
+    /// Keys restored straight into the store are dormant keys like those an eviction
+    /// sent there: they wake when named, and when their timers and expiry fall due.
+    #[test]
+    fn keys_restored_dormant_wake_as_evicted_ones_do() {
+        use TimeDomain::EventTime;
+        let mut table = KeyTable::new();
+        table.spill_to(Box::new(Shelf::default()), 1 << 20);
+        let mut timers = TimerService::new(0);
+        for i in 0..20 {
+            let saved = SavedKey {
+                slots: vec![(0, Slot::Value(vec![i as u8]))],
+                timers: vec![(EventTime, 100 + i), (EventTime, 500)],
+                expiry: vec![(EventTime, 1_000 + i)],
+            };
+            assert!(table
+                .restore_dormant(format!("k-{i}").as_bytes(), &saved)
+                .unwrap());
+        }
+        assert_eq!((table.live, table.dormant_keys(), table.len()), (0, 20, 20));
+        assert_eq!(table.dormant_timers(EventTime), 40);
+        assert_eq!(table.next_dormant_timer(EventTime).unwrap(), Some(100));
+        // Named: back with its slots, timers and expiry.
+        let id = table.intern_awake(b"k-7", &mut timers).unwrap();
+        assert_eq!(table.slots_of(id).unwrap(), [(0, Slot::Value(vec![7]))]);
+        let mut own: Vec<_> = table.timers(id).collect();
+        own.sort();
+        assert_eq!(own, [(EventTime, 107), (EventTime, 500)]);
+        assert_eq!(table.expiry_of(id, EventTime), Some(1_007));
+        // Due by time: the keys of timers through 104, in order.
+        let reached = table
+            .wake_listed(Wake::Timer(EventTime), 104, 100, &mut timers)
+            .unwrap();
+        assert_eq!(reached, FiringPlace::end_of(104));
+        assert_eq!(table.live, 6);
+        let mut fired = Vec::new();
+        while let Some((at, id)) = timers.pop_event_due(104) {
+            fired.push((at, table.entry(id).key().to_vec()));
+        }
+        let expected: Vec<_> = (0..5)
+            .map(|i| (100 + i, format!("k-{i}").into_bytes()))
+            .collect();
+        assert_eq!(fired, expected);
+        let woken = table
+            .wake_listed(Wake::Expiry(EventTime), 2_000, 100, &mut timers)
+            .unwrap();
+        assert_eq!(woken, FiringPlace::end_of(2_000));
+        assert_eq!((table.live, table.dormant_keys()), (20, 0));
     }
 
     /// A key whose slots the store holds a copy of, released (its state cleared) and

@@ -3,7 +3,7 @@
 
 use super::Services;
 use weir_core::state::ttl::{self, stamped};
-use weir_core::state::{KeyId, StateId, StateTtl};
+use weir_core::state::{KeyId, Slot, StateId, StateTtl};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::{wall_clock_ms, Timestamp};
 
@@ -35,9 +35,19 @@ impl Services {
     /// this after it has stamped entries of the key (a write, a batch, a restore).
     pub fn schedule_expiry(&mut self, key: KeyId) {
         self.keys.load_or_defer(key);
-        let entry = self.keys.entry(key);
+        for (domain, at) in self.first_expiry(self.keys.entry(key).slots()) {
+            self.keys.schedule_expiry(key, domain, at);
+        }
+    }
+
+    /// When the first of `slots`' entries of states with a time-to-live expires, on
+    /// each clock that has one.
+    pub(crate) fn first_expiry<'a>(
+        &self,
+        slots: impl Iterator<Item = (StateId, &'a Slot)>,
+    ) -> Vec<(TimeDomain, Timestamp)> {
         let mut next = [None::<Timestamp>; 2];
-        for (state, slot) in entry.slots() {
+        for (state, slot) in slots {
             if let Some(ttl) = self.states.ttl(state) {
                 let at = ttl::next_expiry(slot, &ttl);
                 let clock = &mut next[usize::from(ttl.domain == TimeDomain::ProcessingTime)];
@@ -47,14 +57,11 @@ impl Services {
                 };
             }
         }
-        for (domain, at) in [TimeDomain::EventTime, TimeDomain::ProcessingTime]
+        [TimeDomain::EventTime, TimeDomain::ProcessingTime]
             .into_iter()
             .zip(next)
-        {
-            if let Some(at) = at {
-                self.keys.schedule_expiry(key, domain, at);
-            }
-        }
+            .filter_map(|(domain, at)| Some((domain, at?)))
+            .collect()
     }
 
     /// Removes every entry that has expired by the watermark (event-time time-to-live)
