@@ -26,7 +26,9 @@ fn chunks_deletions_and_broken_writes() {
         topic: topic.clone(),
         partition: 1,
     };
-    let store = KafkaBackend::open(&target).unwrap();
+    let work = weir_e2e::Workdir::new();
+    let state = work.path("state");
+    let store = KafkaBackend::open(&target, &state).unwrap();
     assert!(
         store.epochs().unwrap().is_empty(),
         "a new partition holds nothing"
@@ -60,7 +62,7 @@ fn chunks_deletions_and_broken_writes() {
         .unwrap();
     producer.flush(Duration::from_secs(30)).unwrap();
 
-    let reopened = KafkaBackend::open(&target).unwrap();
+    let reopened = KafkaBackend::open(&target, &state).unwrap();
     assert_eq!(reopened.epochs().unwrap(), vec![1, 2]);
     assert!(
         reopened.read(1).unwrap() == big,
@@ -70,12 +72,39 @@ fn chunks_deletions_and_broken_writes() {
     assert!(reopened.read(3).is_err(), "deleted");
 
     // The other partition is another task's: nothing of this one shows there.
-    let other = KafkaBackend::open(&KafkaCheckpoints {
-        partition: 0,
-        ..target
-    })
+    let other = KafkaBackend::open(
+        &KafkaCheckpoints {
+            partition: 0,
+            ..target
+        },
+        &state,
+    )
     .unwrap();
     assert!(other.epochs().unwrap().is_empty());
+    // Each store keeps what it holds in a local copy of its own, a file per checkpoint,
+    // and deletes it when it goes.
+    let copies = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&state)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(copies().len(), 3, "{:?}", copies());
+    let holding_big = copies()
+        .iter()
+        .filter(|name| {
+            std::fs::metadata(state.join(name).join("1.weir"))
+                .is_ok_and(|m| m.len() == big.len() as u64)
+        })
+        .count();
+    assert_eq!(
+        holding_big, 2,
+        "the writer's and the reader's copies hold checkpoint 1"
+    );
+    drop((store, reopened, other));
+    assert!(copies().is_empty(), "{:?}", copies());
 }
 
 /// A task's store claims its partition: once a new owner has claimed it, what the old one
@@ -89,11 +118,13 @@ fn a_zombie_s_writes_after_a_new_claim_are_ignored() {
         topic,
         partition: 0,
     };
-    let zombie = KafkaBackend::open_claimed(&target).unwrap();
+    let work = weir_e2e::Workdir::new();
+    let state = work.path("state");
+    let zombie = KafkaBackend::open_claimed(&target, &state).unwrap();
     let first = bytes(CHUNK_BYTES + 10, 1);
     zombie.write(1, &first).unwrap();
 
-    let owner = KafkaBackend::open_claimed(&target).unwrap();
+    let owner = KafkaBackend::open_claimed(&target, &state).unwrap();
     assert_eq!(
         owner.epochs().unwrap(),
         vec![1],
@@ -105,7 +136,7 @@ fn a_zombie_s_writes_after_a_new_claim_are_ignored() {
     let second = bytes(70, 4);
     owner.write(2, &second).unwrap();
 
-    let reader = KafkaBackend::open(&target).unwrap();
+    let reader = KafkaBackend::open(&target, &state).unwrap();
     assert_eq!(reader.epochs().unwrap(), vec![1, 2]);
     assert!(
         reader.read(1).unwrap() == first,

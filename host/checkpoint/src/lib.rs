@@ -215,7 +215,7 @@ impl Checkpointer {
         let interval = spec.interval;
         let mut store = match &spec.kafka {
             Some(target) => CheckpointStore::on(std::sync::Arc::new(
-                kafka_store::KafkaBackend::open_claimed(target)?,
+                kafka_store::KafkaBackend::open_claimed(target, &spec.dir)?,
             )),
             None => CheckpointStore::open(&spec.dir)?,
         };
