@@ -28,7 +28,17 @@ fn chunks_deletions_and_broken_writes() {
     };
     let work = weir_e2e::Workdir::new();
     let state = work.path("state");
+    // What a killed process left of its copy of this partition goes when a store opens;
+    // a live process's stays.
+    let left = state.join("kafka-p1-4000000000-1");
+    let live = state.join(format!("kafka-p1-{}-1", std::process::id()));
+    for dir in [&left, &live] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("1.weir"), b"old").unwrap();
+    }
     let store = KafkaBackend::open(&target, &state).unwrap();
+    assert!(!left.exists() && live.exists());
+    std::fs::remove_dir_all(&live).unwrap();
     assert!(
         store.epochs().unwrap().is_empty(),
         "a new partition holds nothing"
