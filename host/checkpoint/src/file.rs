@@ -28,7 +28,7 @@ const MAGIC_V1: &[u8; 8] = b"WEIRCKP1";
 
 /// A checkpoint as the run hands it over: what it describes, and the parts of its keyed
 /// section encoded on the run's thread.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CheckpointFile {
     /// The JSON section: epoch and parent, pipeline and UDF, positions, watermarks and
     /// counters.
@@ -61,7 +61,7 @@ impl CheckpointFile {
     /// The file's bytes (see the module docs), in memory: for tests and small files.
     pub fn encode(&self) -> anyhow::Result<Vec<u8>> {
         let mut out = Vec::new();
-        self.write_to(&mut out, None)?;
+        self.clone().write_to(&mut out, None)?;
         Ok(out)
     }
 
@@ -78,9 +78,15 @@ impl CheckpointFile {
     }
 
     /// Writes the file to `out`, its keyed section's parts as they come: this file's,
-    /// then those `later` makes. Returns the bytes written. Fails if `out` or `later`
-    /// fails; what was written then is not a checkpoint (it has no checksum).
-    pub fn write_to(&self, out: &mut dyn Write, later: Option<KeyedLater>) -> anyhow::Result<u64> {
+    /// each freed once written (the keys in memory of a full checkpoint may be a cache's
+    /// worth, and `later`'s parts take long to read), then those `later` makes. Returns
+    /// the bytes written. Fails if `out` or `later` fails; what was written then is not a
+    /// checkpoint (it has no checksum).
+    pub fn write_to(
+        mut self,
+        out: &mut dyn Write,
+        later: Option<KeyedLater>,
+    ) -> anyhow::Result<u64> {
         let (meta, sinks) = self.head_sections()?;
         let mut out = Hashing::new(out);
         out.write_all(MAGIC)?;
@@ -95,8 +101,8 @@ impl CheckpointFile {
             }
             Ok(())
         };
-        for keyed in &self.keyed {
-            part(keyed)?;
+        for keyed in std::mem::take(&mut self.keyed) {
+            part(&keyed)?;
         }
         if let Some(later) = later {
             later(&mut part)?;
@@ -298,7 +304,7 @@ mod tests {
             part(b"third")?;
             part(b"fourth")
         });
-        let size = file.write_to(&mut out, Some(later)).unwrap();
+        let size = file.clone().write_to(&mut out, Some(later)).unwrap();
         assert_eq!(size, out.len() as u64);
         let mut parts = Vec::new();
         let (head, read_size) = read(&mut &out[..], &mut |part| {
