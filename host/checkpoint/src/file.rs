@@ -58,8 +58,9 @@ pub struct CheckpointHead {
 }
 
 impl CheckpointFile {
-    /// The file's bytes (see the module docs), in memory: for tests and small files.
-    pub fn encode(&self) -> anyhow::Result<Vec<u8>> {
+    /// The file's bytes (see the module docs), in memory.
+    #[cfg(test)]
+    pub(crate) fn encode(&self) -> anyhow::Result<Vec<u8>> {
         let mut out = Vec::new();
         self.clone().write_to(&mut out, None)?;
         Ok(out)
@@ -114,7 +115,8 @@ impl CheckpointFile {
     }
 
     /// Reads a whole file's bytes back, its keyed parts kept. Fails as [`read`] does.
-    pub fn decode(data: &[u8]) -> anyhow::Result<Self> {
+    #[cfg(test)]
+    pub(crate) fn decode(data: &[u8]) -> anyhow::Result<Self> {
         let mut keyed = Vec::new();
         let (head, _) = read(&mut &data[..], &mut |part| {
             keyed.push(part.to_vec());

@@ -221,7 +221,13 @@ impl CheckpointStore {
 
     /// Starts writing checkpoint `epoch` in the background; then deletes the ones
     /// before `keep_from` (older chains). Waits for the previous write first.
-    pub fn write(&mut self, epoch: u64, data: Vec<u8>, keep_from: u64) -> anyhow::Result<()> {
+    #[cfg(test)]
+    pub(crate) fn write(
+        &mut self,
+        epoch: u64,
+        data: Vec<u8>,
+        keep_from: u64,
+    ) -> anyhow::Result<()> {
         self.write_later(
             epoch,
             Box::new(move |out: &mut dyn Write| Ok(out.write_all(&data)?)),
@@ -229,9 +235,11 @@ impl CheckpointStore {
         )
     }
 
-    /// [`write`](Self::write) with bytes that `produce` writes on the writer's thread, as
-    /// it makes them (a checkpoint reading a snapshot of the state store). Waits for the
-    /// previous write first: call [`wait`](Self::wait) before to learn what it wrote.
+    /// Starts writing checkpoint `epoch` in the background, its bytes being those
+    /// `produce` writes on the writer's thread as it makes them (a checkpoint reading a
+    /// snapshot of the state store); then deletes the ones before `keep_from` (older
+    /// chains). Waits for the previous write first: call [`wait`](Self::wait) before to
+    /// learn what it wrote.
     pub fn write_later(
         &mut self,
         epoch: u64,

@@ -363,7 +363,11 @@ fn apply_records(
                 }
                 timers.sort_unstable();
                 timers.dedup();
-                let expiry = host.first_expiry(slots.iter().map(|(state, slot)| (*state, slot)));
+                let expiry = host
+                    .first_expiry(slots.iter().map(|(state, slot)| (*state, slot)))
+                    .into_iter()
+                    .flatten()
+                    .collect();
                 let saved = SavedKey {
                     slots,
                     timers,

@@ -181,6 +181,10 @@ impl ExpiryQueue {
     /// Takes `key` off the queue; when it was listed to be purged, if it was (a key
     /// that leaves memory whole takes its listing with it).
     pub fn take(&mut self, key: KeyId) -> Option<Timestamp> {
+        if self.due.is_empty() {
+            // Every key released takes this path: no hashing when nothing is listed.
+            return None;
+        }
         let at = self.due.remove(&key)?;
         self.by_time.remove(&(at, key));
         Some(at)

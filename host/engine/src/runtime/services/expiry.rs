@@ -35,17 +35,18 @@ impl Services {
     /// this after it has stamped entries of the key (a write, a batch, a restore).
     pub fn schedule_expiry(&mut self, key: KeyId) {
         self.keys.load_or_defer(key);
-        for (domain, at) in self.first_expiry(self.keys.entry(key).slots()) {
+        let first = self.first_expiry(self.keys.entry(key).slots());
+        for (domain, at) in first.into_iter().flatten() {
             self.keys.schedule_expiry(key, domain, at);
         }
     }
 
     /// When the first of `slots`' entries of states with a time-to-live expires, on
-    /// each clock that has one.
+    /// event time and on processing time (`None` for a clock without one).
     pub(crate) fn first_expiry<'a>(
         &self,
         slots: impl Iterator<Item = (StateId, &'a Slot)>,
-    ) -> Vec<(TimeDomain, Timestamp)> {
+    ) -> [Option<(TimeDomain, Timestamp)>; 2] {
         let mut next = [None::<Timestamp>; 2];
         for (state, slot) in slots {
             if let Some(ttl) = self.states.ttl(state) {
@@ -57,11 +58,11 @@ impl Services {
                 };
             }
         }
-        [TimeDomain::EventTime, TimeDomain::ProcessingTime]
-            .into_iter()
-            .zip(next)
-            .filter_map(|(domain, at)| Some((domain, at?)))
-            .collect()
+        let [event, processing] = next;
+        [
+            event.map(|at| (TimeDomain::EventTime, at)),
+            processing.map(|at| (TimeDomain::ProcessingTime, at)),
+        ]
     }
 
     /// Removes every entry that has expired by the watermark (event-time time-to-live)
