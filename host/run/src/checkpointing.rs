@@ -397,15 +397,15 @@ impl Checkpoints {
             }
         }
         // The shards' keys are disjoint: their sections, one after another, are one.
-        // The keys to read from the `disk` backend's stores come last, read from
-        // snapshots of the stores on the writer's thread.
+        // The parts set aside and the keys to read from the `disk` backend's stores
+        // come last, on the writer's thread.
         let mut keyed = Vec::new();
-        let mut in_stores = Vec::new();
+        let mut later = Vec::new();
         for operator in stage.shards_mut() {
             let host = operator.host_mut();
             let section = match plan.parent {
                 None => {
-                    let full = snapshot::begin_full(host.keys());
+                    let full = snapshot::begin_full(host.keys())?;
                     host.keys_mut().take_changes();
                     host.keys_mut().take_dormant_changes();
                     full
@@ -413,7 +413,7 @@ impl Checkpoints {
                 Some(_) => snapshot::begin_changes(host.keys_mut())?,
             };
             keyed.extend(section.in_memory);
-            in_stores.extend(section.in_store);
+            later.extend(section.later);
         }
         let operator = stage.shard(0);
         let host = operator.host();
@@ -483,12 +483,12 @@ impl Checkpoints {
         let checkpointer = self.checkpointer.as_mut().expect("checked above");
         // Its size, unless the writer reads part of it from the stores (then once it is
         // durable: `commit_durable`).
-        let bytes = match in_stores.is_empty() {
+        let bytes = match later.is_empty() {
             true => checkpointer.write(file)?,
             false => {
                 let keyed_later = move |part: &mut dyn FnMut(&[u8]) -> anyhow::Result<()>| {
-                    for in_store in &in_stores {
-                        in_store.write_parts(part)?;
+                    for later in later {
+                        later.write_parts(part)?;
                     }
                     Ok(())
                 };

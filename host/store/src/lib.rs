@@ -435,6 +435,30 @@ impl DiskStore {
         }
     }
 
+    /// A new file in the store's parent folder (the process's, deleted with its last
+    /// store, or by the next run if the process is killed), unlinked at once, with the
+    /// name it had: see `SlotStore::scratch_file`.
+    pub fn scratch_file(&self) -> anyhow::Result<(std::fs::File, PathBuf)> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let folder = self.path.parent().unwrap_or(&self.path);
+        let shard = self
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("store");
+        let path = folder.join(format!("{shard}-scratch-{n}"));
+        let describe = || format!("cannot create a scratch file {}", path.display());
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(describe)?;
+        std::fs::remove_file(&path).with_context(describe)?;
+        Ok((file, path))
+    }
+
     // ---- figures ---------------------------------------------------------------------
 
     /// Bytes the store takes on disk.

@@ -77,6 +77,10 @@ impl SlotStore for DiskStore {
     fn memory_bytes(&self) -> u64 {
         DiskStore::memory_bytes(self)
     }
+
+    fn scratch_file(&self) -> Option<anyhow::Result<(std::fs::File, std::path::PathBuf)>> {
+        Some(DiskStore::scratch_file(self))
+    }
 }
 
 /// A `spilled` row's contents, or an error naming the folder of the store it is in.

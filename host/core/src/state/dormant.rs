@@ -355,6 +355,12 @@ impl KeyTable {
         })
     }
 
+    /// A scratch file beside the store ([`SlotStore::scratch_file`](super::spill::SlotStore::scratch_file)); `None` without a
+    /// store, or when the store has no place for one.
+    pub fn scratch_file(&self) -> Option<anyhow::Result<(std::fs::File, std::path::PathBuf)>> {
+        self.spill.as_ref()?.store.scratch_file()
+    }
+
     /// The store as it is now, to read later keys that are dormant now (an increment's
     /// keys that changed and went dormant since): [`dormant_snapshot`](Self::dormant_snapshot)
     /// without listing the keys in memory, which such a read never asks for. `None`

@@ -126,6 +126,15 @@ pub trait SlotStore: Send {
     /// Bytes the store takes on disk, for status figures.
     fn disk_bytes(&self) -> u64;
 
+    /// A new file beside the store, already unlinked (gone when closed, or with the
+    /// process), with the name it had for messages: where a checkpoint sets aside the
+    /// keys it encoded on the run's thread beyond a few MiB, so that a full checkpoint
+    /// does not hold a second copy of the cache in memory. Called on the run's thread
+    /// when a checkpoint is taken. `None` (the default) keeps them in memory.
+    fn scratch_file(&self) -> Option<anyhow::Result<(std::fs::File, std::path::PathBuf)>> {
+        None
+    }
+
     /// Bytes the store itself keeps in memory (its block cache and write buffers), for
     /// status figures.
     fn memory_bytes(&self) -> u64;

@@ -11,7 +11,12 @@
 //! restore into a UDF that declares such a state with or without a time-to-live where
 //! the checkpoint had the other adds or drops the stamps ([`RestoreTo`]).
 
+mod parts;
+
+pub use parts::{SetAside, HELD_BYTES};
+
 use crate::runtime::HostServices;
+use parts::{in_parts, EncodedParts, Parts};
 use weir_core::codec::{Reader, Writer};
 use weir_core::state::ttl;
 use weir_core::state::{
@@ -31,7 +36,7 @@ pub const PART_BYTES: usize = 1 << 20;
 /// backend's store cannot be read. Reads the whole store on the calling thread: the run
 /// takes [`begin_full`] instead.
 pub fn encode_full(keys: &KeyTable) -> anyhow::Result<Vec<u8>> {
-    begin_full(keys).encode()
+    begin_full(keys)?.encode()
 }
 
 /// A checkpoint's keyed section in two parts, one after the other: what the run
@@ -41,21 +46,34 @@ pub fn encode_full(keys: &KeyTable) -> anyhow::Result<Vec<u8>> {
 /// cache), not for the store: a full checkpoint's dormant keys, or the keys an
 /// increment has that changed and went dormant since. Both come in parts of about
 /// [`PART_BYTES`], each a whole number of keys' records, which [`apply`] takes one at a
-/// time.
+/// time. Of the parts encoded on the run's thread, those beyond [`HELD_BYTES`] wait in
+/// a scratch file beside the store ([`SetAside`]).
 pub struct KeyedSection {
-    /// The parts encoded on the run's thread.
+    /// The parts encoded on the run's thread and held in memory.
     pub in_memory: Vec<Vec<u8>>,
-    /// The keys to read from the store; `None` when there are none (always with the
-    /// memory backend).
-    pub in_store: Option<StoreKeys>,
+    /// The parts the checkpoint writer hands on after them; `None` when there are none
+    /// (always with the memory backend).
+    pub later: Option<LaterParts>,
 }
 
 impl KeyedSection {
+    /// A section of `encoded` parts, then the keys `in_store` lists.
+    fn new(encoded: EncodedParts, in_store: Option<StoreKeys>) -> Self {
+        let later = (encoded.set_aside.is_some() || in_store.is_some()).then(|| LaterParts {
+            set_aside: encoded.set_aside,
+            in_store,
+        });
+        Self {
+            in_memory: encoded.held,
+            later,
+        }
+    }
+
     /// The whole section as one block, read on the calling thread.
     pub fn encode(self) -> anyhow::Result<Vec<u8>> {
         let mut out = self.in_memory.concat();
-        if let Some(in_store) = self.in_store {
-            in_store.write_parts(&mut |part| {
+        if let Some(later) = self.later {
+            later.write_parts(&mut |part| {
                 out.extend_from_slice(part);
                 Ok(())
             })?;
@@ -64,10 +82,34 @@ impl KeyedSection {
     }
 }
 
+/// The parts of a [`KeyedSection`] after those in memory: the ones set aside in a
+/// scratch file, then the keys read from the store.
+pub struct LaterParts {
+    set_aside: Option<SetAside>,
+    in_store: Option<StoreKeys>,
+}
+
+impl LaterParts {
+    /// Hands `part` each part, in order. Called on the checkpoint writer's thread. Fails
+    /// if the scratch file or the store cannot be read, or `part` fails.
+    pub fn write_parts(
+        self,
+        part: &mut dyn FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        if let Some(set_aside) = self.set_aside {
+            set_aside.write_parts(part)?;
+        }
+        match self.in_store {
+            Some(in_store) => in_store.write_parts(part),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The keys of a section that are read from a snapshot of the store
-/// ([`KeyedSection::in_store`]): every one it holds (a full checkpoint), or those listed
+/// ([`KeyedSection::later`]): every one it holds (a full checkpoint), or those listed
 /// (an increment's).
-pub struct StoreKeys {
+struct StoreKeys {
     snapshot: DormantSnapshot,
     listed: Option<Vec<Key>>,
 }
@@ -76,10 +118,7 @@ impl StoreKeys {
     /// Reads the keys from the snapshot, handing `part` the rest of the section a part at
     /// a time (see [`KeyedSection`]). Called on the checkpoint writer's thread. Fails if
     /// the store cannot be read or `part` fails.
-    pub fn write_parts(
-        &self,
-        part: &mut dyn FnMut(&[u8]) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
+    fn write_parts(&self, part: &mut dyn FnMut(&[u8]) -> anyhow::Result<()>) -> anyhow::Result<()> {
         let mut done = |done: Vec<u8>| part(&done);
         let mut out = Parts::new(&mut done);
         match &self.listed {
@@ -100,62 +139,11 @@ impl StoreKeys {
     }
 }
 
-/// A section being encoded: records go to a writer, which becomes a part (handed to
-/// `done`) once it holds [`PART_BYTES`].
-struct Parts<'a> {
-    current: Writer,
-    done: &'a mut dyn FnMut(Vec<u8>) -> anyhow::Result<()>,
-}
-
-impl<'a> Parts<'a> {
-    fn new(done: &'a mut dyn FnMut(Vec<u8>) -> anyhow::Result<()>) -> Self {
-        Self {
-            current: Writer::default(),
-            done,
-        }
-    }
-
-    /// Where the next record goes.
-    fn writer(&mut self) -> &mut Writer {
-        &mut self.current
-    }
-
-    /// Called after each record: ends the part if it is full.
-    fn end_record(&mut self) -> anyhow::Result<()> {
-        if self.current.len() >= PART_BYTES {
-            (self.done)(std::mem::take(&mut self.current).into_inner())?;
-        }
-        Ok(())
-    }
-
-    /// Hands over the last part, if it holds anything.
-    fn finish(self) -> anyhow::Result<()> {
-        match self.current.is_empty() {
-            true => Ok(()),
-            false => (self.done)(self.current.into_inner()),
-        }
-    }
-}
-
-/// Encodes on the calling thread what `records` writes, in parts.
-fn in_parts(
-    records: impl FnOnce(&mut Parts<'_>) -> anyhow::Result<()>,
-) -> anyhow::Result<Vec<Vec<u8>>> {
-    let mut parts = Vec::new();
-    let mut keep = |part: Vec<u8>| {
-        parts.push(part);
-        Ok(())
-    };
-    let mut out = Parts::new(&mut keep);
-    records(&mut out)?;
-    out.finish()?;
-    Ok(parts)
-}
-
 /// Starts a full checkpoint of `keys` (see [`KeyedSection`]): every live key. Called on
-/// the run's thread between runs of records; never reads the store.
-pub fn begin_full(keys: &KeyTable) -> KeyedSection {
-    let in_memory = in_parts(|out| {
+/// the run's thread between runs of records; never reads the store. Fails only if the
+/// parts beyond [`HELD_BYTES`] cannot be set aside.
+pub fn begin_full(keys: &KeyTable) -> anyhow::Result<KeyedSection> {
+    let encoded = in_parts(keys, |out| {
         for (id, entry) in keys.iter() {
             if !entry.is_spilled() {
                 put_key(
@@ -168,15 +156,12 @@ pub fn begin_full(keys: &KeyTable) -> KeyedSection {
             }
         }
         Ok(())
-    })
-    .expect("keeping parts in memory does not fail");
-    KeyedSection {
-        in_memory,
-        in_store: keys.dormant_snapshot().map(|snapshot| StoreKeys {
-            snapshot,
-            listed: None,
-        }),
-    }
+    })?;
+    let in_store = keys.dormant_snapshot().map(|snapshot| StoreKeys {
+        snapshot,
+        listed: None,
+    });
+    Ok(KeyedSection::new(encoded, in_store))
 }
 
 /// Starts an increment (see [`KeyedSection`]): the keys released and changed since the
@@ -187,7 +172,7 @@ pub fn begin_changes(keys: &mut KeyTable) -> anyhow::Result<KeyedSection> {
     let (released, changed) = keys.take_changes();
     let dormant = keys.take_dormant_changes();
     let mut in_store = Vec::new();
-    let in_memory = in_parts(|out| {
+    let encoded = in_parts(keys, |out| {
         for key in &released {
             out.writer().u8(REMOVED);
             out.writer().bytes(key);
@@ -222,10 +207,7 @@ pub fn begin_changes(keys: &mut KeyTable) -> anyhow::Result<KeyedSection> {
             listed: Some(in_store),
         }),
     };
-    Ok(KeyedSection {
-        in_memory,
-        in_store,
-    })
+    Ok(KeyedSection::new(encoded, in_store))
 }
 
 /// Writes key `id` as it is in memory (its slots read from the store if spilled).
@@ -580,7 +562,7 @@ mod tests {
             .map(|(k, s, t)| (k.as_slice(), s.clone(), *t))
             .collect();
         let host = host_with(&refs);
-        let parts = begin_full(&host.keys).in_memory;
+        let parts = begin_full(&host.keys).unwrap().in_memory;
         assert_eq!(parts.len(), 3, "about 3 MB in parts of 1 MiB");
         for part in &parts[..parts.len() - 1] {
             assert!(part.len() >= PART_BYTES && part.len() < PART_BYTES + 1_100);
