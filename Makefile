@@ -69,7 +69,7 @@ test: build guests
 
 ## bench: the headline figures in about ten minutes (the counter wasm vs native, Weir's
 ## side of the Flink comparison, hot keys, Python and JavaScript per element, checkpoint
-## cost, two keyed stages against one); the last lines are the results. `make bench PART=name` runs one part (flink, stage-graph, state-backend,
+## cost, two keyed stages against one); the last lines are the results. `make bench PART=name` runs one part (flink, stage-graph, state-backend, state-backend-large,
 ## native, wasm, checkpoints, kafka, postgres, languages, parallel, scale, state-size);
 ## `make bench-full` runs every part. Starts the broker (scripts/services.sh) if it is
 ## not running, and stops it afterwards only if it was not already running.

@@ -12,7 +12,8 @@
 //!
 //! The budget counts the bytes of the slots ([`Slot::size_bytes`]) of resident keys:
 //! a key's size is counted when it is loaded, and again at the next eviction once it
-//! changed.
+//! changed; and the store's own memory (its block cache and write buffers,
+//! [`SlotStore::memory_bytes`]), so that the `disk` backend's `cache` bounds both.
 
 use super::{Key, KeyEntry, KeyId, KeyTable, Slot, StateId};
 use crate::time::timers::{FiringPlace, TimeDomain};
@@ -135,8 +136,9 @@ pub trait SlotStore: Send {
         None
     }
 
-    /// Bytes the store itself keeps in memory (its block cache and write buffers), for
-    /// status figures.
+    /// Bytes the store itself keeps in memory (its block cache, write buffers and
+    /// whatever else it holds), for status figures and the budget: called every few
+    /// dozen evictions.
     fn memory_bytes(&self) -> u64;
 }
 
@@ -154,11 +156,20 @@ pub trait SlotSnapshot: Send {
     ) -> anyhow::Result<()>;
 }
 
+/// Evictions between two questions to the store about its memory.
+const ASK_STORE_EVERY: u32 = 64;
+
 /// A table's slot store and its budget.
 pub(super) struct Spill {
     pub(super) store: Box<dyn SlotStore>,
-    /// Bytes of key entries kept in memory at most (after an eviction).
+    /// Bytes kept in memory at most (after an eviction): the key entries' and the
+    /// store's own ([`SlotStore::memory_bytes`]).
     budget: usize,
+    /// The store's own bytes in memory, as last asked (every [`ASK_STORE_EVERY`]
+    /// evictions).
+    store_memory: usize,
+    /// Calls to evict so far.
+    evictions: u32,
     /// Bytes of the entries in memory, as last counted ([`footprint`]).
     pub(super) resident: usize,
     /// Keys whose footprint changed since counted (each once, while `recounted`).
@@ -258,13 +269,15 @@ const TIMER_BYTES: usize = 48;
 const SLOT_BYTES: usize = 16;
 
 impl KeyTable {
-    /// From now on keeps at most `budget` bytes of key entries in memory, spilling the
-    /// rest to `store` (see the [module docs](self)). Called once, before any key is
+    /// From now on keeps at most `budget` bytes in memory (key entries and the store's
+    /// own), spilling the rest to `store` (see the [module docs](self)). Called once, before any key is
     /// interned.
     pub fn spill_to(&mut self, store: Box<dyn SlotStore>, budget: usize) {
         self.spill = Some(Box::new(Spill {
             store,
             budget,
+            store_memory: 0,
+            evictions: 0,
             resident: 0,
             recount: Vec::new(),
             hand: 0,
@@ -409,6 +422,12 @@ impl KeyTable {
         if let Some(e) = spill.failure.take() {
             return Err(e);
         }
+        if spill.evictions.is_multiple_of(ASK_STORE_EVERY) {
+            spill.store_memory = spill.store.memory_bytes() as usize;
+        }
+        spill.evictions = spill.evictions.wrapping_add(1);
+        // The store's memory (its block cache, write buffers) comes out of the budget.
+        let budget = spill.budget.saturating_sub(spill.store_memory);
         for id in std::mem::take(&mut spill.recount) {
             let entry = &mut self.entries[id as usize];
             entry.recounted = false;
@@ -420,7 +439,7 @@ impl KeyTable {
         let mut steps = 2 * self.entries.len();
         while steps > 0 {
             let spill = self.spill.as_mut().expect("spilling");
-            if spill.resident <= spill.budget {
+            if spill.resident <= budget {
                 break;
             }
             steps -= 1;

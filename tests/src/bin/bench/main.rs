@@ -51,7 +51,7 @@
 //! change-only-counter wasm_records_per_s=N native_records_per_s=M ratio=R
 //! ```
 //!
-//! `weir-bench full|flink|stage-graph|state-backend|native|wasm|checkpoints|kafka|postgres|languages|edit-loop|scale|state-size [UDF]`
+//! `weir-bench full|flink|stage-graph|state-backend|state-backend-large|native|wasm|checkpoints|kafka|postgres|languages|edit-loop|scale|state-size [UDF]`
 //! runs one part only. `flink` is Weir's side of the Flink comparison (see `flink.rs`):
 //!
 //! ```text
@@ -64,8 +64,10 @@
 //! stage-graph stages=2 clicks=2000000 parallelism=P records_per_s=N cpu_s=C one_stage_records_per_s=M ratio=R
 //! ```
 //!
-//! `state-backend` is the counter on the memory and the disk state backends (see
-//! `state_backend.rs`; in `full` too):
+//! `state-backend` is the counter on the memory and the disk state backends, and open
+//! orders scaled down to 2,000,000; `state-backend-large` the open orders at issue 40's
+//! size, 20,000,000 under 512 MiB (about 15 minutes); see `state_backend.rs`; both in
+//! `full`:
 //!
 //! ```text
 //! state-backend udf=change-only-counter backend=B cache_kib=C records_per_s=N memory_records_per_s=M ratio=R loads=L writes=W
@@ -142,10 +144,19 @@ fn main() -> anyhow::Result<()> {
                 for r in state_backend::compare(&spec)? {
                     println!("{}", r.line());
                 }
-                for r in state_backend::open_orders(&data)? {
+                let size = state_backend::SCALED_DOWN;
+                for r in state_backend::open_orders(&data, size)? {
                     println!("{}", r.line());
                 }
-                println!("{}", state_backend::checkpoints(&data)?.line());
+                println!("{}", state_backend::checkpoints(&data, size)?.line());
+                return Ok(());
+            }
+            "state-backend-large" => {
+                let size = state_backend::FULL_SIZE;
+                for r in state_backend::open_orders(&data, size)? {
+                    println!("{}", r.line());
+                }
+                println!("{}", state_backend::checkpoints(&data, size)?.line());
                 return Ok(());
             }
             "checkpoints" => {
@@ -218,7 +229,7 @@ fn main() -> anyhow::Result<()> {
             "wasm" => run(&spec, &RunOptions::default()),
             other => {
                 anyhow::bail!(
-                    "unknown part {other:?}: weir-bench [full|flink|stage-graph|state-backend|native|wasm|checkpoints|kafka|postgres|languages|parallel|scale|state-size [UDF]]"
+                    "unknown part {other:?}: weir-bench [full|flink|stage-graph|state-backend|state-backend-large|native|wasm|checkpoints|kafka|postgres|languages|parallel|scale|state-size [UDF]]"
                 )
             }
         }
@@ -338,8 +349,13 @@ fn full(data: &Path, clicks: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
     let hot_key_timers = state_size::hot_key_timers();
     let graphs = stages::compare(&data)?;
     let backends = state_backend::compare(&spec)?;
-    let open_orders = state_backend::open_orders(&data)?;
-    let backend_checkpoints = state_backend::checkpoints(&data)?;
+    let mut open_orders = state_backend::open_orders(&data, state_backend::SCALED_DOWN)?;
+    let mut backend_checkpoints = vec![state_backend::checkpoints(
+        &data,
+        state_backend::SCALED_DOWN,
+    )?];
+    open_orders.extend(state_backend::open_orders(&data, state_backend::FULL_SIZE)?);
+    backend_checkpoints.push(state_backend::checkpoints(&data, state_backend::FULL_SIZE)?);
 
     println!();
     for r in &graphs {
@@ -351,7 +367,9 @@ fn full(data: &Path, clicks: &Path, spec: &PipelineSpec) -> anyhow::Result<()> {
     for r in &open_orders {
         println!("{}", r.line());
     }
-    println!("{}", backend_checkpoints.line());
+    for r in &backend_checkpoints {
+        println!("{}", r.line());
+    }
     for r in &scale_runs {
         println!("{}", r.line());
     }

@@ -9,19 +9,21 @@
 //! state-backend udf=change-only-counter backend=B cache_kib=C records_per_s=N memory_records_per_s=M ratio=R loads=L writes=W
 //! ```
 //!
-//! Open orders (issue 40's goal 1, scaled down): the seed 002 order timeout over
-//! `OPEN_ORDERS` orders of one event each, 1 ms of event time apart, with a timeout
+//! Open orders (issue 40's goal 1, scaled down: [`SCALED_DOWN`]; at its size, 20,000,000
+//! orders under 512 MiB, in the `state-backend-large` part: [`FULL_SIZE`]): the seed
+//! 002 order timeout over N orders of one event each, 1 ms of event time apart, with a timeout
 //! longer than the input, so every order is open (a value and a timer) until the end of
 //! input fires them all; one `weir run` process each (file -> discard), on the memory
-//! backend and on the disk backend with a 64 MiB cache, records/s and peak RSS from the
-//! summary:
+//! backend and on the disk backend with a 64 MiB (512 MiB) cache, records/s and peak
+//! RSS from the summary:
 //!
 //! ```text
 //! state-backend-open-orders orders=N backend=B cache_mib=C records_per_s=R peak_rss_mb=M
 //! ```
 //!
-//! Checkpoints of that state (issue 40's goal 3, scaled down): the disk run again with a
-//! checkpoint every 2 s, stopped (SIGTERM) once its third checkpoint is on disk: the
+//! Checkpoints of that state (issue 40's goal 3): the disk run again with a checkpoint
+//! every 2 s, stopped (SIGTERM) once its third checkpoint is on disk (at full size: every
+//! 10 s, stopped once the input is read, so the whole state is checkpointed): the
 //! checkpoints it took and the longest time one held processing up, and its peak RSS;
 //! then the run that resumes from its last checkpoint to the end: the keys it restored
 //! and the time from its start to the state restored (as it logs them), and its peak RSS.
@@ -104,11 +106,61 @@ pub fn compare(spec: &PipelineSpec) -> anyhow::Result<Vec<BackendRun>> {
     Ok(runs)
 }
 
-/// Orders of the open-orders case (each open until the end of input).
-pub const OPEN_ORDERS: u64 = 2_000_000;
+/// The size of an open-orders case (each order open until the end of input).
+#[derive(Debug, Clone, Copy)]
+pub struct OpenOrders {
+    /// Orders, one event each.
+    pub orders: u64,
+    /// The disk backend's cache.
+    pub cache_mib: usize,
+    /// Between two checkpoints of the checkpointed run.
+    checkpoint_interval: &'static str,
+    /// Whether the checkpointed run is stopped once its input is read (else once its
+    /// third checkpoint is on disk).
+    stop_once_read: bool,
+}
+
+/// The open orders of `make bench`'s `state-backend` part.
+pub const SCALED_DOWN: OpenOrders = OpenOrders {
+    orders: 2_000_000,
+    cache_mib: 64,
+    checkpoint_interval: "2s",
+    stop_once_read: false,
+};
+
+/// The open orders of issue 40's goals (the `state-backend-large` part, in `full`).
+pub const FULL_SIZE: OpenOrders = OpenOrders {
+    orders: 20_000_000,
+    cache_mib: 512,
+    checkpoint_interval: "10s",
+    stop_once_read: true,
+};
+
+impl OpenOrders {
+    /// The input file, written if it is not there yet.
+    fn input(&self, data: &Path) -> anyhow::Result<std::path::PathBuf> {
+        let input = data.join(format!("orders-open-{}.jsonl", self.orders));
+        if !input.exists() {
+            eprintln!("generating {}", input.display());
+            let partial = input.with_extension("partial");
+            let mut out = BufWriter::new(std::fs::File::create(&partial)?);
+            for order in 0..self.orders {
+                writeln!(
+                    out,
+                    r#"{{"orderId":{order},"item":"tea","cost":"3.50","timestamp":"{}"}}"#,
+                    datetime_millis(gen::BASE_MS + order as i64)
+                )?;
+            }
+            out.flush()?;
+            std::fs::rename(&partial, &input)?;
+        }
+        Ok(input)
+    }
+}
 
 /// One backend's run over the open orders.
 pub struct OpenOrdersRun {
+    orders: u64,
     backend: &'static str,
     cache_mib: usize,
     records_per_s: f64,
@@ -119,29 +171,18 @@ impl OpenOrdersRun {
     /// The machine-readable line.
     pub fn line(&self) -> String {
         format!(
-            "state-backend-open-orders orders={OPEN_ORDERS} backend={} cache_mib={} records_per_s={:.0} peak_rss_mb={:.1}",
+            "state-backend-open-orders orders={} backend={} cache_mib={} records_per_s={:.0} peak_rss_mb={:.1}",
+            self.orders,
             self.backend, self.cache_mib, self.records_per_s, self.peak_rss_mb
         )
     }
 }
 
 /// The open orders on each backend (see the module docs).
-pub fn open_orders(data: &Path) -> anyhow::Result<Vec<OpenOrdersRun>> {
-    let input = data.join(format!("orders-open-{OPEN_ORDERS}.jsonl"));
-    if !input.exists() {
-        eprintln!("generating {}", input.display());
-        let mut out = BufWriter::new(std::fs::File::create(&input)?);
-        for order in 0..OPEN_ORDERS {
-            writeln!(
-                out,
-                r#"{{"orderId":{order},"item":"tea","cost":"3.50","timestamp":"{}"}}"#,
-                datetime_millis(gen::BASE_MS + order as i64)
-            )?;
-        }
-        out.flush()?;
-    }
+pub fn open_orders(data: &Path, size: OpenOrders) -> anyhow::Result<Vec<OpenOrdersRun>> {
+    let input = size.input(data)?;
     let mut runs = Vec::new();
-    for (backend, cache_mib) in [("memory", 0), ("disk", OPEN_ORDERS_CACHE_MIB)] {
+    for (backend, cache_mib) in [("memory", 0), ("disk", size.cache_mib)] {
         // `cache` is a setting of the disk backend only (the memory backend refuses it).
         let cache = match backend {
             "disk" => format!("cache = \"{cache_mib}MiB\"\n"),
@@ -150,6 +191,7 @@ pub fn open_orders(data: &Path) -> anyhow::Result<Vec<OpenOrdersRun>> {
         let pipeline = open_orders_pipeline(data, &input, backend, &cache)?;
         let (records_per_s, peak_rss_mb) = measure(&pipeline, data)?;
         let run = OpenOrdersRun {
+            orders: size.orders,
             backend,
             cache_mib,
             records_per_s,
@@ -160,9 +202,6 @@ pub fn open_orders(data: &Path) -> anyhow::Result<Vec<OpenOrdersRun>> {
     }
     Ok(runs)
 }
-
-/// The disk backend's cache in the open-orders case.
-const OPEN_ORDERS_CACHE_MIB: usize = 64;
 
 /// The open-orders pipeline on `backend` (`cache`: its `cache = ...` line, or nothing).
 fn open_orders_pipeline(
@@ -189,6 +228,7 @@ fn open_orders_pipeline(
 
 /// A checkpointed run over the open orders and its restore (see the module docs).
 pub struct CheckpointsRun {
+    size: OpenOrders,
     checkpoints: u64,
     longest_pause_ms: f64,
     peak_rss_mb: f64,
@@ -201,7 +241,9 @@ impl CheckpointsRun {
     /// The machine-readable line.
     pub fn line(&self) -> String {
         format!(
-            "state-backend-checkpoints orders={OPEN_ORDERS} backend=disk cache_mib={OPEN_ORDERS_CACHE_MIB} checkpoints={} longest_pause_ms={:.1} peak_rss_mb={:.1} restored_keys={} restore_ms={:.0} restore_peak_rss_mb={:.1}",
+            "state-backend-checkpoints orders={} backend=disk cache_mib={} checkpoints={} longest_pause_ms={:.1} peak_rss_mb={:.1} restored_keys={} restore_ms={:.0} restore_peak_rss_mb={:.1}",
+            self.size.orders,
+            self.size.cache_mib,
             self.checkpoints,
             self.longest_pause_ms,
             self.peak_rss_mb,
@@ -212,17 +254,12 @@ impl CheckpointsRun {
     }
 }
 
-/// The open orders on the disk backend with checkpoints, stopped after the third, then
-/// resumed to the end (see the module docs). Runs after [`open_orders`], which writes
-/// the input.
-pub fn checkpoints(data: &Path) -> anyhow::Result<CheckpointsRun> {
-    let input = data.join(format!("orders-open-{OPEN_ORDERS}.jsonl"));
-    anyhow::ensure!(
-        input.exists(),
-        "{} is written by open_orders",
-        input.display()
-    );
-    let cache = format!("cache = \"{OPEN_ORDERS_CACHE_MIB}MiB\"\n");
+/// The open orders on the disk backend with checkpoints, stopped after the third (or
+/// once the input is read), then resumed to the end (see the module docs).
+pub fn checkpoints(data: &Path, size: OpenOrders) -> anyhow::Result<CheckpointsRun> {
+    let input = size.input(data)?;
+    let input_bytes = std::fs::metadata(&input)?.len();
+    let cache = format!("cache = \"{}MiB\"\n", size.cache_mib);
     let pipeline = open_orders_pipeline(data, &input, "disk", &cache)?;
     let state_dir = data.join("state-backend-checkpoints.state");
     let _ = std::fs::remove_dir_all(&state_dir);
@@ -232,7 +269,7 @@ pub fn checkpoints(data: &Path) -> anyhow::Result<CheckpointsRun> {
             .arg(&pipeline)
             .arg("--state-dir")
             .arg(&state_dir)
-            .args(["--checkpoint-interval", "2s"])
+            .args(["--checkpoint-interval", size.checkpoint_interval])
             .arg("--dead-letter")
             .arg(data.join("state-backend-checkpoints.dead-letter.jsonl"))
             .env("WEIR_LOG", "info")
@@ -243,15 +280,18 @@ pub fn checkpoints(data: &Path) -> anyhow::Result<CheckpointsRun> {
     // The first run, stopped once its third checkpoint is on disk.
     let first_log = data.join("state-backend-checkpoints.first.log");
     let mut first = run(&first_log)?;
-    let limit = Instant::now() + Duration::from_secs(600);
+    let limit = Instant::now() + Duration::from_secs(3_600);
     loop {
-        let third = newest_checkpoint(&state_dir)
-            .and_then(|name| {
-                let epoch = name.strip_prefix("checkpoint-")?.strip_suffix(".weir")?;
-                epoch.parse::<u64>().ok()
-            })
-            .is_some_and(|epoch| epoch >= 3);
-        if third || first.try_wait()?.is_some() || Instant::now() > limit {
+        let due = match size.stop_once_read {
+            true => read_to(first.id(), &input) == Some(input_bytes),
+            false => newest_checkpoint(&state_dir)
+                .and_then(|name| {
+                    let epoch = name.strip_prefix("checkpoint-")?.strip_suffix(".weir")?;
+                    epoch.parse::<u64>().ok()
+                })
+                .is_some_and(|epoch| epoch >= 3),
+        };
+        if due || first.try_wait()?.is_some() || Instant::now() > limit {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -291,6 +331,7 @@ pub fn checkpoints(data: &Path) -> anyhow::Result<CheckpointsRun> {
         })
         .ok_or_else(|| anyhow::anyhow!("no restore in the log:\n{summary}"))?;
     let run = CheckpointsRun {
+        size,
         checkpoints,
         longest_pause_ms,
         peak_rss_mb: first_peak_rss_mb,
@@ -300,4 +341,21 @@ pub fn checkpoints(data: &Path) -> anyhow::Result<CheckpointsRun> {
     };
     eprintln!("  {}", run.line());
     Ok(run)
+}
+
+/// How far process `pid` has read `path` (its file position, from Linux's
+/// `/proc/<pid>/fdinfo`), if it has it open.
+fn read_to(pid: u32, path: &Path) -> Option<u64> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    let fd = fds
+        .flatten()
+        .find(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))?;
+    let info = std::fs::read_to_string(format!(
+        "/proc/{pid}/fdinfo/{}",
+        fd.file_name().to_string_lossy()
+    ))
+    .ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("pos:"))
+        .and_then(|pos| pos.trim().parse().ok())
 }
