@@ -270,8 +270,8 @@ const SLOT_BYTES: usize = 16;
 
 impl KeyTable {
     /// From now on keeps at most `budget` bytes in memory (key entries and the store's
-    /// own), spilling the rest to `store` (see the [module docs](self)). Called once, before any key is
-    /// interned.
+    /// own), spilling the rest to `store` (see the [module docs](self)). Called once,
+    /// before any key is interned.
     pub fn spill_to(&mut self, store: Box<dyn SlotStore>, budget: usize) {
         self.spill = Some(Box::new(Spill {
             store,
