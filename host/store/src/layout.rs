@@ -17,10 +17,14 @@
 //!   key's tie order (8 bytes BE, see `weir_core::key::tie_order`), then the prefix: the
 //!   due timers of a clock first, in the order they fire, so that keys due at one time
 //!   wake a bounded number at a time; likewise the keys whose entries expire.
-//! - `spilled` rows: the prefix, then every slot of the key in one value, and the
+//! - `spilled` rows: the prefix, then in the value every slot of the key, and the
 //!   timers and expiry of a key that left memory whole ([`encode_saved`]): how the key
 //!   table spills a key. A dormant key's earliest timers and its expiry are also in
-//!   `timers_by_time`, so that due ones wake their keys in time order.
+//!   `timers_by_time`, so that due ones wake their keys in time order; the first of
+//!   those listings ([`SavedKey::listings`]) carries the key's saved row as its value,
+//!   and its `spilled` row only says which listing that is ([`SpilledRow`]). So keys
+//!   that wake in firing order (the end of input makes every timer due) are read in one
+//!   walk over `timers_by_time`, not one point read each.
 
 use weir_core::codec::{Reader, Writer};
 use weir_core::key::{key_group, tie_order};
@@ -74,6 +78,49 @@ pub fn decode_saved(bytes: &[u8]) -> anyhow::Result<SavedKey> {
     }
     r.finish()?;
     Ok(saved)
+}
+
+/// What a `spilled` row's value says ([`read_spilled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpilledRow<'a> {
+    /// The key's saved row ([`encode_saved`]): a key listed under no time.
+    Here(&'a [u8]),
+    /// The key's saved row is the value of its `timers_by_time` row under this listing.
+    WithListing(Wake, Timestamp),
+}
+
+/// The tag of a `spilled` value holding the saved row.
+const SAVED_HERE: u8 = 0;
+/// The tag of a `spilled` value naming the listing that holds it.
+const SAVED_WITH_LISTING: u8 = 1;
+
+/// A `spilled` row's value holding `saved_row` ([`SpilledRow::Here`]).
+pub fn spilled_here(saved_row: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + saved_row.len());
+    out.push(SAVED_HERE);
+    out.extend_from_slice(saved_row);
+    out
+}
+
+/// A `spilled` row's value naming the listing whose row holds the saved row
+/// ([`SpilledRow::WithListing`]).
+pub fn spilled_with_listing(wake: Wake, at: Timestamp) -> Vec<u8> {
+    let mut out = Vec::with_capacity(10);
+    out.extend_from_slice(&[SAVED_WITH_LISTING, wake.index()]);
+    out.extend_from_slice(&time_bytes(at));
+    out
+}
+
+/// What a `spilled` row's value says; `None` for a damaged one.
+pub fn read_spilled(value: &[u8]) -> Option<SpilledRow<'_>> {
+    match *value.first()? {
+        SAVED_HERE => Some(SpilledRow::Here(&value[1..])),
+        SAVED_WITH_LISTING if value.len() == 10 => Some(SpilledRow::WithListing(
+            Wake::from_index(value[1])?,
+            time_of(&value[2..])?,
+        )),
+        _ => None,
+    }
 }
 
 /// The kind tag of a `state` row, after the state id.
@@ -229,6 +276,21 @@ mod tests {
         let row = encode_saved(&saved);
         assert_eq!(decode_saved(&row).unwrap(), saved);
         assert!(decode_saved(&row[..row.len() - 1]).is_err(), "cut short");
+    }
+
+    #[test]
+    fn a_spilled_value_says_where_the_saved_row_is() {
+        let here = spilled_here(b"row");
+        assert_eq!(read_spilled(&here), Some(SpilledRow::Here(b"row")));
+        let wake = Wake::Expiry(TimeDomain::ProcessingTime);
+        let listed = spilled_with_listing(wake, -7);
+        assert_eq!(
+            read_spilled(&listed),
+            Some(SpilledRow::WithListing(wake, -7))
+        );
+        assert_eq!(read_spilled(&listed[..9]), None, "cut short");
+        assert_eq!(read_spilled(&[]), None);
+        assert_eq!(read_spilled(&[9, 0]), None, "an unknown tag");
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! per shard keeps four keyspaces ([`layout`]): the state entries, one row each (a
 //! value, a list item, a map entry: changing one map entry of a key with 100,000 reads
 //! and writes that entry alone), the pending timers by key and by time, and whole keys
-//! as the key table sends them out of memory and back (`slots`: one row per key, its
-//! slots and timers; the engine uses this one today).
+//! as the key table sends them out of memory and back (`slots`: one saved row per key,
+//! its slots and timers, which a dormant key keeps with its first listing by time; the
+//! engine uses this one today).
 //!
 //! The store is a working copy, not a durable one: checkpoints stay the record of the
 //! state (the same files as the memory backend's, so a pipeline can switch backends and

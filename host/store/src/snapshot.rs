@@ -1,7 +1,7 @@
 //! The store at one moment, for a full checkpoint: a walk over its keys, each with its
 //! slots and timers, that reads a snapshot while the run writes on.
 
-use crate::slots::decode_saved_in;
+use crate::slots::{saved_of, walk_saved};
 use crate::{layout, slots_of, timer_of, DiskStore, Entries};
 use anyhow::Context as _;
 use fjall::{Keyspace, Readable};
@@ -28,6 +28,7 @@ pub struct StoreSnapshot {
     snapshot: fjall::Snapshot,
     state: Keyspace,
     timers_by_key: Keyspace,
+    timers_by_time: Keyspace,
     spilled: Keyspace,
     path: PathBuf,
 }
@@ -138,6 +139,7 @@ impl DiskStore {
             snapshot: self.tree().db.snapshot(),
             state: self.tree().state.clone(),
             timers_by_key: self.tree().timers_by_key.clone(),
+            timers_by_time: self.tree().timers_by_time.clone(),
             spilled: self.tree().spilled.clone(),
             path: self.path.clone(),
         }
@@ -148,23 +150,32 @@ impl DiskStore {
 /// checkpoint writer's thread for a full checkpoint.
 impl SlotSnapshot for StoreSnapshot {
     fn get(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
-        let row = self
+        let in_store = || format!("the state store in {}", self.path.display());
+        let prefix = layout::key_prefix(key)?;
+        let Some(value) = self
             .snapshot
-            .get(&self.spilled, layout::key_prefix(key)?)
-            .with_context(|| format!("the state store in {}", self.path.display()))?;
-        row.map(|value| decode_saved_in(&self.path, &value))
-            .transpose()
+            .get(&self.spilled, &prefix)
+            .with_context(in_store)?
+        else {
+            return Ok(None);
+        };
+        saved_of(&self.path, &prefix, &value, |row| {
+            self.snapshot
+                .get(&self.timers_by_time, row)
+                .with_context(in_store)
+        })
+        .map(Some)
     }
 
     fn for_each(
         &self,
         each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        for row in self.rows(&self.spilled) {
-            let (row, value) = row?;
-            let (key, _) = layout::split_prefix(&row).context("a spilled row")?;
-            each(key, decode_saved_in(&self.path, &value)?)?;
-        }
-        Ok(())
+        walk_saved(
+            &self.path,
+            self.rows(&self.spilled),
+            self.rows(&self.timers_by_time),
+            each,
+        )
     }
 }

@@ -382,9 +382,52 @@ fn saved_keys_and_their_timers_come_back_by_key_and_by_time() {
             .due(Wake::Timer(ev), from, FiringPlace::end_of(up_to), limit)
             .unwrap();
         due.into_iter()
-            .map(|(place, k)| (place.at, k.to_vec()))
+            .map(|listed| (listed.place.at, listed.key.to_vec()))
             .collect()
     };
+    // A key's first listing carries its row (read in the walk), its others do not.
+    let (start, end) = (FiringPlace::start_of, FiringPlace::end_of);
+    let carried = |wake, key: &[u8]| {
+        let due = store
+            .due(wake, start(Timestamp::MIN), end(100), 10)
+            .unwrap();
+        due.into_iter()
+            .find(|l| l.key.as_slice() == key)
+            .unwrap()
+            .saved
+    };
+    let a = saved(1, vec![(ev, 30), (pt, 5)]);
+    assert_eq!(carried(Wake::Timer(ev), b"a"), Some(a.clone()));
+    assert_eq!(carried(Wake::Timer(pt), b"a"), None);
+    assert_eq!(carried(Wake::Expiry(ev), b"c"), Some(c.clone()));
+    // d is listed under no time: its row is in `spilled`.
+    let d = saved(4, vec![]);
+    store.save(b"d", &d).unwrap();
+    assert_eq!(store.load(b"d").unwrap(), Some(d.clone()));
+    let snapshot = store.snapshot();
+    let mut in_snapshot = Vec::new();
+    weir_core::state::SlotSnapshot::for_each(&snapshot, &mut |key, saved| {
+        in_snapshot.push((key.to_vec(), saved));
+        Ok(())
+    })
+    .unwrap();
+    in_snapshot.sort_by(|x, y| x.0.cmp(&y.0));
+    let b = saved(2, vec![(ev, 10), (ev, 30)]);
+    let every = [(b"a", &a), (b"b", &b), (b"c", &c), (b"d", &d)];
+    let every: Vec<_> = every.map(|(k, s)| (k.to_vec(), s.clone())).into();
+    assert_eq!(in_snapshot, every, "each key once, as saved");
+    for (key, saved) in &every {
+        let got = weir_core::state::SlotSnapshot::get(&snapshot, key).unwrap();
+        assert_eq!(got.as_ref(), Some(saved));
+    }
+    store.remove(b"d", &[]).unwrap();
+    assert_eq!(store.load(b"d").unwrap(), None);
+    assert_eq!(
+        weir_core::state::SlotSnapshot::get(&snapshot, b"d").unwrap(),
+        Some(d),
+        "the snapshot still sees it"
+    );
+    drop(snapshot);
     // Each key under its earliest timer of the clock: b at 10 (not 30 too), a at 30.
     assert_eq!(due(100, 10), [(10, b"b".to_vec()), (30, b"a".to_vec())]);
     assert_eq!(due(20, 10), [(10, b"b".to_vec())]);
@@ -393,7 +436,6 @@ fn saved_keys_and_their_timers_come_back_by_key_and_by_time() {
         .remove(b"b", &saved(2, vec![(ev, 10), (ev, 30)]).listings())
         .unwrap();
     assert_eq!(due(100, 10), [(30, b"a".to_vec())]);
-    let (start, end) = (FiringPlace::start_of, FiringPlace::end_of);
     let timers = Wake::Timer(pt);
     assert_eq!(store.due(timers, start(5), end(5), 10).unwrap().len(), 1);
     assert!(
@@ -407,7 +449,7 @@ fn saved_keys_and_their_timers_come_back_by_key_and_by_time() {
     let expiring = store.due(Wake::Expiry(ev), start(0), end(100), 10).unwrap();
     assert_eq!(expiring.len(), 1);
     assert_eq!(
-        (expiring[0].0.at, expiring[0].1.as_slice()),
+        (expiring[0].place.at, expiring[0].key.as_slice()),
         (20, &b"c"[..])
     );
     assert!(store

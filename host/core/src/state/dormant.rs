@@ -108,6 +108,18 @@ impl KeyTable {
     /// dormant there wakes: its slots come back into memory and its timers into `timers`.
     /// With a slot store, the engine interns keys only this way.
     pub fn intern_awake(&mut self, key: &[u8], timers: &mut TimerService) -> anyhow::Result<KeyId> {
+        self.intern_listed(key, None, timers)
+    }
+
+    /// [`intern_awake`](Self::intern_awake) for a key listed by time, with what its
+    /// listing carried of it, if anything ([`Listed::saved`](super::Listed::saved)):
+    /// then the store is not read.
+    fn intern_listed(
+        &mut self,
+        key: &[u8],
+        carried: Option<SavedKey>,
+        timers: &mut TimerService,
+    ) -> anyhow::Result<KeyId> {
         let live = self.live;
         let id = self.intern(key);
         let is_new = self.live > live;
@@ -115,16 +127,26 @@ impl KeyTable {
             Some(spill) if is_new => spill.lookups += 1,
             _ => return Ok(id),
         }
-        self.wake(id, timers)?;
+        self.wake(id, carried, timers)?;
         Ok(id)
     }
 
-    /// Brings a new key's row back from the store, if it has one.
-    fn wake(&mut self, id: KeyId, timers: &mut TimerService) -> anyhow::Result<()> {
+    /// Brings a new key's row back from the store, if it has one (`carried`, when the
+    /// caller read it already).
+    fn wake(
+        &mut self,
+        id: KeyId,
+        carried: Option<SavedKey>,
+        timers: &mut TimerService,
+    ) -> anyhow::Result<()> {
         let spill = self.spill.as_mut().expect("only with a store");
         let entry = &mut self.entries[id as usize];
-        let Some(saved) = spill.store.load(&entry.key)? else {
-            return Ok(());
+        let saved = match carried {
+            Some(saved) => saved,
+            None => match spill.store.load(&entry.key)? {
+                Some(saved) => saved,
+                None => return Ok(()),
+            },
         };
         spill.store.remove(&entry.key, &saved.listings())?;
         spill.loads += 1;
@@ -250,17 +272,17 @@ impl KeyTable {
         let limit = limit.max(1);
         let due = spill.store.due(wake, from, all_of_it, limit)?;
         let all = due.len() < limit;
-        let last = due.last().map(|&(place, _)| place);
-        for (_, key) in &due {
-            self.intern_awake(key, timers)?;
+        let last = due.last().map(|listed| listed.place);
+        for listed in due {
+            self.intern_listed(&listed.key, listed.saved, timers)?;
         }
         let spill = self.spill.as_mut().expect("checked");
         let reached = match last {
             Some(last) if !all => {
                 // Keys whose tie orders collide with the last one's wake with it, so that
                 // every listing through `last` is awake.
-                for (_, key) in spill.store.due(wake, last, last, usize::MAX)? {
-                    self.intern_awake(&key, timers)?;
+                for listed in spill.store.due(wake, last, last, usize::MAX)? {
+                    self.intern_listed(&listed.key, listed.saved, timers)?;
                 }
                 last
             }
@@ -276,7 +298,7 @@ impl KeyTable {
         };
         spill.dormant_from[listing] = next
             .first()
-            .map_or(FiringPlace::end_of(Timestamp::MAX), |&(place, _)| place);
+            .map_or(FiringPlace::end_of(Timestamp::MAX), |listed| listed.place);
         Ok(reached)
     }
 
@@ -315,7 +337,7 @@ impl KeyTable {
                 let from = spill.dormant_from[wake.index() as usize];
                 let end = FiringPlace::end_of(Timestamp::MAX);
                 let first = spill.store.due(wake, from, end, 1)?;
-                Ok(first.first().map(|&(place, _)| place.at))
+                Ok(first.first().map(|listed| listed.place.at))
             }
             _ => Ok(None),
         }

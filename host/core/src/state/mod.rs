@@ -24,7 +24,7 @@ pub mod ttl;
 
 pub use dormant::DormantSnapshot;
 pub use registry::{StampChange, StateId, StateKind, StateRegistry, StateTtl, TtlRefresh};
-pub use spill::{SavedKey, SlotSnapshot, SlotStore, SpillFigures, Wake};
+pub use spill::{Listed, SavedKey, SlotSnapshot, SlotStore, SpillFigures, Wake};
 
 use crate::codec::{Reader, Writer};
 use crate::key::tie_order;

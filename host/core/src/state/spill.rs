@@ -86,6 +86,19 @@ impl SavedKey {
     }
 }
 
+/// A dormant key listed by time ([`SlotStore::due`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Where the listing is in firing order.
+    pub place: FiringPlace,
+    /// The record key.
+    pub key: Key,
+    /// What the store holds of the key, when the listing carries it (a store may keep a
+    /// dormant key's row with one of its listings, so that keys woken in firing order
+    /// are read in one walk); `None`: [`load`](SlotStore::load) it.
+    pub saved: Option<SavedKey>,
+}
+
 /// Where a [`KeyTable`] keeps what it evicted: a store keyed by the record key's bytes,
 /// one [`SavedKey`] per key, each dormant key also listed by time under the earliest of
 /// its timers and its expiry on each clock ([`SavedKey::listings`]).
@@ -114,7 +127,7 @@ pub trait SlotStore: Send {
         from: FiringPlace,
         through: FiringPlace,
         limit: usize,
-    ) -> anyhow::Result<Vec<(FiringPlace, Key)>>;
+    ) -> anyhow::Result<Vec<Listed>>;
     /// Calls `each` with every key the store holds and what it holds of it, in the
     /// store's order. Called for a full checkpoint, and to wake every dormant key.
     fn for_each(
@@ -575,15 +588,24 @@ pub(crate) mod tests {
             from: FiringPlace,
             through: FiringPlace,
             limit: usize,
-        ) -> anyhow::Result<Vec<(FiringPlace, Key)>> {
+        ) -> anyhow::Result<Vec<Listed>> {
             let shelf = self.0.lock().unwrap();
             let d = wake.index();
+            // As the disk store does, the key's first listing carries what it holds.
+            let carried = |key: &[u8]| {
+                let saved = shelf.keys.get(key)?;
+                (saved.listings().first()?.0 == wake).then(|| saved.clone())
+            };
             Ok(shelf
                 .by_time
                 .iter()
                 .filter(|(dd, place, _)| *dd == d && *place >= from && *place <= through)
                 .take(limit)
-                .map(|(_, place, key)| (*place, Key::from_slice(key)))
+                .map(|(_, place, key)| Listed {
+                    place: *place,
+                    key: Key::from_slice(key),
+                    saved: carried(key),
+                })
                 .collect())
         }
         fn for_each(
