@@ -1077,7 +1077,6 @@ fn a_disk_backed_pipeline_shows_its_store_in_the_status_and_metrics() {
             .as_u64()
             .unwrap_or_else(|| panic!("{name}: {p:#}"))
     };
-    assert_eq!(figure("spilled_keys"), 0, "{p:#}");
     let (hits, lookups) = (figure("hits"), figure("lookups"));
     assert!(
         lookups >= KEYS,

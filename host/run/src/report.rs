@@ -154,9 +154,8 @@ impl RunReport {
         );
         if let Some(store) = &self.state_store {
             s += &format!(
-                "  state store (disk backend): {} keys on disk only, {} more with their state there; {} loaded back, {} written; {:.1} KiB in memory (cache {:.1} KiB), {:.1} MB on disk; keys found in memory {:.1}%; the stores' own memory {:.1} MB\n",
+                "  state store (disk backend): {} keys on disk only; {} loaded back, {} written; {:.1} KiB in memory (cache {:.1} KiB), {:.1} MB on disk; keys found in memory {:.1}%; the stores' own memory {:.1} MB\n",
                 store.dormant_keys,
-                store.spilled_keys,
                 store.loads,
                 store.saves,
                 store.resident_bytes as f64 / 1024.0,

@@ -34,10 +34,9 @@ use crate::key::tie_order;
 use crate::time::timers::{FiringPlace, TimeDomain, TimerService};
 use crate::time::Timestamp;
 use smallvec::SmallVec;
-use std::collections::HashMap;
 
 /// Writes a dormant key's row and listings, and counts its timers, expiry and listings
-/// (the count of dormant keys is the caller's: a key already stored may sleep unwritten).
+/// (the count of dormant keys is the caller's).
 fn save_dormant(spill: &mut Spill, key: &[u8], saved: &SavedKey) -> anyhow::Result<()> {
     spill.store.save(key, saved)?;
     spill.saves += 1;
@@ -55,51 +54,28 @@ fn save_dormant(spill: &mut Spill, key: &[u8], saved: &SavedKey) -> anyhow::Resu
     Ok(())
 }
 
-/// The keys a full checkpoint reads from the store rather than from memory, taken at
-/// one moment ([`KeyTable::dormant_snapshot`]) and walked later, on any thread, while the
-/// run goes on: the dormant keys, and the keys in memory whose slots are in the store
-/// only, with the timers memory holds of them.
+/// The dormant keys at one moment ([`KeyTable::store_snapshot`]), read later, on any
+/// thread, while the run goes on: a full checkpoint walks them all, an increment reads
+/// those it lists. With the keys in memory at that moment (the store holds nothing of
+/// those), they are every key of the table.
 pub struct DormantSnapshot {
     snapshot: Box<dyn SlotSnapshot>,
-    /// The keys in memory of which the store held a row at that moment: `None` for a
-    /// key whose slots memory holds (the row may be older; the walk skips it), its
-    /// timers for a key whose slots are in the store only.
-    in_memory: HashMap<Key, Option<Vec<(TimeDomain, Timestamp)>>>,
 }
 
 impl DormantSnapshot {
-    /// What a checkpoint takes of `key` from the store: the snapshot's row, completed
-    /// with memory's timers for a key whose slots only were there; `None` for a key the
-    /// store did not hold, or whose slots memory held. Called on the checkpoint
-    /// writer's thread.
+    /// What the store held of `key`; `None` for a key it did not hold (in memory, or
+    /// unknown). Called on the checkpoint writer's thread.
     pub fn get(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
-        match self.in_memory.get(key) {
-            Some(None) => Ok(None),
-            Some(Some(timers)) => Ok(self.snapshot.get(key)?.map(|mut saved| {
-                saved.timers = timers.clone();
-                saved
-            })),
-            None => self.snapshot.get(key),
-        }
+        self.snapshot.get(key)
     }
 
-    /// Calls `each` with every key whose state a full checkpoint takes from the store,
-    /// and its slots and timers, in the store's order. Called on the checkpoint
-    /// writer's thread; with the keys in memory whose slots memory holds, it is every
-    /// key of the table at the snapshot's moment.
+    /// Calls `each` with every dormant key and what the store held of it. Called on the
+    /// checkpoint writer's thread.
     pub fn for_each(
         &self,
         each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        self.snapshot
-            .for_each(&mut |key, mut saved| match self.in_memory.get(key) {
-                Some(None) => Ok(()),
-                Some(Some(timers)) => {
-                    saved.timers = timers.clone();
-                    each(key, saved)
-                }
-                None => each(key, saved),
-            })
+        self.snapshot.for_each(each)
     }
 }
 
@@ -152,9 +128,6 @@ impl KeyTable {
         spill.loads += 1;
         spill.dormant_keys -= 1;
         entry.slots = saved.slots.into_iter().collect();
-        entry.spilled = false;
-        entry.stored = false;
-        entry.touched = false;
         let tie = tie_order(&entry.key);
         for &(domain, at) in &saved.timers {
             spill.dormant_timers[clock(domain)] -= 1;
@@ -188,27 +161,19 @@ impl KeyTable {
                 .collect();
         let spill = self.spill.as_mut().expect("only with a store");
         let entry = &mut self.entries[id as usize];
-        let needs_write =
-            entry.touched || !entry.stored || !pending.is_empty() || !expiry.is_empty();
-        if needs_write {
-            let slots = match entry.spilled {
-                true => spill.store.load(&entry.key)?.unwrap_or_default().slots,
-                false => entry.slots.drain(..).collect(),
-            };
-            let saved = SavedKey {
-                slots,
-                timers: pending,
-                expiry,
-            };
-            save_dormant(spill, &entry.key, &saved)?;
-            let tie = tie_order(&entry.key);
-            for &(domain, at) in &saved.timers {
-                timers.delete(domain, id, tie, at);
-            }
+        let saved = SavedKey {
+            slots: entry.slots.drain(..).collect(),
+            timers: pending,
+            expiry,
+        };
+        save_dormant(spill, &entry.key, &saved)?;
+        let tie = tie_order(&entry.key);
+        for &(domain, at) in &saved.timers {
+            timers.delete(domain, id, tie, at);
         }
         spill.dormant_keys += 1;
         spill.resident -= std::mem::take(&mut entry.counted) as usize;
-        (entry.stored, entry.spilled, entry.touched, entry.hot) = (false, false, false, false);
+        entry.hot = false;
         if entry.dirty {
             entry.dirty = false;
             spill.changed_dormant.push(entry.key.clone());
@@ -350,31 +315,12 @@ impl KeyTable {
 
     /// The keys that changed since the last call and went dormant since, and forgets
     /// them: a checkpoint writes them as the store holds them
-    /// ([`store_snapshot`](Self::store_snapshot)) (one woken again since is in memory, and may be listed by
-    /// [`take_changes`](Self::take_changes) too).
+    /// ([`store_snapshot`](Self::store_snapshot)); one woken again since is in memory,
+    /// and may be listed by [`take_changes`](Self::take_changes) too.
     pub fn take_dormant_changes(&mut self) -> Vec<Key> {
         self.spill
             .as_mut()
             .map_or_else(Vec::new, |spill| std::mem::take(&mut spill.changed_dormant))
-    }
-
-    /// The store's keys as they are now, for a full checkpoint to walk later
-    /// ([`DormantSnapshot`]); `None` without a store. Called on the run's thread; takes
-    /// time in the keys in memory, not in the store's.
-    pub fn dormant_snapshot(&self) -> Option<DormantSnapshot> {
-        let spill = self.spill.as_ref()?;
-        let in_memory = self
-            .iter()
-            .filter(|(_, entry)| entry.stored)
-            .map(|(id, entry)| {
-                let timers = entry.spilled.then(|| self.timers(id).collect());
-                (Key::from_slice(&entry.key), timers)
-            })
-            .collect();
-        Some(DormantSnapshot {
-            snapshot: spill.store.snapshot(),
-            in_memory,
-        })
     }
 
     /// A scratch file beside the store ([`SlotStore::scratch_file`](super::spill::SlotStore::scratch_file)); `None` without a
@@ -383,15 +329,13 @@ impl KeyTable {
         self.spill.as_ref()?.store.scratch_file()
     }
 
-    /// The store as it is now, to read later keys that are dormant now (an increment's
-    /// keys that changed and went dormant since): [`dormant_snapshot`](Self::dormant_snapshot)
-    /// without listing the keys in memory, which such a read never asks for. `None`
-    /// without a store. Called on the run's thread; takes no time in either.
+    /// The dormant keys as they are now ([`DormantSnapshot`]), for a checkpoint to read
+    /// later; `None` without a store. Called on the run's thread; takes no time in the
+    /// keys of either memory or the store.
     pub fn store_snapshot(&self) -> Option<DormantSnapshot> {
         let spill = self.spill.as_ref()?;
         Some(DormantSnapshot {
             snapshot: spill.store.snapshot(),
-            in_memory: HashMap::new(),
         })
     }
 }
@@ -407,7 +351,11 @@ mod tests {
     fn contents(table: &KeyTable, key: &[u8]) -> Option<SavedKey> {
         let mut saved = match table.find(key) {
             Some(id) => SavedKey {
-                slots: table.slots_of(id).unwrap(),
+                slots: table
+                    .entry(id)
+                    .slots()
+                    .map(|(s, slot)| (s, slot.clone()))
+                    .collect(),
                 timers: table.timers(id).collect(),
                 ..SavedKey::default()
             },
@@ -456,7 +404,7 @@ mod tests {
             if upto == FiringPlace::end_of(now) {
                 return (fired, peak);
             }
-            table.evict(timers, true).unwrap();
+            table.evict(timers).unwrap();
         }
     }
 
@@ -519,7 +467,7 @@ mod tests {
                 (&mut keeping, &mut keeping_timers),
             ] {
                 let id = table.intern_awake(key.as_bytes(), timers).unwrap();
-                table.load(id).unwrap();
+                table.mark_used(id);
                 let tie = tie_order(key.as_bytes());
                 match op {
                     0 | 1 => table
@@ -547,7 +495,7 @@ mod tests {
                 }
                 table.release_if_unused(id);
             }
-            sleeping.evict(&mut sleeping_timers, true).unwrap();
+            sleeping.evict(&mut sleeping_timers).unwrap();
             assert_eq!(
                 contents(&sleeping, key.as_bytes()),
                 contents(&keeping, key.as_bytes()),
@@ -587,7 +535,7 @@ mod tests {
         assert_eq!(sleeping.len(), keeping.len());
         let mut dormant = 0;
         sleeping
-            .dormant_snapshot()
+            .store_snapshot()
             .unwrap()
             .for_each(&mut |key, _| {
                 dormant += 1;
@@ -626,7 +574,7 @@ mod tests {
                     assert!(timers.register(domain, id, tie_order(key.as_bytes()), 50));
                     table.timer_added(id, domain, 50);
                 }
-                sleeping.evict(&mut sleeping_timers, true).unwrap();
+                sleeping.evict(&mut sleeping_timers).unwrap();
             }
             let dormant = sleeping.dormant_keys();
             assert!(dormant > 300 && sleeping.live > 5, "{dormant} dormant");
@@ -643,7 +591,7 @@ mod tests {
     /// then the snapshot's keys; sorted by key.
     fn full_base(table: &KeyTable, snapshot: &DormantSnapshot) -> BTreeMap<Key, SavedKey> {
         let mut keys = BTreeMap::new();
-        for (id, entry) in table.iter().filter(|(_, entry)| !entry.is_spilled()) {
+        for (id, entry) in table.iter() {
             let saved = SavedKey {
                 slots: entry.slots().map(|(s, slot)| (s, slot.clone())).collect(),
                 timers: table.timers(id).collect(),
@@ -664,9 +612,9 @@ mod tests {
         keys
     }
 
-    /// A snapshot for a full checkpoint, taken while keys are dormant, spilled (slots in
-    /// the store, timers in memory), and loaded back and changed (an older copy in the
-    /// store): with the keys in memory it is every key once, as the table holds it.
+    /// A snapshot for a full checkpoint, taken while keys are dormant, and woken again
+    /// and changed (their rows gone from the store): with the keys in memory it is every
+    /// key once, as the table holds it.
     #[test]
     fn a_full_base_is_every_key_once_as_the_table_held_it() {
         let mut table = KeyTable::new();
@@ -674,7 +622,7 @@ mod tests {
         let mut timers = TimerService::new(0);
         let add = |table: &mut KeyTable, timers: &mut TimerService, key: &str, n: u8| {
             let id = table.intern_awake(key.as_bytes(), timers).unwrap();
-            table.load(id).unwrap();
+            table.mark_used(id);
             table.entry_mut(id).set_slot(0, Slot::Value(vec![n; 3]));
             if timers.register(TimeDomain::EventTime, id, tie_order(key.as_bytes()), 9) {
                 table.timer_added(id, TimeDomain::EventTime, 9);
@@ -683,18 +631,17 @@ mod tests {
         for i in 0..30 {
             add(&mut table, &mut timers, &format!("dormant-{i}"), 1);
         }
-        table.evict(&mut timers, true).unwrap();
-        for i in 0..30 {
-            add(&mut table, &mut timers, &format!("spilled-{i}"), 2);
-        }
-        table.evict(&mut timers, false).unwrap();
-        table.evict(&mut timers, false).unwrap();
-        // Loaded back and changed: the store's copy is older than memory's.
+        table.evict(&mut timers).unwrap();
+        // Woken and changed: the store no longer holds them.
         for i in 0..10 {
-            add(&mut table, &mut timers, &format!("spilled-{i}"), 3);
+            add(&mut table, &mut timers, &format!("dormant-{i}"), 3);
+        }
+        for i in 0..5 {
+            add(&mut table, &mut timers, &format!("new-{i}"), 2);
         }
         let all: Vec<Key> = (0..30)
-            .flat_map(|i| [format!("dormant-{i}"), format!("spilled-{i}")])
+            .map(|i| format!("dormant-{i}"))
+            .chain((0..5).map(|i| format!("new-{i}")))
             .map(|key| Key::from_slice(key.as_bytes()))
             .collect();
         let want: BTreeMap<Key, SavedKey> = all
@@ -703,28 +650,25 @@ mod tests {
             .collect();
         let figures = table.spill_figures().unwrap();
         assert!(
-            figures.dormant_keys == 30 && figures.spilled_keys == 20,
+            figures.dormant_keys == 20 && table.live == 15,
             "{figures:?}"
         );
-        let snapshot = table.dormant_snapshot().unwrap();
+        let snapshot = table.store_snapshot().unwrap();
         assert_eq!(full_base(&table, &snapshot), want);
-        // One key at a time (an increment's): the store's keys as the table holds them,
-        // none for a key whose slots memory holds, or that the table does not have.
+        // One key at a time (an increment's): the dormant keys as the table holds them,
+        // none for a key in memory, or that the table does not have.
         for key in &all {
             let mut got = snapshot.get(key).unwrap();
             if let Some(saved) = got.as_mut() {
                 saved.slots.sort();
                 saved.timers.sort();
             }
-            let in_memory = table
-                .find(key)
-                .is_some_and(|id| !table.entry(id).is_spilled());
-            let expected = (!in_memory).then(|| want[key].clone());
+            let expected = table.find(key).is_none().then(|| want[key].clone());
             assert_eq!(got, expected, "{key:?}");
         }
         assert_eq!(snapshot.get(b"unknown").unwrap(), None);
         assert_eq!(
-            want[&Key::from_slice(b"spilled-3")].slots[0].1,
+            want[&Key::from_slice(b"dormant-3")].slots[0].1,
             Slot::Value(vec![3; 3])
         );
     }
@@ -748,7 +692,7 @@ mod tests {
                 table.schedule_expiry(id, ProcessingTime, 50);
             }
         }
-        table.evict(&mut timers, true).unwrap();
+        table.evict(&mut timers).unwrap();
         assert_eq!((table.dormant_keys(), table.live), (100, 0));
         let end = FiringPlace::end_of;
         assert_eq!(
@@ -817,7 +761,12 @@ mod tests {
         assert_eq!(table.next_dormant_timer(EventTime).unwrap(), Some(100));
         // Named: back with its slots, timers and expiry.
         let id = table.intern_awake(b"k-7", &mut timers).unwrap();
-        assert_eq!(table.slots_of(id).unwrap(), [(0, Slot::Value(vec![7]))]);
+        let slots: Vec<_> = table
+            .entry(id)
+            .slots()
+            .map(|(s, v)| (s, v.clone()))
+            .collect();
+        assert_eq!(slots, [(0, Slot::Value(vec![7]))]);
         let mut own: Vec<_> = table.timers(id).collect();
         own.sort();
         assert_eq!(own, [(EventTime, 107), (EventTime, 500)]);
@@ -843,8 +792,8 @@ mod tests {
         assert_eq!((table.live, table.dormant_keys()), (20, 0));
     }
 
-    /// A key whose slots the store holds a copy of, released (its state cleared) and
-    /// interned again: it comes back empty, not with the copy.
+    /// A key that went dormant, woke, was released (its state cleared) and is interned
+    /// again: it comes back empty, not with its old row.
     #[test]
     fn a_released_key_interned_again_does_not_wake_with_its_old_copy() {
         let mut table = KeyTable::new();
@@ -856,19 +805,23 @@ mod tests {
             .set_slot(0, Slot::Value(b"old".to_vec()));
         table.timer_added(id, TimeDomain::EventTime, 5);
         timers.register(TimeDomain::EventTime, id, tie_order(b"k"), 5);
-        // Slots only (as while a state has a time-to-live): the store keeps a copy.
-        table.evict(&mut timers, false).unwrap();
-        table.evict(&mut timers, false).unwrap();
-        assert!(table.entry(id).is_spilled());
-        table.load(id).unwrap();
+        table.evict(&mut timers).unwrap();
+        assert_eq!((table.find(b"k"), table.dormant_keys()), (None, 1));
+        let id = table.intern_awake(b"k", &mut timers).unwrap();
+        let slots: Vec<_> = table
+            .entry(id)
+            .slots()
+            .map(|(s, v)| (s, v.clone()))
+            .collect();
+        assert_eq!(slots, [(0, Slot::Value(b"old".to_vec()))], "woken");
         table.entry_mut(id).clear_all();
         assert!(timers.delete(TimeDomain::EventTime, id, tie_order(b"k"), 5));
         table.timer_removed(id, TimeDomain::EventTime, 5);
         table.release_if_unused(id);
         assert_eq!(table.find(b"k"), None);
         let again = table.intern_awake(b"k", &mut timers).unwrap();
-        table.load(again).unwrap();
         assert_eq!(table.entry(again).slots().count(), 0);
         assert_eq!(table.timers(again).count(), 0);
+        assert_eq!(table.dormant_keys(), 0);
     }
 }

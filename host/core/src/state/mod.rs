@@ -138,13 +138,6 @@ pub struct KeyEntry {
     cached_in: u32,
     /// Whether the guest kept that copy (else it saw the key once and dropped it).
     kept: bool,
-    /// With a slot store ([`KeyTable::spill_to`]): the key's slots are in the store
-    /// only, not in `slots` ([`KeyTable::load`] brings them back).
-    spilled: bool,
-    /// The store holds a copy of the key's slots (current unless `touched`).
-    stored: bool,
-    /// The slots changed since they were loaded or saved.
-    touched: bool,
     /// Listed for the size of its slots to be counted again.
     recounted: bool,
     /// Used since the eviction hand last passed (the clock's reference bit).
@@ -232,15 +225,9 @@ impl KeyEntry {
         self.slots.iter().map(|(id, slot)| (*id, slot))
     }
 
-    /// Whether the key holds any state at all (in memory, or in the slot store).
+    /// Whether the key holds any state at all.
     pub fn has_state(&self) -> bool {
-        !self.slots.is_empty() || self.spilled
-    }
-
-    /// Whether the key's slots are in the slot store only: [`KeyTable::load`] them
-    /// before reading [`slots`](Self::slots).
-    pub fn is_spilled(&self) -> bool {
-        self.spilled
+        !self.slots.is_empty()
     }
 
     /// The cache epoch in which a UDF instance last saw the key's state current, as last
@@ -342,14 +329,11 @@ impl KeyTable {
         &self.entries[id as usize]
     }
 
-    /// The entry of `id`, to change: the key counts as changed for the next checkpoint.
-    /// With a slot store, a spilled key is loaded first (should that fail, the failure
-    /// is kept for the next [`evict`](Self::evict), which reports it).
+    /// The entry of `id`, to change: the key counts as changed for the next checkpoint
+    /// (and, with a slot store, its size is counted again at the next eviction).
     pub fn entry_mut(&mut self, id: KeyId) -> &mut KeyEntry {
         self.mark_changed(id);
-        if self.spill.is_some() {
-            self.touch(id);
-        }
+        self.list_for_recount(id);
         &mut self.entries[id as usize]
     }
 
@@ -547,7 +531,7 @@ impl KeyTable {
     }
 
     /// Live keys in memory with their entries, in id order (dormant keys:
-    /// [`dormant_snapshot`](Self::dormant_snapshot)).
+    /// [`store_snapshot`](Self::store_snapshot)).
     pub fn iter(&self) -> impl Iterator<Item = (KeyId, &KeyEntry)> {
         self.entries
             .iter()

@@ -1,19 +1,19 @@
-//! Slots beyond memory: with a [`SlotStore`] (the `disk` state backend), the
-//! [`KeyTable`] keeps the slots of at most a budget of bytes in memory and *spills* the
+//! Keys beyond memory: with a [`SlotStore`] (the `disk` state backend), the
+//! [`KeyTable`] keeps the entries of at most a budget of bytes in memory and sends the
 //! rest to the store, key by key, the least recently used first (a clock: each key has a
 //! reference bit the hand clears as it passes, and a key whose bit is clear is evicted).
+//! An evicted key leaves memory whole: it goes *dormant* ([`dormant`](super::dormant)),
+//! its slots, timers and expiry in the store, until a record, a restore or a due
+//! listing wakes it. The engine [marks](KeyTable::mark_used) the keys a call or batch is
+//! about before it runs, and [evicts](KeyTable::evict) only between calls and batches, so
+//! no key a call holds leaves memory under it. A key in memory has nothing in the store
+//! (waking removes its row), so a released key leaves nothing behind.
 //!
-//! A spilled key keeps its entry (its bytes, its timers, its cache marks): only its slots
-//! leave memory. The engine [loads](KeyTable::load) a key's slots back before a call or
-//! batch reads them, and [evicts](KeyTable::evict) only between calls and batches, so no
-//! slot a call holds leaves memory under it. A key's slots are written to the store when
-//! they are evicted changed since they were loaded (write-back); a key released (no
-//! state, no timers) has its copy removed from the store.
-//!
-//! The budget counts the bytes of the slots ([`Slot::size_bytes`]) of resident keys:
-//! a key's size is counted when it is loaded, and again at the next eviction once it
-//! changed; and the store's own memory (its block cache and write buffers,
-//! [`SlotStore::memory_bytes`]), so that the `disk` backend's `cache` bounds both.
+//! The budget counts the bytes of resident entries ([`footprint`]: the entry, its key,
+//! its slots ([`Slot::size_bytes`]) and its pending timers): a key's size is counted when
+//! it wakes, and again at the next eviction once it changed; and the store's own memory
+//! (its block cache and write buffers, [`SlotStore::memory_bytes`]), so that the `disk`
+//! backend's `cache` bounds both.
 
 use super::{Key, KeyEntry, KeyId, KeyTable, Slot, StateId};
 use crate::time::timers::{FiringPlace, TimeDomain};
@@ -104,17 +104,16 @@ pub struct Listed {
 /// its timers and its expiry on each clock ([`SavedKey::listings`]).
 /// Implemented by `weir-store`'s disk store.
 pub trait SlotStore: Send {
-    /// What the store holds for `key`, if anything. Called when a spilled key is loaded
-    /// back and when a key is interned (it may be dormant).
+    /// What the store holds for `key`, if anything. Called when a key is interned (it
+    /// may be dormant).
     fn load(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>>;
     /// Replaces what the store holds for `key` with `saved`, and lists the key by time
-    /// under its [`listings`](SavedKey::listings). Called when a key whose slots changed
-    /// is evicted, and when a key leaves memory whole. The store holds no listing of the
+    /// under its [`listings`](SavedKey::listings). Called when a key leaves memory whole
+    /// (an eviction, or a restore that writes it there). The store holds nothing of the
     /// key when this is called.
     fn save(&self, key: &[u8], saved: &SavedKey) -> anyhow::Result<()>;
     /// Removes what the store holds for `key`, and its listings by time `listed` (those
-    /// of what it was saved with). Called when a dormant key wakes, and at an eviction
-    /// after a key whose copy the store held was released.
+    /// of what it was saved with). Called when a dormant key wakes.
     fn remove(&self, key: &[u8], listed: &[(Wake, Timestamp)]) -> anyhow::Result<()>;
     /// Up to `limit` keys listed under `wake` at a place in firing order from `from`
     /// through `through` (both included), in firing order (time, then the key's
@@ -196,7 +195,8 @@ pub(super) struct Spill {
     /// looked up in the store: the cache's hits and misses.
     pub(super) hits: u64,
     pub(super) lookups: u64,
-    /// A load that failed where it could not be reported (an `entry_mut`).
+    /// A store failure met where it could not be reported (a purge of expired
+    /// entries), for the next eviction.
     pub(super) failure: Option<anyhow::Error>,
     /// Keys that left memory whole (in the store only), their timers per clock, and
     /// those of them listed for an expiry per clock.
@@ -220,8 +220,6 @@ pub struct SpillFigures {
     pub resident_bytes: usize,
     /// The budget of those.
     pub budget_bytes: usize,
-    /// Keys in memory whose slots are in the store only.
-    pub spilled_keys: usize,
     /// Keys that left memory whole: slots and timers in the store only.
     pub dormant_keys: usize,
     /// Keys loaded back or woken from the store so far.
@@ -247,9 +245,9 @@ impl SpillFigures {
         }
     }
 
-    /// Keys whose state is in the store only: dormant keys and keys with spilled slots.
+    /// Keys whose state is in the store only (the dormant keys).
     pub fn keys_on_disk(&self) -> usize {
-        self.dormant_keys + self.spilled_keys
+        self.dormant_keys
     }
 }
 
@@ -261,7 +259,6 @@ impl std::ops::Add for SpillFigures {
         SpillFigures {
             resident_bytes: self.resident_bytes + other.resident_bytes,
             budget_bytes: self.budget_bytes + other.budget_bytes,
-            spilled_keys: self.spilled_keys + other.spilled_keys,
             dormant_keys: self.dormant_keys + other.dormant_keys,
             loads: self.loads + other.loads,
             saves: self.saves + other.saves,
@@ -307,40 +304,16 @@ impl KeyTable {
         }));
     }
 
-    /// Whether slots may be spilled to a store.
+    /// Whether keys may leave memory for a store.
     pub fn spills(&self) -> bool {
         self.spill.is_some()
     }
 
-    /// Brings key `id`'s slots back from the store if they were spilled. The engine calls
-    /// this for every key a call or batch is about, before it runs; a failure of the
-    /// store fails the run.
-    pub fn load(&mut self, id: KeyId) -> anyhow::Result<()> {
-        let Some(spill) = self.spill.as_mut() else {
-            return Ok(());
-        };
-        let entry = &mut self.entries[id as usize];
-        entry.hot = true;
-        if !entry.spilled {
-            return Ok(());
-        }
-        let saved = spill.store.load(&entry.key)?.unwrap_or_default();
-        debug_assert!(saved.timers.is_empty(), "a key in memory has its timers");
-        spill.loads += 1;
-        entry.slots = saved.slots.into_iter().collect();
-        entry.spilled = false;
-        entry.touched = false;
-        self.recount_now(id);
-        Ok(())
-    }
-
-    /// [`load`](Self::load), where a failure cannot be reported at once (a purge of
-    /// expired entries, scheduling their expiry): it is kept for the next
-    /// [`evict`](Self::evict), which fails with it, and the key stays spilled, so a call
-    /// about it loads it again (and fails) before it runs.
-    pub fn load_or_defer(&mut self, id: KeyId) {
-        if let Err(e) = self.load(id) {
-            self.defer(e);
+    /// Marks key `id` used (the clock's reference bit), so that the next eviction keeps
+    /// it. The engine calls this for every key a call or batch is about, before it runs.
+    pub fn mark_used(&mut self, id: KeyId) {
+        if self.spill.is_some() {
+            self.entries[id as usize].hot = true;
         }
     }
 
@@ -349,26 +322,6 @@ impl KeyTable {
     pub fn defer(&mut self, e: anyhow::Error) {
         let spill = self.spill.as_mut().expect("only a store fails");
         spill.failure.get_or_insert(e);
-    }
-
-    /// Key `id`'s slots, from memory or (spilled) read from the store without loading
-    /// them: what a checkpoint writes of the key.
-    pub fn slots_of(&self, id: KeyId) -> anyhow::Result<Vec<(StateId, Slot)>> {
-        let entry = &self.entries[id as usize];
-        match (&self.spill, entry.spilled) {
-            (Some(spill), true) => Ok(spill.store.load(&entry.key)?.unwrap_or_default().slots),
-            _ => Ok(entry.slots.iter().cloned().collect()),
-        }
-    }
-
-    /// The key's slots are about to change (an `entry_mut`): a spilled key is loaded
-    /// first, and a resident one listed to be counted again.
-    pub(super) fn touch(&mut self, id: KeyId) {
-        self.load_or_defer(id);
-        if let Some(entry) = self.entries.get_mut(id as usize) {
-            entry.touched = true;
-        }
-        self.list_for_recount(id);
     }
 
     /// Key `id`'s footprint may have changed (it is new, its slots or timers changed):
@@ -394,41 +347,26 @@ impl KeyTable {
         entry.counted = size;
     }
 
-    /// Key `id` is released: it leaves the count, and its copy in the store goes now (a
-    /// key of the same bytes interned next must not wake with it; a failure is kept for
-    /// the next [`evict`](Self::evict)).
+    /// Key `id` is released: it leaves the count (the store holds nothing of a key in
+    /// memory, so nothing of it is left there).
     pub(super) fn forget(&mut self, id: KeyId) {
         let (Some(spill), entry) = (self.spill.as_mut(), &mut self.entries[id as usize]) else {
             return;
         };
         spill.resident -= entry.counted as usize;
-        if entry.stored {
-            if let Err(e) = spill.store.remove(&entry.key, &[]) {
-                spill.failure.get_or_insert(e);
-            }
-        }
         entry.counted = 0;
-        entry.stored = false;
-        entry.touched = false;
-        entry.spilled = false;
         entry.hot = false;
         // Its listing for a count, if any, is skipped (not in use) or counts the next key
         // that takes its id.
     }
 
-    /// Evicts keys not used lately until the entries in memory fit the budget. With
-    /// `whole`, each leaves memory whole (it goes *dormant*: its slots, timers and expiry
-    /// to the store, its timers out of `timers`); without, only its slots spill (the
-    /// engine always evicts whole since keys with an expiry go dormant too; slot-only
-    /// spilling is left to remove). Changed slots are written to the store first. The
-    /// engine calls this between calls and batches (never while a call holds a key's
-    /// slots or a timer of it is firing). Fails with the store's failure, or one a load
-    /// met since the last call.
-    pub fn evict(
-        &mut self,
-        timers: &mut crate::time::timers::TimerService,
-        whole: bool,
-    ) -> anyhow::Result<()> {
+    /// Evicts keys not used lately until the entries in memory fit the budget: each
+    /// leaves memory whole (it goes *dormant*: its slots, timers and expiry to the
+    /// store, its timers out of `timers`). The engine calls this between calls and
+    /// batches (never while a call holds a key's slots or a timer of it is firing).
+    /// Fails with the store's failure, or one kept since the last call
+    /// ([`defer`](Self::defer)).
+    pub fn evict(&mut self, timers: &mut crate::time::timers::TimerService) -> anyhow::Result<()> {
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
         };
@@ -462,37 +400,8 @@ impl KeyTable {
             if !entry.in_use || std::mem::replace(&mut entry.hot, false) {
                 continue;
             }
-            if whole {
-                self.put_to_sleep(id, timers)?;
-            } else {
-                self.spill_slots(id)?;
-            }
+            self.put_to_sleep(id, timers)?;
         }
-        Ok(())
-    }
-
-    /// Writes key `id`'s slots to the store if they changed since, and drops them from
-    /// memory; its entry stays.
-    fn spill_slots(&mut self, id: KeyId) -> anyhow::Result<()> {
-        let (Some(spill), entry) = (self.spill.as_mut(), &mut self.entries[id as usize]) else {
-            return Ok(());
-        };
-        if entry.spilled || entry.slots.is_empty() {
-            return Ok(());
-        }
-        if entry.touched || !entry.stored {
-            let saved = SavedKey {
-                slots: entry.slots.drain(..).collect(),
-                ..SavedKey::default()
-            };
-            spill.store.save(&entry.key, &saved)?;
-            spill.saves += 1;
-            entry.stored = true;
-        }
-        entry.slots = SmallVec::new();
-        entry.spilled = true;
-        entry.touched = false;
-        self.recount_now(id);
         Ok(())
     }
 
@@ -502,11 +411,6 @@ impl KeyTable {
         Some(SpillFigures {
             resident_bytes: spill.resident,
             budget_bytes: spill.budget,
-            spilled_keys: self
-                .entries
-                .iter()
-                .filter(|e| e.in_use && e.spilled)
-                .count(),
             dormant_keys: spill.dormant_keys,
             loads: spill.loads,
             saves: spill.saves,
@@ -649,27 +553,38 @@ pub(crate) mod tests {
         }
     }
 
-    /// The same changes on a table that spills (with a budget of ~10 keys) and on one
-    /// that keeps everything: after each, the key reads the same, and at the end every
-    /// key does, loaded or read from the store.
+    /// The same changes on a table that sends keys to the store (with a budget of ~10
+    /// keys) and on one that keeps everything: after each, the key reads the same, and
+    /// at the end every key does, woken from the store; the store holds only the keys
+    /// not in memory.
     #[test]
     fn a_spilling_table_reads_as_one_that_keeps_everything() {
         let shelf = Shelf::default();
         let mut spilling = KeyTable::new();
-        spilling.spill_to(Box::new(shelf.clone()), 10 * (16 + 40));
+        spilling.spill_to(Box::new(shelf.clone()), 10 * (ENTRY_BYTES + 40));
         let mut keeping = KeyTable::new();
+        let mut timers = TimerService::new(0);
         let mut seed: u64 = 7;
         let mut roll = |n: u64| {
             seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
             (seed >> 33) % n
         };
+        let slots = |table: &KeyTable, id| {
+            let mut slots: Vec<_> = table
+                .entry(id)
+                .slots()
+                .map(|(s, v)| (s, v.clone()))
+                .collect();
+            slots.sort_by_key(|(s, _)| *s);
+            slots
+        };
         for step in 0..5_000u64 {
             let key = format!("key-{}", roll(200));
             let (a, b) = (
-                spilling.intern(key.as_bytes()),
+                spilling.intern_awake(key.as_bytes(), &mut timers).unwrap(),
                 keeping.intern(key.as_bytes()),
             );
-            spilling.load(a).unwrap();
+            spilling.mark_used(a);
             let op = roll(5);
             for (table, id) in [(&mut spilling, a), (&mut keeping, b)] {
                 let entry = table.entry_mut(id);
@@ -692,44 +607,34 @@ pub(crate) mod tests {
                 }
                 table.release_if_unused(id);
             }
-            if let Some(a) = spilling.find(key.as_bytes()) {
-                spilling.load(a).unwrap();
-                let b = keeping.find(key.as_bytes()).expect("kept alike");
-                let mut got = spilling.slots_of(a).unwrap();
-                let mut want = keeping.slots_of(b).unwrap();
-                got.sort_by_key(|(s, _)| *s);
-                want.sort_by_key(|(s, _)| *s);
-                assert_eq!(got, want, "step {step}");
-            } else {
-                assert!(keeping.find(key.as_bytes()).is_none(), "released alike");
+            match (spilling.find(key.as_bytes()), keeping.find(key.as_bytes())) {
+                (Some(a), Some(b)) => {
+                    assert_eq!(slots(&spilling, a), slots(&keeping, b), "step {step}")
+                }
+                (None, None) => {}
+                other => panic!("step {step}: released alike? {other:?}"),
             }
-            spilling.evict(&mut TimerService::new(0), false).unwrap();
-            // Entries stay when only slots spill: what exceeds the budget is theirs.
+            spilling.evict(&mut timers).unwrap();
             let figures = spilling.spill_figures().unwrap();
-            let entries = spilling.live * (ENTRY_BYTES + TIMER_BYTES);
             assert!(
-                figures.resident_bytes <= figures.budget_bytes + entries,
+                figures.resident_bytes <= figures.budget_bytes,
                 "{figures:?}"
+            );
+            let stored = shelf.0.lock().unwrap().keys.len();
+            assert_eq!(
+                stored, figures.dormant_keys,
+                "the store holds the dormant keys only"
             );
         }
         let figures = spilling.spill_figures().unwrap();
         assert!(
-            figures.spilled_keys > 50 && figures.saves > 0 && figures.loads > 0,
+            figures.dormant_keys > 50 && figures.saves > 0 && figures.loads > 0,
             "{figures:?}"
         );
         assert_eq!(spilling.len(), keeping.len());
         for (b, entry) in keeping.iter() {
-            let a = spilling.find(entry.key()).unwrap();
-            let mut got = spilling.slots_of(a).unwrap();
-            let mut want = keeping.slots_of(b).unwrap();
-            got.sort_by_key(|(s, _)| *s);
-            want.sort_by_key(|(s, _)| *s);
-            assert_eq!(got, want);
+            let a = spilling.intern_awake(entry.key(), &mut timers).unwrap();
+            assert_eq!(slots(&spilling, a), slots(&keeping, b));
         }
-        let stored = shelf.0.lock().unwrap().keys.len();
-        assert!(
-            stored <= spilling.len(),
-            "released keys' copies are removed: {stored}"
-        );
     }
 }

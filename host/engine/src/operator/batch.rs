@@ -170,8 +170,7 @@ impl KeyedOperator {
             self.host.watermark = self.watermark.current();
             return Ok(start + taken);
         }
-        self.load_state(entries.iter().map(BatchEntry::key))
-            .map_err(|e| (start, e))?;
+        self.mark_used(entries.iter().map(BatchEntry::key));
         let result = self.function.process_batch(&mut self.host, &entries);
         let batch = match result {
             Ok(batch) => batch,
@@ -267,7 +266,7 @@ impl KeyedOperator {
             if entries.is_empty() {
                 return Ok(true);
             }
-            self.load_state(entries.iter().map(BatchEntry::key))?;
+            self.mark_used(entries.iter().map(BatchEntry::key));
             match self.function.process_batch(&mut self.host, &entries) {
                 Ok(batch) if batch.consumed > 0 => {
                     let stopped_early = batch.consumed < entries.len();

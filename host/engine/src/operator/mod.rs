@@ -334,7 +334,7 @@ impl KeyedOperator {
             .host
             .intern(element.key)
             .map_err(OperatorError::State)?;
-        self.load_state([key])?;
+        self.mark_used([key]);
         self.host.enter(key, element.timestamp);
         let result = self.function.process_element(&mut self.host, element);
         if result.is_err() {
@@ -467,19 +467,15 @@ impl KeyedOperator {
         }
     }
 
-    /// Brings back the state of `keys` from the `disk` backend's store, if it spilled
-    /// there: called before a call or batch about them runs.
-    pub(crate) fn load_state(
-        &mut self,
-        keys: impl IntoIterator<Item = KeyId>,
-    ) -> Result<(), OperatorError> {
+    /// Marks `keys` used, so that the `disk` backend's next eviction keeps them: called
+    /// before a call or batch about them runs.
+    pub(crate) fn mark_used(&mut self, keys: impl IntoIterator<Item = KeyId>) {
         if !self.host.keys.spills() {
-            return Ok(());
+            return;
         }
         for key in keys {
-            self.host.keys.load(key).map_err(OperatorError::State)?;
+            self.host.keys.mark_used(key);
         }
-        Ok(())
     }
 
     /// With the `disk` state backend, spills what exceeds its memory budget to its store.

@@ -214,7 +214,7 @@ impl KeyedOperator {
             TimeDomain::EventTime => self.counters.event_timers += 1,
             TimeDomain::ProcessingTime => self.counters.processing_timers += 1,
         }
-        self.load_state([key])?;
+        self.mark_used([key]);
         self.host.enter(key, at);
         // The key's bytes are needed by the UDF while the table may change; copy them.
         let key_bytes = weir_core::state::Key::from_slice(self.host.keys.entry(key).key());

@@ -144,20 +144,13 @@ impl StoreKeys {
 /// parts beyond [`HELD_BYTES`] cannot be set aside.
 pub fn begin_full(keys: &KeyTable) -> anyhow::Result<KeyedSection> {
     let encoded = in_parts(keys, |out| {
-        for (id, entry) in keys.iter() {
-            if !entry.is_spilled() {
-                put_key(
-                    out.writer(),
-                    entry.key(),
-                    entry.slots().collect(),
-                    keys.timers(id).collect(),
-                );
-                out.end_record()?;
-            }
+        for (id, _) in keys.iter() {
+            put(out.writer(), keys, id);
+            out.end_record()?;
         }
         Ok(())
     })?;
-    let in_store = keys.dormant_snapshot().map(|snapshot| StoreKeys {
+    let in_store = keys.store_snapshot().map(|snapshot| StoreKeys {
         snapshot,
         listed: None,
     });
@@ -167,7 +160,7 @@ pub fn begin_full(keys: &KeyTable) -> anyhow::Result<KeyedSection> {
 /// Starts an increment (see [`KeyedSection`]): the keys released and changed since the
 /// last call ([`KeyTable::take_changes`]), those that went dormant since they changed
 /// included (read from the store later). Called on the run's thread between runs of
-/// records; reads the store only for changed keys whose slots alone are there.
+/// records; never reads the store.
 pub fn begin_changes(keys: &mut KeyTable) -> anyhow::Result<KeyedSection> {
     let (released, changed) = keys.take_changes();
     let dormant = keys.take_dormant_changes();
@@ -181,7 +174,7 @@ pub fn begin_changes(keys: &mut KeyTable) -> anyhow::Result<KeyedSection> {
         let mut written = std::collections::HashSet::new();
         for id in changed {
             written.insert(id);
-            put(out.writer(), keys, id)?;
+            put(out.writer(), keys, id);
             out.end_record()?;
         }
         // A key that went dormant and woke again is in memory, and written as it is now
@@ -191,7 +184,7 @@ pub fn begin_changes(keys: &mut KeyTable) -> anyhow::Result<KeyedSection> {
             match keys.find(&key) {
                 Some(id) => {
                     if written.insert(id) {
-                        put(out.writer(), keys, id)?;
+                        put(out.writer(), keys, id);
                         out.end_record()?;
                     }
                 }
@@ -210,18 +203,15 @@ pub fn begin_changes(keys: &mut KeyTable) -> anyhow::Result<KeyedSection> {
     Ok(KeyedSection::new(encoded, in_store))
 }
 
-/// Writes key `id` as it is in memory (its slots read from the store if spilled).
-fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) -> anyhow::Result<()> {
+/// Writes key `id` as it is in memory.
+fn put(out: &mut Writer, keys: &KeyTable, id: KeyId) {
     let entry = keys.entry(id);
-    let spilled;
-    let slots: Vec<(StateId, &Slot)> = if entry.is_spilled() {
-        spilled = keys.slots_of(id)?;
-        spilled.iter().map(|(state, slot)| (*state, slot)).collect()
-    } else {
-        entry.slots().collect()
-    };
-    put_key(out, entry.key(), slots, keys.timers(id).collect());
-    Ok(())
+    put_key(
+        out,
+        entry.key(),
+        entry.slots().collect(),
+        keys.timers(id).collect(),
+    );
 }
 
 /// Writes a dormant key as the store holds it.

@@ -34,7 +34,6 @@ impl Services {
     /// entries of states with a time-to-live expires, on each clock. The engine calls
     /// this after it has stamped entries of the key (a write, a batch, a restore).
     pub fn schedule_expiry(&mut self, key: KeyId) {
-        self.keys.load_or_defer(key);
         let first = self.first_expiry(self.keys.entry(key).slots());
         for (domain, at) in first.into_iter().flatten() {
             self.keys.schedule_expiry(key, domain, at);
@@ -96,8 +95,7 @@ impl Services {
     /// `now`, lists the key again for its next expiry, and releases it if it is left
     /// with nothing; whether anything expired.
     pub(super) fn purge_key(&mut self, key: KeyId, domain: TimeDomain, now: Timestamp) -> bool {
-        self.keys.load_or_defer(key);
-        if !self.keys.entry(key).has_state() || self.keys.entry(key).is_spilled() {
+        if !self.keys.entry(key).has_state() {
             return false;
         }
         let states: Vec<(StateId, StateTtl)> = self

@@ -327,7 +327,6 @@ impl Services {
             let stamp = ttl.map(|ttl| self.clock(ttl.domain));
             let keys: Vec<KeyId> = self.keys.iter().map(|(key, _)| key).collect();
             for key in keys {
-                self.keys.load(key).map_err(|e| format!("{e:#}"))?;
                 let entry = self.keys.entry_mut(key);
                 if let Some(slot) = entry.slot_mut(id) {
                     ttl::change_stamps(slot, change, stamp.unwrap_or_default());

@@ -23,7 +23,7 @@ impl Services {
     /// With the `disk` backend, evicts what exceeds the memory budget: whole keys, their
     /// timers and expiry too. The operator calls this between calls and batches.
     pub fn evict(&mut self) -> anyhow::Result<()> {
-        self.keys.evict(&mut self.timers, true)
+        self.keys.evict(&mut self.timers)
     }
 
     /// Wakes dormant keys with timers of `domain` due by `up_to`, a bounded number at a
