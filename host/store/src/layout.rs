@@ -40,10 +40,11 @@ pub const MAX_KEY_BYTES: usize = 16 * 1024;
 /// The longest map key (of one map state entry) the store takes.
 pub const MAX_MAP_KEY_BYTES: usize = 32 * 1024;
 
-/// What the key table saved of a key as one `spilled` row: the count of its slots, then
-/// per slot its state id and the slot as checkpoints write it ([`Slot::encode`]); then
-/// the count of its timers (none unless the key is dormant), each its domain byte and
-/// time; then its expiry the same way.
+/// What the key table saved of a key as one saved row (the value of its `spilled` row or
+/// of its first listing, see [`SpilledRow`]): the count of its slots, then per slot its
+/// state id and the slot as checkpoints write it ([`Slot::encode`]); then the count of
+/// its timers (none unless the key is dormant), each its domain byte and time; then its
+/// expiry the same way.
 pub fn encode_saved(saved: &SavedKey) -> Vec<u8> {
     let mut w = Writer::default();
     w.u32(saved.slots.len() as u32);

@@ -146,8 +146,9 @@ impl DiskStore {
     }
 }
 
-/// The snapshot's whole keys (the key table's rows in `spilled`), walked on the
-/// checkpoint writer's thread for a full checkpoint.
+/// The snapshot's whole keys (the key table's saved rows, in `spilled` or carried by a
+/// listing in `timers_by_time`), walked on the checkpoint writer's thread for a full
+/// checkpoint.
 impl SlotSnapshot for StoreSnapshot {
     fn get(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
         let in_store = || format!("the state store in {}", self.path.display());
