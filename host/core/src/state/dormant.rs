@@ -25,7 +25,7 @@
 //!
 //! Checkpoints: a key that changed since the last checkpoint and went dormant is
 //! remembered by its bytes ([`KeyTable::take_dormant_changes`]); a full checkpoint
-//! writes the keys in memory and takes a [`DormantSnapshot`] on the run's thread, and
+//! writes the keys in memory and takes the store's snapshot on the run's thread, and
 //! walks the store's snapshot for the others on the checkpoint writer's thread.
 
 use super::spill::{SavedKey, SlotSnapshot, Spill, Wake};
@@ -52,31 +52,6 @@ fn save_dormant(spill: &mut Spill, key: &[u8], saved: &SavedKey) -> anyhow::Resu
         spill.dormant_expiring[clock(domain)] += 1;
     }
     Ok(())
-}
-
-/// The dormant keys at one moment ([`KeyTable::store_snapshot`]), read later, on any
-/// thread, while the run goes on: a full checkpoint walks them all, an increment reads
-/// those it lists. With the keys in memory at that moment (the store holds nothing of
-/// those), they are every key of the table.
-pub struct DormantSnapshot {
-    snapshot: Box<dyn SlotSnapshot>,
-}
-
-impl DormantSnapshot {
-    /// What the store held of `key`; `None` for a key it did not hold (in memory, or
-    /// unknown). Called on the checkpoint writer's thread.
-    pub fn get(&self, key: &[u8]) -> anyhow::Result<Option<SavedKey>> {
-        self.snapshot.get(key)
-    }
-
-    /// Calls `each` with every dormant key and what the store held of it. Called on the
-    /// checkpoint writer's thread.
-    pub fn for_each(
-        &self,
-        each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
-        self.snapshot.for_each(each)
-    }
 }
 
 impl KeyTable {
@@ -329,21 +304,20 @@ impl KeyTable {
         self.spill.as_ref()?.store.scratch_file()
     }
 
-    /// The dormant keys as they are now ([`DormantSnapshot`]), for a checkpoint to read
-    /// later; `None` without a store. Called on the run's thread; takes no time in the
+    /// The dormant keys as they are now, read later on any thread while the run goes on
+    /// (a full checkpoint walks them all, an increment reads those it lists; with the
+    /// keys in memory then, of which the store holds nothing, they are every key of the
+    /// table); `None` without a store. Called on the run's thread; takes no time in the
     /// keys of either memory or the store.
-    pub fn store_snapshot(&self) -> Option<DormantSnapshot> {
-        let spill = self.spill.as_ref()?;
-        Some(DormantSnapshot {
-            snapshot: spill.store.snapshot(),
-        })
+    pub fn store_snapshot(&self) -> Option<Box<dyn SlotSnapshot>> {
+        Some(self.spill.as_ref()?.store.snapshot())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::spill::tests::Shelf;
+    use crate::state::spill::tests::{slots_of, Shelf};
     use crate::state::Slot;
     use std::collections::{BTreeMap, BTreeSet};
 
@@ -351,11 +325,7 @@ mod tests {
     fn contents(table: &KeyTable, key: &[u8]) -> Option<SavedKey> {
         let mut saved = match table.find(key) {
             Some(id) => SavedKey {
-                slots: table
-                    .entry(id)
-                    .slots()
-                    .map(|(s, slot)| (s, slot.clone()))
-                    .collect(),
+                slots: slots_of(table, id),
                 timers: table.timers(id).collect(),
                 ..SavedKey::default()
             },
@@ -589,7 +559,7 @@ mod tests {
 
     /// What a full checkpoint writes of a table: the keys whose slots are in memory,
     /// then the snapshot's keys; sorted by key.
-    fn full_base(table: &KeyTable, snapshot: &DormantSnapshot) -> BTreeMap<Key, SavedKey> {
+    fn full_base(table: &KeyTable, snapshot: &dyn SlotSnapshot) -> BTreeMap<Key, SavedKey> {
         let mut keys = BTreeMap::new();
         for (id, entry) in table.iter() {
             let saved = SavedKey {
@@ -654,7 +624,7 @@ mod tests {
             "{figures:?}"
         );
         let snapshot = table.store_snapshot().unwrap();
-        assert_eq!(full_base(&table, &snapshot), want);
+        assert_eq!(full_base(&table, snapshot.as_ref()), want);
         // One key at a time (an increment's): the dormant keys as the table holds them,
         // none for a key in memory, or that the table does not have.
         for key in &all {
@@ -761,12 +731,7 @@ mod tests {
         assert_eq!(table.next_dormant_timer(EventTime).unwrap(), Some(100));
         // Named: back with its slots, timers and expiry.
         let id = table.intern_awake(b"k-7", &mut timers).unwrap();
-        let slots: Vec<_> = table
-            .entry(id)
-            .slots()
-            .map(|(s, v)| (s, v.clone()))
-            .collect();
-        assert_eq!(slots, [(0, Slot::Value(vec![7]))]);
+        assert_eq!(slots_of(&table, id), [(0, Slot::Value(vec![7]))]);
         let mut own: Vec<_> = table.timers(id).collect();
         own.sort();
         assert_eq!(own, [(EventTime, 107), (EventTime, 500)]);
@@ -808,12 +773,11 @@ mod tests {
         table.evict(&mut timers).unwrap();
         assert_eq!((table.find(b"k"), table.dormant_keys()), (None, 1));
         let id = table.intern_awake(b"k", &mut timers).unwrap();
-        let slots: Vec<_> = table
-            .entry(id)
-            .slots()
-            .map(|(s, v)| (s, v.clone()))
-            .collect();
-        assert_eq!(slots, [(0, Slot::Value(b"old".to_vec()))], "woken");
+        assert_eq!(
+            slots_of(&table, id),
+            [(0, Slot::Value(b"old".to_vec()))],
+            "woken"
+        );
         table.entry_mut(id).clear_all();
         assert!(timers.delete(TimeDomain::EventTime, id, tie_order(b"k"), 5));
         table.timer_removed(id, TimeDomain::EventTime, 5);

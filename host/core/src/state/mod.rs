@@ -22,7 +22,6 @@ mod registry;
 mod spill;
 pub mod ttl;
 
-pub use dormant::DormantSnapshot;
 pub use registry::{StampChange, StateId, StateKind, StateRegistry, StateTtl, TtlRefresh};
 pub use spill::{Listed, SavedKey, SlotSnapshot, SlotStore, SpillFigures, Wake};
 

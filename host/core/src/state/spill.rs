@@ -535,6 +535,17 @@ pub(crate) mod tests {
         }
     }
 
+    /// Key `id`'s slots, copied, in state id order.
+    pub(crate) fn slots_of(table: &KeyTable, id: KeyId) -> Vec<(StateId, Slot)> {
+        let mut slots: Vec<_> = table
+            .entry(id)
+            .slots()
+            .map(|(s, v)| (s, v.clone()))
+            .collect();
+        slots.sort_by_key(|(s, _)| *s);
+        slots
+    }
+
     /// A shelf's keys at one moment.
     pub(crate) struct ShelfSnapshot(BTreeMap<Vec<u8>, SavedKey>);
 
@@ -569,15 +580,6 @@ pub(crate) mod tests {
             seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
             (seed >> 33) % n
         };
-        let slots = |table: &KeyTable, id| {
-            let mut slots: Vec<_> = table
-                .entry(id)
-                .slots()
-                .map(|(s, v)| (s, v.clone()))
-                .collect();
-            slots.sort_by_key(|(s, _)| *s);
-            slots
-        };
         for step in 0..5_000u64 {
             let key = format!("key-{}", roll(200));
             let (a, b) = (
@@ -609,7 +611,7 @@ pub(crate) mod tests {
             }
             match (spilling.find(key.as_bytes()), keeping.find(key.as_bytes())) {
                 (Some(a), Some(b)) => {
-                    assert_eq!(slots(&spilling, a), slots(&keeping, b), "step {step}")
+                    assert_eq!(slots_of(&spilling, a), slots_of(&keeping, b), "step {step}")
                 }
                 (None, None) => {}
                 other => panic!("step {step}: released alike? {other:?}"),
@@ -634,7 +636,7 @@ pub(crate) mod tests {
         assert_eq!(spilling.len(), keeping.len());
         for (b, entry) in keeping.iter() {
             let a = spilling.intern_awake(entry.key(), &mut timers).unwrap();
-            assert_eq!(slots(&spilling, a), slots(&keeping, b));
+            assert_eq!(slots_of(&spilling, a), slots_of(&keeping, b));
         }
     }
 }

@@ -19,9 +19,7 @@ use crate::runtime::HostServices;
 use parts::{in_parts, EncodedParts, Parts};
 use weir_core::codec::{Reader, Writer};
 use weir_core::state::ttl;
-use weir_core::state::{
-    DormantSnapshot, Key, KeyId, KeyTable, SavedKey, Slot, StampChange, StateId,
-};
+use weir_core::state::{Key, KeyId, KeyTable, SavedKey, Slot, SlotSnapshot, StampChange, StateId};
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::Timestamp;
 
@@ -110,7 +108,7 @@ impl LaterParts {
 /// ([`KeyedSection::later`]): every one it holds (a full checkpoint), or those listed
 /// (an increment's).
 struct StoreKeys {
-    snapshot: DormantSnapshot,
+    snapshot: Box<dyn SlotSnapshot>,
     listed: Option<Vec<Key>>,
 }
 
