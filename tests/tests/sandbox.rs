@@ -109,6 +109,7 @@ fn the_host_stays_healthy_after_traps_timeouts_and_memory_bombs() {
             ElementRef {
                 input: 0,
                 key: b"k",
+                group: weir_core::key::key_group(b"k"),
                 value: &bytes,
                 timestamp: 1,
             },

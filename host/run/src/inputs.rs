@@ -99,6 +99,8 @@ pub(crate) struct Pending {
     /// The raw record.
     pub record: SourceRecord,
     key: KeyBytes,
+    /// Its key's key group, computed once here for every shard of the stage.
+    pub group: u16,
     /// Its event time.
     pub timestamp: Timestamp,
     /// The record's number in its input (1-based, dead letters included).
@@ -352,9 +354,14 @@ impl Inputs {
                 match decoded {
                     Ok((key, timestamp)) => {
                         let number = input.read;
+                        let group = weir_core::key::key_group(match &key {
+                            KeyBytes::InLine(range) => &record.data[range.clone()],
+                            KeyBytes::Owned(bytes) => bytes,
+                        });
                         input.queue.push_back(Pending {
                             record,
                             key,
+                            group,
                             timestamp,
                             number,
                         });

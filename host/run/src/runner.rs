@@ -326,6 +326,7 @@ impl Runner {
                 let element = ElementRef {
                     input: self.inputs.input(*input).input_index,
                     key: p.key(),
+                    group: p.group,
                     value: &p.record.data,
                     timestamp: p.timestamp,
                 };

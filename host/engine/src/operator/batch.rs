@@ -106,7 +106,7 @@ impl KeyedOperator {
             if full || entries.len() >= limit {
                 break;
             }
-            if !self.owns(element.key) {
+            if !self.owns(element.group) {
                 // Another shard's element: its advance is folded into the element before
                 // it (whose call then sees the watermark the next element starts from,
                 // as the one-call path would have it), or fires its timers here.

@@ -198,8 +198,8 @@ impl KeyedOperator {
     }
 
     /// Makes this operator shard `index` of `parallelism`: it calls the UDF only for the
-    /// elements whose key belongs to one of its key groups
-    /// ([`shard_of`](weir_core::key::shard_of)), and only reads the timestamps of the
+    /// elements whose key group ([`ElementRef::group`]) is one of its own
+    /// ([`shard_of_group`](weir_core::key::shard_of_group)), and only reads the timestamps of the
     /// others, so that its watermark, and the timers it fires, are the whole pipeline's
     /// at every element (every shard is handed every element). The run calls this once,
     /// when it opens, before [`init`](Self::init), on each shard of a pipeline whose
@@ -208,10 +208,11 @@ impl KeyedOperator {
         self.shard = (parallelism > 1).then_some((index, parallelism));
     }
 
-    /// Whether this operator's shard owns `key`.
-    fn owns(&self, key: &[u8]) -> bool {
-        self.shard
-            .is_none_or(|(index, parallelism)| weir_core::key::shard_of(key, parallelism) == index)
+    /// Whether this operator's shard owns the keys of key group `group`.
+    fn owns(&self, group: u16) -> bool {
+        self.shard.is_none_or(|(index, parallelism)| {
+            weir_core::key::shard_of_group(group, parallelism) == index
+        })
     }
 
     /// Lets `stop` end the firing of the end of input's timers between two timers, as
@@ -317,7 +318,7 @@ impl KeyedOperator {
         source: usize,
         element: ElementRef<'_>,
     ) -> Result<(), OperatorError> {
-        if !self.owns(element.key) {
+        if !self.owns(element.group) {
             // Another shard's: only its timestamp counts here.
             if let Some(watermark) = self.watermark.observe(source, element.timestamp) {
                 self.fire_event_timers(watermark)?;

@@ -188,6 +188,7 @@ fn elements<'a>(records: &'a [(&'a str, &'a str, i64)]) -> Vec<(usize, ElementRe
             let element = ElementRef {
                 input: 0,
                 key: key.as_bytes(),
+                group: weir_core::key::key_group(key.as_bytes()),
                 value: value.as_bytes(),
                 timestamp: *timestamp,
             };

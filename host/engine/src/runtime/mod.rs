@@ -34,6 +34,10 @@ pub struct ElementRef<'a> {
     /// The key the host extracted from the record (UTF-8 text for JSON string and
     /// number keys).
     pub key: &'a [u8],
+    /// The key group of `key` ([`key_group`](weir_core::key::key_group)), computed
+    /// once when the record was decoded, so that no shard of a stage hashes the key
+    /// again to see whether it owns it.
+    pub group: u16,
     /// The record itself: one line's bytes (a JSON document) or a Kafka message's
     /// payload.
     pub value: &'a [u8],

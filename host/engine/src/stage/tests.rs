@@ -138,6 +138,7 @@ fn elements<'a>(keys: &'a [String], values: &'a [&'a [u8]]) -> Vec<(usize, Eleme
             let element = ElementRef {
                 input: 0,
                 key: key.as_bytes(),
+                group: weir_core::key::key_group(key.as_bytes()),
                 value,
                 timestamp: i as i64,
             };
