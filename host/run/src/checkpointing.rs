@@ -1,8 +1,8 @@
 //! The run's side of checkpoints: taking one from a running pipeline, and putting a
 //! restored one back into sources, sinks and the operator.
 
+use crate::control::{CheckpointRecord, KEPT_IN_STATUS};
 use crate::inputs::Inputs;
-use crate::{CheckpointRecord, KEPT_IN_STATUS};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use weir_checkpoint::aligned::OnStop;

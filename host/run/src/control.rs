@@ -175,7 +175,7 @@ pub struct LiveStatus {
     /// Records and timers sent to the dead-letter output.
     pub dead_letters: u64,
     /// Why this run sent them, one count per cause.
-    pub dead_letter_causes: crate::DeadLetterCauses,
+    pub dead_letter_causes: crate::report::DeadLetterCauses,
     /// Elements that arrived at or below the watermark.
     pub late: u64,
     /// The pipeline's watermark; `None` before it first advances and once every input

@@ -15,7 +15,11 @@
 //! reading and take it, the others process up to its barriers, take theirs and stop once
 //! their upstreams stopped; the next run resumes from it, reading nothing twice.
 
-use crate::{load_udf, run_with, RunControl, RunFailure, RunOptions, RunReport};
+use crate::control::RunControl;
+use crate::options::{RunFailure, RunOptions};
+use crate::report::RunReport;
+use crate::runner::run_with;
+use crate::udf::load_udf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use weir_checkpoint::{aligned, CheckpointStore};

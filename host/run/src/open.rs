@@ -5,9 +5,9 @@
 use crate::checkpointing::{Checkpoints, Restored};
 use crate::failures::UdfFailures;
 use crate::inputs::{Inputs, SourceSettings};
+use crate::options::{CommandLineMistake, RunOptions};
 use crate::runner::Runner;
 use crate::steering::{StatusPublisher, UdfVersions};
-use crate::RunOptions;
 use anyhow::Context as _;
 use std::sync::Arc;
 use weir_checkpoint::Checkpointer;
@@ -208,7 +208,7 @@ fn init(
                 [] => anyhow::anyhow!(failed),
                 // The UDF checks its config in `init`: with keys from the command line,
                 // the mistake may be the command line's (exit 2, as for a bad flag).
-                keys => crate::CommandLineMistake(format!(
+                keys => CommandLineMistake(format!(
                     "{failed} (with --config {} from the command line)",
                     keys.join(", ")
                 ))
@@ -244,7 +244,7 @@ fn check_routes(spec: &PipelineSpec, outputs: &[String]) -> anyhow::Result<()> {
             continue;
         }
         if sink.from_command_line {
-            return Err(crate::CommandLineMistake(format!(
+            return Err(CommandLineMistake(format!(
                 "--output {}=...: the UDF has no output {:?} (it declares {:?})",
                 sink.output, sink.output, outputs
             ))

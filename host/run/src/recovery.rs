@@ -18,7 +18,7 @@
 use crate::failures::{Handling, Site};
 use crate::inputs::Pending;
 use crate::runner::Runner;
-use crate::short_hash;
+use crate::udf::short_hash;
 use weir_core::time::timers::TimeDomain;
 use weir_core::time::{display, Timestamp};
 use weir_engine::operator::{Activity, KeyedOperator, OperatorError};

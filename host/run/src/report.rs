@@ -38,7 +38,7 @@ pub struct RunReport {
     pub elapsed: Duration,
     /// The process's peak resident memory, where the OS tells it (Linux).
     pub peak_rss_bytes: Option<u64>,
-    /// Asked to stop ([`RunOptions::stop`](crate::RunOptions::stop)) before the input
+    /// Asked to stop ([`RunOptions::stop`](crate::options::RunOptions::stop)) before the input
     /// ended: pending timers were not fired.
     pub interrupted: bool,
     /// Every input had ended: an interrupted run was stopped while the end of input's

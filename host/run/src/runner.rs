@@ -2,21 +2,26 @@
 //! processes until every input has ended or it is asked to stop.
 
 use crate::checkpointing::{Checkpoints, Cut};
+use crate::control::{RunControl, RunState};
 use crate::failures::{Handling, Site, UdfFailures};
 use crate::inputs::{Inputs, Pending, Read};
-use crate::report::{progress_bar, progress_message, DeadLetterCauses, RunReport};
+use crate::options::{CommandLineMistake, RunFailure, RunOptions};
+use crate::report::{peak_rss_bytes, progress_bar, progress_message, DeadLetterCauses, RunReport};
 use crate::steering::{apply_swap, StatusPublisher, UdfVersions};
-use crate::{RunControl, RunOptions, RunState};
+use crate::udf::load_udf;
 use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use weir_checkpoint::aligned::OnStop;
+use weir_core::identity::UdfIdentity;
 use weir_core::time::{display, wall_clock_ms};
 use weir_engine::operator::{Activity, KeyedOperator, OperatorCounters, OperatorError};
+use weir_engine::runtime::ProcessFunction;
 use weir_engine::runtime::{ElementRef, InitInfo};
 use weir_engine::stage::{KeyedStage, ShardResult};
 use weir_io::sink::DeadLetters;
+use weir_pipeline::PipelineSpec;
 
 /// How long a root stage stopping in step waits before it asks again whether the
 /// graph's last epoch is complete.
@@ -690,5 +695,60 @@ impl Runner {
     /// Completes the sinks the shards share, once every shard has closed its own.
     fn finish_shared_sinks(&mut self) -> anyhow::Result<()> {
         self.stage.finish_sinks(&self.outputs)
+    }
+}
+
+/// Runs a pipeline with its wasm UDF.
+pub fn run(spec: &PipelineSpec, options: &RunOptions) -> Result<RunReport, RunFailure> {
+    let (function, identity) = load_udf(spec).map_err(|error| RunFailure {
+        error,
+        report: None,
+        command_line: false,
+    })?;
+    run_with(spec, Box::new(function), identity, options)
+}
+
+/// Runs a pipeline with any process function (the wasm one, or a native one in benchmarks).
+pub fn run_with(
+    spec: &PipelineSpec,
+    function: Box<dyn ProcessFunction>,
+    identity: UdfIdentity,
+    options: &RunOptions,
+) -> Result<RunReport, RunFailure> {
+    let started = Instant::now();
+    let mut runner =
+        Runner::open(spec, function, identity, options).map_err(|error| RunFailure {
+            command_line: error.downcast_ref::<CommandLineMistake>().is_some(),
+            error,
+            report: None,
+        })?;
+    let result = runner.run(options);
+    if result.is_err() {
+        // What was emitted before the failure is written out, and a sink that cannot
+        // take it any more takes it off the counts: the report counts what the sinks hold.
+        runner.flush_after_failure();
+        let _ = runner.dead_letters.flush();
+    }
+    if let Some(control) = &options.control {
+        let state = match (&result, runner.interrupted) {
+            (Err(e), _) => {
+                control.update(|s| s.record_error(format!("{e:#}")));
+                RunState::Failed
+            }
+            (Ok(()), true) => RunState::Stopped,
+            (Ok(()), false) => RunState::Finished,
+        };
+        runner.publish_status(control, state);
+    }
+    let mut report = runner.report();
+    report.elapsed = started.elapsed();
+    report.peak_rss_bytes = peak_rss_bytes();
+    match result {
+        Ok(()) => Ok(report),
+        Err(error) => Err(RunFailure {
+            error,
+            report: Some(Box::new(report)),
+            command_line: false,
+        }),
     }
 }

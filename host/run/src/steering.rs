@@ -1,10 +1,11 @@
 //! A run steered from outside (`weir serve`, `weir dev`, a group's member): between two
 //! runs of records it applies a UDF version queued in its [`RunControl`] and publishes
-//! its [`LiveStatus`](crate::LiveStatus) a few times a second.
+//! its [`LiveStatus`](crate::control::LiveStatus) a few times a second.
 
 use crate::checkpointing::Checkpoints;
+use crate::control::{RateTracker, RunControl, RunState, ShardStatus, SwapDone, SwapRequest};
 use crate::report::RunReport;
-use crate::{short_hash, RateTracker, RunControl, RunState, ShardStatus, SwapDone, SwapRequest};
+use crate::udf::short_hash;
 use std::time::{Duration, Instant};
 use weir_core::identity::UdfIdentity;
 use weir_core::time::timers::TimeDomain;
