@@ -1,8 +1,9 @@
 //! The store at one moment, for a full checkpoint: a walk over its keys, each with its
 //! slots and timers, that reads a snapshot while the run writes on.
 
-use crate::slots::{saved_of, walk_saved};
-use crate::{layout, slots_of, timer_of, DiskStore, Entries};
+use crate::disk::DiskStore;
+use crate::layout;
+use crate::rows::{saved_of, slots_of, timer_of, walk_saved, Entries};
 use anyhow::Context as _;
 use fjall::{Keyspace, Readable};
 use std::path::PathBuf;

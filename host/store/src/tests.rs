@@ -1,10 +1,14 @@
 //! The store against a model of the same operations in memory: maps of slots and sets of
 //! timers, as the memory backend keeps them.
 
-use super::*;
+use crate::{DiskStore, Entries, StoreSnapshot};
 use std::collections::{BTreeMap, BTreeSet};
 use weir_core::key::tie_order;
+use weir_core::key::Key;
 use weir_core::state::SavedKey;
+use weir_core::state::{ByteMap, Slot, StateId, Wake};
+use weir_core::time::timers::{FiringPlace, TimeDomain};
+use weir_core::time::Timestamp;
 
 /// A small deterministic generator (xorshift64*), so a failure repeats.
 struct Dice(u64);
