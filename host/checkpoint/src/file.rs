@@ -17,7 +17,7 @@
 //! (handing its parts to nothing) before it applies any of it, and a checkpoint is
 //! loaded either entirely or not at all.
 
-use super::Meta;
+use crate::meta::Meta;
 use anyhow::Context as _;
 use std::io::{Read, Write};
 use weir_core::codec::{Reader, Writer};
