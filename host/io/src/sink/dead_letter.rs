@@ -5,7 +5,7 @@
 //! line number and byte offset (or Kafka partition and offset), the reason and the raw
 //! text, and counted.
 
-use super::JsonLinesSink;
+use super::file::JsonLinesSink;
 use serde::Serialize;
 use std::path::Path;
 

@@ -30,7 +30,6 @@
 //! tell the repeats apart. (The brokers on the development machines accept but do not
 //! enforce transactions; the id guarantee is what the tests check.)
 
-use super::{OutputRecord, Sink};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -39,6 +38,7 @@ use rdkafka::ClientContext;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use weir_core::output::{OutputRecord, Sink};
 
 /// A Kafka topic that records are produced to.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,6 @@
 //! PostgreSQL's message. The batches are written by a thread of the sink's own (see
 //! [`PostgresSink`]).
 
-use super::{OutputRecord, Sink};
 use crate::source::extract::FieldPaths;
 use anyhow::Context as _;
 use postgres::error::SqlState;
@@ -17,6 +16,7 @@ use postgres::{Client, NoTls};
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::time::Duration;
+use weir_core::output::{OutputRecord, Sink};
 
 /// A PostgreSQL table that records are upserted into.
 #[derive(Debug, Clone, PartialEq, Eq)]

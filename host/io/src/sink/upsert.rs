@@ -7,11 +7,12 @@
 //! record as it arrives, as a changelog. The key is the record's key as the UDF emitted
 //! it, or the values of named fields of the record.
 
-use super::{JsonLinesSink, OutputRecord, Sink, SinkState};
+use super::file::JsonLinesSink;
 use crate::source::extract::FieldPaths;
 use anyhow::Context as _;
 use std::collections::HashMap;
 use weir_core::codec::{Reader, Writer};
+use weir_core::output::{OutputRecord, Sink, SinkState};
 
 /// An upsert sink's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

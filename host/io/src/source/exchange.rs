@@ -21,7 +21,7 @@
 //! stopped on request (after its last checkpoint's barrier) is not gone: its downstream
 //! reads what it sent, then learns that it stopped ([`Polled::Stopped`]) and stops too.
 
-use super::{Polled, Source, SourceRecord};
+use super::poll::{Polled, Source, SourceRecord};
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! JSON-lines sources: a file, or standard input.
 
-use super::{Polled, Source, SourceRecord};
+use super::poll::{Polled, Source, SourceRecord};
 use anyhow::Context as _;
 use std::collections::HashMap;
 use std::fs::File;

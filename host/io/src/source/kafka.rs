@@ -22,7 +22,7 @@
 //! some Kafka-compatible brokers, tansu 0.6 among them, answer that request with the last
 //! batch's first offset.)
 
-use super::{Polled, Source, SourceRecord};
+use super::poll::{Polled, Source, SourceRecord};
 use crate::kafka::Logs;
 use anyhow::Context as _;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
