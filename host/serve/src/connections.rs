@@ -21,6 +21,9 @@ use tokio::sync::Semaphore;
 /// The fewest and the most API connections served at once.
 const CONNECTIONS: (usize, usize) = (16, 1024);
 
+/// A request's body may take this many times the header timeout to arrive.
+pub const BODY_TIMEOUT_FACTOR: u32 = 12;
+
 /// How the server's connections are bounded.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -39,7 +42,7 @@ impl Limits {
         Limits {
             connections: quarter.clamp(CONNECTIONS.0, CONNECTIONS.1),
             header_timeout,
-            body_timeout: header_timeout * crate::BODY_TIMEOUT_FACTOR,
+            body_timeout: header_timeout * BODY_TIMEOUT_FACTOR,
         }
     }
 }

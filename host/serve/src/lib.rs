@@ -20,6 +20,7 @@ mod refused;
 pub mod registry;
 mod server;
 
+pub use connections::BODY_TIMEOUT_FACTOR;
 pub use refused::Refused;
 pub use server::Server;
 
@@ -53,9 +54,6 @@ pub struct ServeConfig {
     /// Host names the API answers for, besides IP addresses and `localhost`.
     pub allowed_hosts: Vec<String>,
 }
-
-/// A request's body may take this many times the header timeout to arrive.
-pub const BODY_TIMEOUT_FACTOR: u32 = 12;
 
 /// The token in force: given, or kept in `<data dir>/token` (created on first start).
 pub fn token(data_dir: &Path, given: Option<String>) -> anyhow::Result<(String, bool)> {

@@ -3,6 +3,7 @@
 //! deadline; and the JSON body of axum's own refusals.
 
 use super::authorize;
+use crate::connections::BODY_TIMEOUT_FACTOR;
 use crate::refused::Refused;
 use crate::server::Server;
 use axum::extract::State;
@@ -88,7 +89,7 @@ async fn guarded(
     );
     // A refusal from the headers drops what the body sends for a short while (never
     // keeping it), so that the client reads the refusal rather than a reset connection.
-    let drain_for = body_timeout / crate::BODY_TIMEOUT_FACTOR;
+    let drain_for = body_timeout / BODY_TIMEOUT_FACTOR;
     if mutating {
         if let Err(refused) = authorize(server, request.headers()) {
             drain(request.into_body(), MAX_BODY_BYTES as u64, drain_for).await;
