@@ -38,7 +38,7 @@
 //! previous chains).
 
 use crate::store::CheckpointStore;
-use crate::CheckpointSpec;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// The epochs of one graph's stages, shared by their runs.
@@ -264,16 +264,15 @@ impl Eq for Aligned {}
 /// each stage's [`Aligned::restore`] (that epoch, or the final section standing for it)
 /// and [`Aligned::resume_epoch`] (`None` for all when some stage holds no section: the
 /// graph starts from scratch, and the other stages' sections are deleted). Called once
-/// before the stages' runs start, with every stage's checkpoint spec (all of them
-/// [`Aligned`], in local directories). With `fresh`, deletes everything.
-pub fn restore_point(specs: &mut [CheckpointSpec], fresh: bool) -> anyhow::Result<Option<u64>> {
-    let mut stores = Vec::with_capacity(specs.len());
-    for spec in specs.iter() {
-        anyhow::ensure!(
-            spec.kafka.is_none(),
-            "checkpoints of a pipeline of several stages are kept in state directories only"
-        );
-        stores.push(CheckpointStore::open(&spec.dir)?);
+/// before the stages' runs start, with every stage's state directory and its part in
+/// the graph's checkpoints. With `fresh`, deletes everything.
+pub fn restore_point(
+    stages: &mut [(&Path, &mut Aligned)],
+    fresh: bool,
+) -> anyhow::Result<Option<u64>> {
+    let mut stores = Vec::with_capacity(stages.len());
+    for (dir, _) in stages.iter() {
+        stores.push(CheckpointStore::open(dir)?);
     }
     // Each stage's newest section, and whether it is the stage's final one.
     let mut newest = Vec::with_capacity(stores.len());
@@ -296,7 +295,7 @@ pub fn restore_point(specs: &mut [CheckpointSpec], fresh: bool) -> anyhow::Resul
         // Once every stage finished, the newest final section is the graph's epoch.
         running.or_else(|| held.map(|&(e, _)| e).max())
     };
-    for ((store, spec), newest) in stores.iter_mut().zip(specs.iter_mut()).zip(newest) {
+    for ((store, (dir, aligned)), newest) in stores.iter_mut().zip(stages.iter_mut()).zip(newest) {
         let restore = match (point, newest) {
             (Some(point), Some((epoch, true))) if epoch <= point => Some(epoch),
             (point, _) => point,
@@ -309,7 +308,7 @@ pub fn restore_point(specs: &mut [CheckpointSpec], fresh: bool) -> anyhow::Resul
         if newest.is_some() && newest != restore {
             tracing::warn!(
                 "{}: its checkpoint {} was not completed by every stage; restoring {}",
-                spec.dir.display(),
+                dir.display(),
                 newest.unwrap_or(0),
                 point.map_or_else(
                     || "nothing (the pipeline starts over)".into(),
@@ -317,10 +316,6 @@ pub fn restore_point(specs: &mut [CheckpointSpec], fresh: bool) -> anyhow::Resul
                 )
             );
         }
-        let aligned = spec
-            .aligned
-            .as_mut()
-            .expect("every stage of a graph checkpoints in step");
         aligned.restore = restore;
         aligned.resume_epoch = point;
         aligned.epochs.durable(aligned.stage, point.unwrap_or(0));
@@ -331,14 +326,17 @@ pub fn restore_point(specs: &mut [CheckpointSpec], fresh: bool) -> anyhow::Resul
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::path::Path;
+    use std::path::PathBuf;
 
-    pub(crate) fn spec(dir: &Path, stage: usize, epochs: &Arc<GraphEpochs>) -> CheckpointSpec {
-        CheckpointSpec {
-            enabled: true,
+    /// A stage's state directory and its part in the graph's checkpoints.
+    pub(crate) struct Stage {
+        pub(crate) dir: PathBuf,
+        pub(crate) aligned: Option<Aligned>,
+    }
+
+    pub(crate) fn spec(dir: &Path, stage: usize, epochs: &Arc<GraphEpochs>) -> Stage {
+        Stage {
             dir: dir.to_path_buf(),
-            interval: crate::DEFAULT_INTERVAL,
-            kafka: None,
             aligned: Some(Aligned {
                 stage,
                 epochs: Arc::clone(epochs),
@@ -346,6 +344,15 @@ pub(crate) mod tests {
                 resume_epoch: None,
             }),
         }
+    }
+
+    /// [`restore_point`] over `stages`.
+    pub(crate) fn restore(stages: &mut [Stage], fresh: bool) -> anyhow::Result<Option<u64>> {
+        let mut parts: Vec<(&Path, &mut Aligned)> = stages
+            .iter_mut()
+            .map(|s| (s.dir.as_path(), s.aligned.as_mut().expect("set by spec")))
+            .collect();
+        restore_point(&mut parts, fresh)
     }
 
     /// Writes empty sections of `epochs` into `dir`.
@@ -384,7 +391,7 @@ pub(crate) mod tests {
         sections(&b, &[1, 2]);
         let epochs = GraphEpochs::new(vec!["a".into(), "b".into()], vec![0]);
         let mut specs = [spec(&a, 0, &epochs), spec(&b, 1, &epochs)];
-        assert_eq!(restore_point(&mut specs, false).unwrap(), Some(2));
+        assert_eq!(restore(&mut specs, false).unwrap(), Some(2));
         assert!(specs
             .iter()
             .all(|s| s.aligned.as_ref().unwrap().restore == Some(2)));
@@ -408,7 +415,7 @@ pub(crate) mod tests {
         sections(&a, &[1]);
         let epochs = GraphEpochs::new(vec!["a".into(), "b".into()], vec![0]);
         let mut specs = [spec(&a, 0, &epochs), spec(&b, 1, &epochs)];
-        assert_eq!(restore_point(&mut specs, false).unwrap(), None);
+        assert_eq!(restore(&mut specs, false).unwrap(), None);
         assert!(held(&a).is_empty());
         assert!(specs
             .iter()
@@ -416,7 +423,7 @@ pub(crate) mod tests {
 
         sections(&a, &[1, 2]);
         sections(&b, &[1, 2]);
-        assert_eq!(restore_point(&mut specs, true).unwrap(), None, "--fresh");
+        assert_eq!(restore(&mut specs, true).unwrap(), None, "--fresh");
         assert!(held(&a).is_empty() && held(&b).is_empty());
     }
 }
@@ -499,7 +506,7 @@ mod finish_tests {
         }
         let epochs = GraphEpochs::new(vec!["a".into(), "b".into()], vec![0, 1]);
         let mut specs = [spec(&a, 0, &epochs), spec(&b, 1, &epochs)];
-        assert_eq!(restore_point(&mut specs, false).unwrap(), Some(6));
+        assert_eq!(restore(&mut specs, false).unwrap(), Some(6));
         let aligned: Vec<_> = specs.iter().map(|s| s.aligned.clone().unwrap()).collect();
         assert_eq!(
             (aligned[0].restore, aligned[0].resume_epoch),
@@ -522,7 +529,7 @@ mod finish_tests {
         }
         let epochs = GraphEpochs::new(vec!["c".into(), "d".into()], vec![0]);
         let mut specs = [spec(&c, 0, &epochs), spec(&d, 1, &epochs)];
-        assert_eq!(restore_point(&mut specs, false).unwrap(), Some(2));
+        assert_eq!(restore(&mut specs, false).unwrap(), Some(2));
         assert_eq!(specs[0].aligned.as_ref().unwrap().restore, Some(2));
         assert_eq!(held(&c), [1, 2]);
     }
@@ -535,7 +542,7 @@ mod finish_tests {
         section(&b, 3, true);
         let epochs = GraphEpochs::new(vec!["a".into(), "b".into()], vec![0]);
         let mut specs = [spec(&a, 0, &epochs), spec(&b, 1, &epochs)];
-        assert_eq!(restore_point(&mut specs, false).unwrap(), Some(3));
+        assert_eq!(restore(&mut specs, false).unwrap(), Some(3));
         assert_eq!(specs[0].aligned.as_ref().unwrap().restore, Some(2));
         assert_eq!(specs[1].aligned.as_ref().unwrap().restore, Some(3));
     }
@@ -585,36 +592,5 @@ mod stop_tests {
         epochs.durable(0, 2);
         epochs.end(1);
         assert_eq!(epochs.on_stop(0, 2), OnStop::Stop);
-    }
-}
-
-#[cfg(test)]
-mod due_tests {
-    use super::*;
-    use crate::Checkpointer;
-    use std::time::Duration;
-
-    #[test]
-    fn once_a_stage_ended_the_others_take_no_further_checkpoint() {
-        let root = tempfile::tempdir().unwrap();
-        let epochs = GraphEpochs::new(vec!["a".into(), "b".into()], vec![0]);
-        let spec = |stage: usize| CheckpointSpec {
-            enabled: true,
-            dir: root.path().join(stage.to_string()),
-            interval: Duration::ZERO,
-            kafka: None,
-            aligned: Some(Aligned {
-                stage,
-                epochs: Arc::clone(&epochs),
-                restore: None,
-                resume_epoch: None,
-            }),
-        };
-        let (a, _) = Checkpointer::open(&spec(0), false).unwrap();
-        let (b, _) = Checkpointer::open(&spec(1), false).unwrap();
-        assert!(a.is_due() && b.is_due(), "epoch 1 may start");
-        b.ended();
-        assert_eq!(epochs.ended(), Some("b"));
-        assert!(!a.is_due(), "no epoch completes once b has ended");
     }
 }

@@ -497,4 +497,28 @@ pub(crate) mod tests {
         let (_, chain) = Checkpointer::open(&in_dir(dir.path()), true).unwrap();
         assert!(chain.is_none(), "--fresh starts over");
     }
+
+    #[test]
+    fn once_a_stage_ended_the_others_take_no_further_checkpoint() {
+        let root = tempfile::tempdir().unwrap();
+        let epochs = aligned::GraphEpochs::new(vec!["a".into(), "b".into()], vec![0]);
+        let spec = |stage: usize| CheckpointSpec {
+            enabled: true,
+            dir: root.path().join(stage.to_string()),
+            interval: std::time::Duration::ZERO,
+            kafka: None,
+            aligned: Some(aligned::Aligned {
+                stage,
+                epochs: std::sync::Arc::clone(&epochs),
+                restore: None,
+                resume_epoch: None,
+            }),
+        };
+        let (a, _) = Checkpointer::open(&spec(0), false).unwrap();
+        let (b, _) = Checkpointer::open(&spec(1), false).unwrap();
+        assert!(a.is_due() && b.is_due(), "epoch 1 may start");
+        b.ended();
+        assert_eq!(epochs.ended(), Some("b"));
+        assert!(!a.is_due(), "no epoch completes once b has ended");
+    }
 }

@@ -122,11 +122,23 @@ pub fn run_graph_with(
         .iter()
         .all(|s| s.checkpoint.enabled && s.checkpoint.aligned.is_some());
     if in_step {
-        let mut checkpoints: Vec<_> = specs.iter().map(|s| s.checkpoint.clone()).collect();
-        aligned::restore_point(&mut checkpoints, options.fresh).map_err(|e| failed("", e))?;
-        for (spec, checkpoint) in specs.iter_mut().zip(checkpoints) {
-            spec.checkpoint = checkpoint;
+        if specs.iter().any(|s| s.checkpoint.kafka.is_some()) {
+            return Err(failed(
+                "",
+                anyhow::anyhow!(
+                    "checkpoints of a pipeline of several stages are kept in state directories only"
+                ),
+            ));
         }
+        let mut stages: Vec<(&std::path::Path, &mut aligned::Aligned)> = specs
+            .iter_mut()
+            .map(|s| {
+                let checkpoint = &mut s.checkpoint;
+                let aligned = checkpoint.aligned.as_mut().expect("checked above");
+                (checkpoint.dir.as_path(), aligned)
+            })
+            .collect();
+        aligned::restore_point(&mut stages, options.fresh).map_err(|e| failed("", e))?;
     }
     let stage_options: Vec<RunOptions> = (0..graph.stages.len())
         .map(|i| RunOptions {
