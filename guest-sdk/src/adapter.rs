@@ -5,14 +5,17 @@
 
 use std::marker::PhantomData;
 
-use crate::__private::bindings::exports::weir::udf::batch::Guest as BatchGuest;
-use crate::__private::bindings::exports::weir::udf::cached_batch::Guest as CachedBatchGuest;
-use crate::__private::bindings::exports::weir::udf::process_function::Guest;
-use crate::__private::bindings::weir::udf::types;
 use crate::backend::Active;
 use crate::batch::Path;
+use crate::bindings::exports::weir::udf::batch::Guest as BatchGuest;
+use crate::bindings::exports::weir::udf::cached_batch::Guest as CachedBatchGuest;
+use crate::bindings::exports::weir::udf::process_function::Guest;
+use crate::bindings::weir::udf::types;
+use crate::context::{Context, Element, InitContext, Timer};
+// The trait stays at the crate root: guest backtraces name it `weir_sdk::ProcessFunction`.
 use crate::host_calls::Backend;
-use crate::{Context, Element, InitContext, ProcessFunction, TimeDomain, Timer};
+use crate::time::TimeDomain;
+use crate::ProcessFunction;
 
 /// A live UDF instance and the input names its elements refer to.
 pub struct Instance<T> {
@@ -51,14 +54,14 @@ fn failed(message: String) -> types::Error {
     }
 }
 
-/// A call's result for the host: a [`Reject`](crate::Reject) becomes the
+/// A call's result for the host: a [`Reject`](crate::reject::Reject) becomes the
 /// `dead-letters.reject` import and a successful return (the host then takes the call
 /// back and writes the dead letter); any other error is the call's error.
-fn finish_call(result: crate::Result<()>) -> Result<(), types::Error> {
+fn finish_call(result: crate::result::Result<()>) -> Result<(), types::Error> {
     match result {
-        Err(e) => match crate::Reject::find(&e) {
+        Err(e) => match crate::reject::Reject::find(&e) {
             Some(rejection) => {
-                crate::__private::bindings::weir::udf::dead_letters::reject(rejection.reason());
+                crate::bindings::weir::udf::dead_letters::reject(rejection.reason());
                 Ok(())
             }
             None => Err(error(e)),

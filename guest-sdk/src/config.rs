@@ -11,7 +11,7 @@ use serde::de::{DeserializeOwned, Deserializer, IntoDeserializer, Visitor};
 use serde::forward_to_deserialize_any;
 use serde_json::Value;
 
-use crate::Result;
+use crate::result::Result;
 
 /// Deserializes `T` from config entries; for repeated keys the last one wins.
 pub(crate) fn from_entries<T: DeserializeOwned>(entries: &[(String, String)]) -> Result<T> {
@@ -115,7 +115,7 @@ impl<'de> Deserializer<'de> for ConfigValue<'de> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Duration;
+    use crate::duration::Duration;
     use serde::Deserialize;
 
     fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

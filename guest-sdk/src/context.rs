@@ -7,28 +7,12 @@ use anyhow::{anyhow, Context as _};
 use serde::de::{Deserialize, DeserializeOwned};
 
 use crate::backend::Active;
-use crate::host_calls::{Backend, StateKind};
-use crate::{ListState, MapState, Output, Result, StateTtl, ValueState};
-
-/// Which clock a timer follows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum TimeDomain {
-    /// Fires when the watermark reaches the timer's timestamp.
-    EventTime,
-    /// Fires when the host's wall clock reaches the timer's timestamp.
-    ProcessingTime,
-}
-
-/// Severity of a log line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[allow(missing_docs)]
-pub enum LogLevel {
-    Trace,
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
+use crate::host_calls::{Backend, LogLevel, StateKind};
+use crate::output::Output;
+use crate::result::Result;
+use crate::state::{ListState, MapState, ValueState};
+use crate::time::TimeDomain;
+use crate::ttl::StateTtl;
 
 /// Logging methods, the same on [`InitContext`] and [`Context`]; the host prefixes lines
 /// with the UDF's name and the current key.

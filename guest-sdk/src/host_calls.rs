@@ -8,8 +8,20 @@
 //! flushes them in [`Backend::call_finished`]) implements the same trait and replaces
 //! the `Active` alias; nothing public changes.
 
-use crate::{LogLevel, StateTtl, TimeDomain};
+use crate::time::TimeDomain;
+use crate::ttl::StateTtl;
 use std::any::Any;
+
+/// Severity of a log line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[allow(missing_docs)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
 
 /// The shape of a keyed state, as declared to the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -49,6 +49,7 @@ mod duration;
 mod host_calls;
 mod output;
 mod reject;
+mod result;
 mod state;
 pub mod time;
 mod ttl;
@@ -60,18 +61,22 @@ pub mod testing;
 mod adapter;
 #[cfg(target_arch = "wasm32")]
 mod batch;
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)]
+pub mod bindings;
+#[cfg(target_arch = "wasm32")]
+mod overlay;
 
 pub use ::anyhow::{self, anyhow, bail, ensure};
-pub use context::{Context, Element, InitContext, LogLevel, TimeDomain, Timer};
+pub use context::{Context, Element, InitContext, Timer};
 pub use duration::{Duration, ParseDurationError};
+pub use host_calls::LogLevel;
 pub use output::{Output, Record};
 pub use reject::{reject, Reject};
+pub use result::Result;
 pub use state::{ListState, MapState, StateDecodeError, ValueState};
+pub use time::TimeDomain;
 pub use ttl::StateTtl;
-
-/// The result type of UDF methods: any error, with context, becomes the UDF's error
-/// message (the whole `anyhow` chain, as `format!("{:#}", err)`).
-pub type Result<T, E = anyhow::Error> = anyhow::Result<T, E>;
 
 /// Everything a UDF usually needs, in one `use`.
 pub mod prelude {
@@ -151,17 +156,6 @@ pub mod __private {
     #[cfg(target_arch = "wasm32")]
     pub use crate::adapter::{Adapter, Instance, Slot};
 
-    /// The `wit-bindgen` bindings of the `keyed-process-batched` world: every Rust UDF
-    /// also takes batches (see the `batch` module).
     #[cfg(target_arch = "wasm32")]
-    #[allow(missing_docs, clippy::all)]
-    pub mod bindings {
-        wit_bindgen::generate!({
-            path: "../wit",
-            world: "keyed-process-batched",
-            pub_export_macro: true,
-            export_macro_name: "export_component",
-            default_bindings_module: "weir_sdk::__private::bindings",
-        });
-    }
+    pub use crate::bindings;
 }

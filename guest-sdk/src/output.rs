@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::backend::Active;
 use crate::host_calls::Backend;
-use crate::Result;
+use crate::result::Result;
 
 /// A declared output (the main output or a side output) carrying records of type `T`.
 pub struct Output<T> {

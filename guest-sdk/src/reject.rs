@@ -47,6 +47,6 @@ impl std::error::Error for Reject {}
 
 /// Rejects the element or timer being processed with `reason`: `Err(Reject::new(reason))`
 /// for a `?`-free early return, `return weir::reject("no order id");`.
-pub fn reject<T>(reason: impl Into<String>) -> crate::Result<T> {
+pub fn reject<T>(reason: impl Into<String>) -> crate::result::Result<T> {
     Err(Reject::new(reason).into())
 }

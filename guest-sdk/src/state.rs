@@ -19,7 +19,7 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use crate::backend::Active;
 use crate::host_calls::{Backend, CachedValue, ValueView};
-use crate::Result;
+use crate::result::Result;
 
 /// Postcard's output appended to a `Vec`, byte strings copied whole. (Postcard's own
 /// `to_extend` writes a byte string or string through `Extend`, a byte at a time in

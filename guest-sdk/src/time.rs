@@ -8,7 +8,16 @@ use std::fmt::Write as _;
 
 use anyhow::{anyhow, bail};
 
-use crate::Result;
+use crate::result::Result;
+
+/// Which clock a timer follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TimeDomain {
+    /// Fires when the watermark reaches the timer's timestamp.
+    EventTime,
+    /// Fires when the host's wall clock reaches the timer's timestamp.
+    ProcessingTime,
+}
 
 const MILLIS_PER_DAY: i64 = 86_400_000;
 

@@ -1,6 +1,7 @@
 //! State time-to-live, declared with a state and enforced by the host.
 
-use crate::{Duration, TimeDomain};
+use crate::duration::Duration;
+use crate::time::TimeDomain;
 
 /// A state's time-to-live, Flink's `StateTtlConfig`: every entry of the state (its value,
 /// each list item, each map entry) lives `ttl` after the time of the call that last wrote

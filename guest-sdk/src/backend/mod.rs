@@ -13,6 +13,8 @@
 pub(crate) mod native;
 #[cfg(target_arch = "wasm32")]
 mod wasm;
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) mod world;
 
 /// The backend in use for this target.
 #[cfg(target_arch = "wasm32")]

@@ -4,9 +4,11 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use super::world::World;
+use crate::host_calls::LogLevel;
 use crate::host_calls::{Backend, StateKind};
-use crate::testing::world::World;
-use crate::{LogLevel, StateTtl, TimeDomain};
+use crate::time::TimeDomain;
+use crate::ttl::StateTtl;
 
 pub(crate) struct Native;
 

@@ -18,14 +18,15 @@
 //! the batch ends the batch right there, so the host fires it in order; a timer entry
 //! still ahead in the batch that the UDF deletes is skipped, and registering it again
 //! is a no-op, exactly as if the host held it.
-mod overlay;
 mod wire;
 
-pub(crate) use overlay::Overlay;
 pub(crate) use wire::Path;
 
-use crate::{Context, Element, ProcessFunction, StateTtl, TimeDomain, Timer};
-use overlay::{Contents, EntryHasher, Slot};
+use crate::context::{Context, Element, Timer};
+// The trait stays at the crate root: guest backtraces name it `weir_sdk::ProcessFunction`.
+use crate::overlay::{self, with, Contents, EntryHasher, Overlay, Slot};
+use crate::time::TimeDomain;
+use crate::ProcessFunction;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -34,22 +35,7 @@ use weir_wire::{WireError, Writer};
 use wire::{decode, encode, Batch, Entry, KeyState};
 
 thread_local! {
-    static OVERLAY: RefCell<Option<Overlay>> = const { RefCell::new(None) };
     static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
-    /// The time-to-live of each declared state, by id, as the UDF declared it.
-    static TTLS: RefCell<Vec<Option<StateTtl>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Records the time-to-live `state` was declared with, so that batches stamp its writes
-/// and report its reads. The backend calls this on every declaration.
-pub(crate) fn declared(state: u32, ttl: Option<StateTtl>) {
-    TTLS.with_borrow_mut(|ttls| {
-        let index = state as usize;
-        if ttls.len() <= index {
-            ttls.resize(index + 1, None);
-        }
-        ttls[index] = ttl;
-    });
 }
 
 /// The state of the keys of earlier cached batches of one epoch, by the host's number
@@ -58,12 +44,6 @@ pub(crate) fn declared(state: u32, ttl: Option<StateTtl>) {
 struct Cache {
     epoch: u64,
     keys: HashMap<u32, Vec<Slot>, BuildHasherDefault<EntryHasher>>,
-}
-
-/// Runs `f` on the installed overlay, or returns `None` outside a batch.
-#[inline]
-pub(crate) fn with<R>(f: impl FnOnce(&mut Overlay) -> R) -> Option<R> {
-    OVERLAY.with_borrow_mut(|overlay| overlay.as_mut().map(f))
 }
 
 /// The slots of the batch's keys: sent ones from the buffer, the others taken out of
@@ -140,7 +120,7 @@ pub(crate) fn run<T: ProcessFunction>(
         pending_per_key,
         skipped: vec![false; entries.len()],
         earliest_registered: None,
-        ttls: TTLS.with_borrow(Clone::clone),
+        ttls: overlay::declared_ttls(),
         timer_ops: Writer::with_capacity(entries.len() * 14),
         timer_op_count: 0,
         emits: Writer::with_capacity(entries.len() * 64),
@@ -148,11 +128,9 @@ pub(crate) fn run<T: ProcessFunction>(
         logs: Writer::new(),
         log_count: 0,
     };
-    OVERLAY.with_borrow_mut(|o| *o = Some(overlay));
+    overlay::install(overlay);
     let result = run_entries(udf, inputs, &key_bytes, &entries);
-    let mut overlay = OVERLAY
-        .with_borrow_mut(Option::take)
-        .expect("installed above");
+    let mut overlay = overlay::take().expect("installed above");
     let consumed = result?;
     anyhow::ensure!(
         !overlay.tainted,

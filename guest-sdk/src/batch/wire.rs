@@ -1,7 +1,7 @@
 //! A batch's buffer in (its keys, their state and its entries) and its effects out, in
 //! the layout of the `weir-wire` crate.
 
-use super::overlay::{Change, Contents, Op, Overlay, Slot};
+use crate::overlay::{Change, Contents, Op, Overlay, Slot};
 use weir_wire::{Reader, SlotRef, WireError, Writer};
 
 pub(super) struct KeyState<'b> {

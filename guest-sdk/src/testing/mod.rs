@@ -16,57 +16,21 @@
 //! assert_eq!(host.outputs("main"), vec![Emitted::new(json!({...}), 1_000).with_key("ad-1")]);
 //! ```
 
-pub(crate) mod world;
-
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::rc::Rc;
 
 use anyhow::anyhow;
 
+pub use crate::backend::world::{Emitted, LogLine};
+use crate::backend::world::{Phase, World};
 use crate::backend::{native, Active};
+use crate::context::{Context, Element, InitContext, Timer};
+// The trait stays at the crate root: guest backtraces name it `weir_sdk::ProcessFunction`.
 use crate::host_calls::Backend;
-use crate::{Context, Element, InitContext, LogLevel, ProcessFunction, Result, TimeDomain, Timer};
-use world::{Phase, World};
-
-/// A record the UDF emitted, as the host received it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Emitted {
-    /// The record's key, if the UDF gave one.
-    pub key: Option<Vec<u8>>,
-    /// The record, parsed from the JSON the UDF emitted.
-    pub value: serde_json::Value,
-    /// The record's timestamp: the one the UDF gave, else the element's or timer's.
-    pub timestamp: i64,
-}
-
-impl Emitted {
-    /// An expected record without a key, for comparing with [`TestHost::outputs`].
-    pub fn new(value: serde_json::Value, timestamp: i64) -> Self {
-        Emitted {
-            key: None,
-            value,
-            timestamp,
-        }
-    }
-
-    /// Sets the expected key.
-    pub fn with_key(mut self, key: impl AsRef<[u8]>) -> Self {
-        self.key = Some(key.as_ref().to_vec());
-        self
-    }
-}
-
-/// A line the UDF logged.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LogLine {
-    /// Its level.
-    pub level: LogLevel,
-    /// The current key when it was logged (`None` in `init`).
-    pub key: Option<Vec<u8>>,
-    /// The message.
-    pub message: String,
-}
+use crate::result::Result;
+use crate::time::TimeDomain;
+use crate::ProcessFunction;
 
 /// An element's value as a test gives it: a `serde_json::Value`, or the raw bytes of the
 /// record (`&str`/`String` of JSON text, `&[u8]`, `Vec<u8>`), passed to the UDF as is.
@@ -183,7 +147,7 @@ pub struct TestHost<T: ProcessFunction> {
     rejected: Vec<Rejected>,
 }
 
-/// An element or timer the UDF rejected ([`Reject`](crate::Reject)): the host sends it
+/// An element or timer the UDF rejected ([`Reject`](crate::reject::Reject)): the host sends it
 /// to the dead-letter output with the reason and takes back everything its call did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejected {
@@ -238,7 +202,7 @@ impl<T: ProcessFunction> TestHost<T> {
         let rejection = result
             .as_ref()
             .err()
-            .and_then(crate::Reject::find)
+            .and_then(crate::reject::Reject::find)
             .map(|r| r.reason().to_owned());
         self.world.borrow_mut().end_call(result.is_ok());
         Active::call_finished();

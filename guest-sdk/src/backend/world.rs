@@ -3,13 +3,53 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{Emitted, LogLine};
+use crate::host_calls::LogLevel;
 use crate::host_calls::StateKind;
-use crate::{LogLevel, StateTtl, TimeDomain};
+use crate::time::TimeDomain;
+use crate::ttl::StateTtl;
 use weir_core::key::{tie_order, KeyId};
 use weir_core::state::ttl::{self, stamped, unstamped};
 use weir_core::state::{StampChange, StateTtl as HostTtl, TtlRefresh};
 use weir_core::time::timers::{TimeDomain as HostDomain, TimerService};
+
+/// A record the UDF emitted, as the host received it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Emitted {
+    /// The record's key, if the UDF gave one.
+    pub key: Option<Vec<u8>>,
+    /// The record, parsed from the JSON the UDF emitted.
+    pub value: serde_json::Value,
+    /// The record's timestamp: the one the UDF gave, else the element's or timer's.
+    pub timestamp: i64,
+}
+
+impl Emitted {
+    /// An expected record without a key, for comparing with [`TestHost::outputs`](crate::testing::TestHost::outputs).
+    pub fn new(value: serde_json::Value, timestamp: i64) -> Self {
+        Emitted {
+            key: None,
+            value,
+            timestamp,
+        }
+    }
+
+    /// Sets the expected key.
+    pub fn with_key(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.key = Some(key.as_ref().to_vec());
+        self
+    }
+}
+
+/// A line the UDF logged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogLine {
+    /// Its level.
+    pub level: LogLevel,
+    /// The current key when it was logged (`None` in `init`).
+    pub key: Option<Vec<u8>>,
+    /// The message.
+    pub message: String,
+}
 
 /// What the host is doing, which decides which calls are legal.
 pub(crate) enum Phase {

@@ -1,16 +1,59 @@
-//! The [`Overlay`]: the guest-side view of the batch's keys' state and of the effects
-//! the batch has had so far, which every backend call acts on while a batch runs.
+//! The batch overlay ([`Overlay`]): the guest-side view of a batch's keys' state and of
+//! the effects the batch has had so far, which every backend call acts on while a batch
+//! runs (see the `batch` module).
 
+use crate::host_calls::LogLevel;
 use crate::host_calls::{CachedValue, ValueView};
-use crate::{LogLevel, StateTtl, TimeDomain};
+use crate::time::TimeDomain;
+use crate::ttl::StateTtl;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 use std::rc::Rc;
 use weir_wire::Writer;
 
+thread_local! {
+    static OVERLAY: RefCell<Option<Overlay>> = const { RefCell::new(None) };
+    /// The time-to-live of each declared state, by id, as the UDF declared it.
+    static TTLS: RefCell<Vec<Option<StateTtl>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Records the time-to-live `state` was declared with, so that batches stamp its writes
+/// and report its reads. The backend calls this on every declaration.
+pub(crate) fn declared(state: u32, ttl: Option<StateTtl>) {
+    TTLS.with_borrow_mut(|ttls| {
+        let index = state as usize;
+        if ttls.len() <= index {
+            ttls.resize(index + 1, None);
+        }
+        ttls[index] = ttl;
+    });
+}
+
+/// The time-to-live of each state declared so far, by id, for a batch's overlay.
+pub(crate) fn declared_ttls() -> Vec<Option<StateTtl>> {
+    TTLS.with_borrow(Clone::clone)
+}
+
+/// Runs `f` on the installed overlay, or returns `None` outside a batch.
+#[inline]
+pub(crate) fn with<R>(f: impl FnOnce(&mut Overlay) -> R) -> Option<R> {
+    OVERLAY.with_borrow_mut(|overlay| overlay.as_mut().map(f))
+}
+
+/// Installs `overlay` for the batch about to run: every backend call acts on it.
+pub(crate) fn install(overlay: Overlay) {
+    OVERLAY.with_borrow_mut(|o| *o = Some(overlay));
+}
+
+/// Takes the installed overlay out once its batch ran.
+pub(crate) fn take() -> Option<Overlay> {
+    OVERLAY.with_borrow_mut(Option::take)
+}
+
 /// One state of one key, as the batch sees it.
-pub(super) enum Contents {
+pub(crate) enum Contents {
     Absent,
     /// A value still in the batch buffer, not copied unless it is read as owned.
     Stored(Range<usize>),
@@ -22,7 +65,7 @@ pub(super) enum Contents {
 }
 
 /// How a slot changed in this batch, which decides what its write to the host is.
-pub(super) enum Change {
+pub(crate) enum Change {
     Clean,
     /// Written whole (for a state with a time-to-live: only a value state, at `stamp`).
     Replaced,
@@ -31,7 +74,7 @@ pub(super) enum Change {
     Ops(Vec<(Op, i64)>),
 }
 
-pub(super) enum Op {
+pub(crate) enum Op {
     Append(Vec<u8>),
     Put(Vec<u8>, Vec<u8>),
     Remove(Vec<u8>),
@@ -44,19 +87,19 @@ pub(super) enum Op {
 }
 
 /// Past this many operations a slot is written whole.
-pub(super) const MAX_OPS: usize = 32;
+pub(crate) const MAX_OPS: usize = 32;
 
-pub(super) struct Slot {
-    pub(super) state: u32,
-    pub(super) contents: Contents,
-    pub(super) change: Change,
+pub(crate) struct Slot {
+    pub(crate) state: u32,
+    pub(crate) contents: Contents,
+    pub(crate) change: Change,
     /// A value state with a time-to-live: the time of the call that last wrote (or,
     /// refreshed on read, read) it.
-    pub(super) stamp: i64,
+    pub(crate) stamp: i64,
 }
 
 impl Slot {
-    pub(super) fn new(state: u32, contents: Contents) -> Self {
+    pub(crate) fn new(state: u32, contents: Contents) -> Self {
         Slot {
             state,
             contents,
@@ -86,34 +129,34 @@ impl Slot {
 /// The guest-side view of host state and the effects of the batch so far.
 pub(crate) struct Overlay {
     /// Slots per batch key index (the key bytes stay in the batch buffer).
-    pub(super) slots: Vec<Vec<Slot>>,
-    pub(super) current: usize,
-    pub(super) timestamp: i64,
-    pub(super) watermark: i64,
-    pub(super) processing_time: i64,
+    pub(crate) slots: Vec<Vec<Slot>>,
+    pub(crate) current: usize,
+    pub(crate) timestamp: i64,
+    pub(crate) watermark: i64,
+    pub(crate) processing_time: i64,
     /// The batch buffer, which `Contents::Stored` values point into.
-    pub(super) buf: Rc<Vec<u8>>,
+    pub(crate) buf: Rc<Vec<u8>>,
     /// Whether a failed `modify` may have changed a kept value in place: the batch must
     /// fail, to be run again one call at a time.
-    pub(super) tainted: bool,
+    pub(crate) tainted: bool,
     /// Timer entries not processed yet: (key, domain, time) -> entry index.
-    pub(super) pending: HashMap<(u32, u8, i64), usize, BuildHasherDefault<EntryHasher>>,
+    pub(crate) pending: HashMap<(u32, u8, i64), usize, BuildHasherDefault<EntryHasher>>,
     /// How many of those each key has, so most timer calls skip the map.
-    pub(super) pending_per_key: Vec<u32>,
-    pub(super) skipped: Vec<bool>,
+    pub(crate) pending_per_key: Vec<u32>,
+    pub(crate) skipped: Vec<bool>,
     /// The earliest event-time timer this batch registered, if it registered one.
-    pub(super) earliest_registered: Option<i64>,
-    /// The time-to-live of each state, by id (see `batch::declared`).
-    pub(super) ttls: Vec<Option<StateTtl>>,
-    pub(super) timer_ops: Writer,
-    pub(super) timer_op_count: u32,
-    pub(super) emits: Writer,
-    pub(super) emit_count: u32,
-    pub(super) logs: Writer,
-    pub(super) log_count: u32,
+    pub(crate) earliest_registered: Option<i64>,
+    /// The time-to-live of each state, by id (see [`declared`]).
+    pub(crate) ttls: Vec<Option<StateTtl>>,
+    pub(crate) timer_ops: Writer,
+    pub(crate) timer_op_count: u32,
+    pub(crate) emits: Writer,
+    pub(crate) emit_count: u32,
+    pub(crate) logs: Writer,
+    pub(crate) log_count: u32,
 }
 
-pub(super) fn domain_code(d: TimeDomain) -> u8 {
+pub(crate) fn domain_code(d: TimeDomain) -> u8 {
     match d {
         TimeDomain::EventTime => weir_wire::EVENT_TIME,
         TimeDomain::ProcessingTime => weir_wire::PROCESSING_TIME,
@@ -456,7 +499,7 @@ impl Overlay {
 /// from the host, not from record data, so a fast non-keyed hash is enough (std's
 /// SipHash showed up in profiles).
 #[derive(Default)]
-pub(super) struct EntryHasher(u64);
+pub(crate) struct EntryHasher(u64);
 
 impl Hasher for EntryHasher {
     fn finish(&self) -> u64 {
