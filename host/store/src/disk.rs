@@ -3,6 +3,7 @@
 
 use crate::layout::{self, key_prefix, LIST_ITEM, MAP_ENTRY, VALUE};
 use crate::rows::{slots_of, timer_of, Entries};
+use crate::spent::Spent;
 use anyhow::Context as _;
 use fjall::config::PinningPolicy;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
@@ -19,6 +20,8 @@ pub struct DiskStore {
     pub(crate) path: PathBuf,
     /// Writes so far (counted to check the memtables' size every so often).
     pub(crate) writes: std::cell::Cell<u32>,
+    /// The listings walks by time have passed.
+    pub(crate) spent: Spent,
 }
 
 /// The database and its four keyspaces ([`layout`]).
@@ -101,6 +104,7 @@ impl DiskStore {
             tree: Some(tree),
             path: dir.to_path_buf(),
             writes: std::cell::Cell::new(0),
+            spent: Spent::default(),
         })
     }
 
@@ -475,6 +479,7 @@ impl Drop for DiskStore {
     /// The store is a working copy: its directory goes with it, once the database (and
     /// so its background workers) are gone.
     fn drop(&mut self) {
+        self.spent.finish();
         drop(self.tree.take());
         let _ = std::fs::remove_dir_all(&self.path);
         // The process's folder, once its last shard's store is gone.

@@ -25,6 +25,7 @@ pub mod layout;
 mod rows;
 mod slots;
 mod snapshot;
+mod spent;
 #[cfg(test)]
 mod tests;
 

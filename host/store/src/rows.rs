@@ -2,6 +2,7 @@
 //! its `spilled` row or the listing that carries it, and the walk over every saved key.
 
 use crate::layout::{self, SpilledRow, LIST_ITEM, MAP_ENTRY, VALUE};
+use crate::spent::Horizons;
 use anyhow::Context as _;
 use std::path::Path;
 use weir_core::key::Key;
@@ -52,12 +53,14 @@ pub(crate) fn listed_of(path: &Path, row: &[u8], value: &[u8]) -> anyhow::Result
 }
 
 /// Calls `each` with every saved key, once: those whose `spilled` rows hold them, then
-/// those whose listings in `timers_by_time` carry them. Called by walks of the store and
-/// of its snapshots, which hand the two keyspaces' rows.
+/// those whose listings in `timers_by_time` carry them, passing over listings `spent`
+/// says are spent. Called by walks of the store and of its snapshots, which hand the
+/// two keyspaces' rows.
 pub(crate) fn walk_saved(
     path: &Path,
     spilled: impl Iterator<Item = anyhow::Result<Row>>,
     timers_by_time: impl Iterator<Item = anyhow::Result<Row>>,
+    spent: Horizons,
     each: &mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     for row in spilled {
@@ -69,7 +72,7 @@ pub(crate) fn walk_saved(
     }
     for row in timers_by_time {
         let (row, value) = row?;
-        if !value.is_empty() {
+        if !value.is_empty() && !spent.spent(&row) {
             let listed = listed_of(path, &row, &value)?;
             each(&listed.key, listed.saved.expect("a carried row"))?;
         }

@@ -54,6 +54,24 @@ impl SlotStore for DiskStore {
         self.delete(&self.tree().spilled, prefix)
     }
 
+    /// The carrying listing (the first) stays: it is spent once the walk that found it
+    /// is (see the `spent` module). The `spilled` row goes, so a lookup by key finds
+    /// nothing.
+    fn remove_woken(&self, key: &[u8], listed: &[(Wake, Timestamp)]) -> anyhow::Result<()> {
+        let prefix = key_prefix(key)?;
+        for &(wake, at) in listed.iter().skip(1) {
+            self.delete(
+                &self.tree().timers_by_time,
+                layout::timer_by_time(&prefix, wake, at),
+            )?;
+        }
+        self.delete(&self.tree().spilled, prefix)
+    }
+
+    fn spent_through(&self, wake: Wake, place: FiringPlace) {
+        self.spent.advance(wake, place, &self.tree().timers_by_time);
+    }
+
     fn due(
         &self,
         wake: Wake,
@@ -61,6 +79,10 @@ impl SlotStore for DiskStore {
         through: FiringPlace,
         limit: usize,
     ) -> anyhow::Result<Vec<Listed>> {
+        let from = self.spent.horizons().start(wake, from);
+        let Some(from) = from.filter(|&from| from <= through) else {
+            return Ok(Vec::new());
+        };
         let start = layout::place_bytes(wake, from).to_vec();
         let mut end = layout::place_bytes(wake, through).to_vec();
         end.push(0xff);
@@ -82,6 +104,7 @@ impl SlotStore for DiskStore {
             &self.path,
             spilled.map(|guard| self.failed(guard.into_inner())),
             listed.map(|guard| self.failed(guard.into_inner())),
+            self.spent.horizons(),
             each,
         )
     }

@@ -4,9 +4,11 @@
 use crate::disk::DiskStore;
 use crate::layout;
 use crate::rows::{saved_of, slots_of, timer_of, walk_saved, Entries};
+use crate::spent::Horizons;
 use anyhow::Context as _;
 use fjall::{Keyspace, Readable};
 use std::path::PathBuf;
+use std::sync::Arc;
 use weir_core::key::Key;
 use weir_core::state::{SavedKey, Slot, SlotSnapshot, StateId};
 use weir_core::time::timers::TimeDomain;
@@ -32,6 +34,10 @@ pub struct StoreSnapshot {
     timers_by_time: Keyspace,
     spilled: Keyspace,
     path: PathBuf,
+    /// The listings spent when it was taken, and the pin that keeps the store from
+    /// dropping the tables of later ones while it lives.
+    spent: Horizons,
+    _pin: Arc<()>,
 }
 
 impl StoreSnapshot {
@@ -143,6 +149,8 @@ impl DiskStore {
             timers_by_time: self.tree().timers_by_time.clone(),
             spilled: self.tree().spilled.clone(),
             path: self.path.clone(),
+            spent: self.spent.horizons(),
+            _pin: self.spent.pin(),
         }
     }
 }
@@ -177,6 +185,7 @@ impl SlotSnapshot for StoreSnapshot {
             &self.path,
             self.rows(&self.spilled),
             self.rows(&self.timers_by_time),
+            self.spent,
             each,
         )
     }

@@ -549,3 +549,125 @@ fn keys_saved_and_removed_again_and_again_never_come_back() {
     }
     check(&store, &model);
 }
+
+/// Every saved key a walk hands, each once.
+fn walked(
+    walk: impl FnOnce(&mut dyn FnMut(&[u8], SavedKey) -> anyhow::Result<()>) -> anyhow::Result<()>,
+) -> BTreeMap<Vec<u8>, SavedKey> {
+    let mut out = BTreeMap::new();
+    walk(&mut |key, saved| {
+        assert!(out.insert(key.to_vec(), saved).is_none(), "each key once");
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+#[test]
+fn listings_a_walk_passed_are_spent_and_their_tables_dropped_without_losing_a_live_key() {
+    use weir_core::state::{SlotSnapshot, SlotStore};
+    let dir = tempfile::tempdir().unwrap();
+    let store = DiskStore::open(dir.path(), 1 << 20).unwrap();
+    let mut dice = Dice(0xd0c5);
+    let mut model: BTreeMap<Vec<u8>, SavedKey> = BTreeMap::new();
+    let ev = TimeDomain::EventTime;
+    let timer = Wake::Timer(ev);
+    let (start, end) = (FiringPlace::start_of, FiringPlace::end_of);
+    // Time the walks have woken every key through; keys go dormant only after it, as
+    // the key table lets them.
+    let mut now: Timestamp = 0;
+    let check = |store: &DiskStore, model: &BTreeMap<Vec<u8>, SavedKey>| {
+        for n in 0..2_000u32 {
+            let key = format!("key-{n}").into_bytes();
+            assert_eq!(store.load(&key).unwrap().as_ref(), model.get(&key), "{n}");
+        }
+        assert_eq!(&walked(|each| store.for_each(each)), model);
+        for wake in [timer, Wake::Expiry(ev)] {
+            let due = store
+                .due(wake, start(Timestamp::MIN), end(Timestamp::MAX), usize::MAX)
+                .unwrap();
+            let listed: BTreeSet<Vec<u8>> = due.iter().map(|l| l.key.to_vec()).collect();
+            let expected: BTreeSet<Vec<u8>> = model
+                .iter()
+                .filter(|(_, saved)| saved.listings().iter().any(|(w, _)| *w == wake))
+                .map(|(key, _)| key.clone())
+                .collect();
+            assert_eq!(listed, expected, "{wake:?}");
+        }
+    };
+    for round in 0..40u64 {
+        // Keys go dormant, each with a timer after the walks, some listed for an expiry
+        // too; some of them were woken before, by a walk or by a record.
+        for step in 0..400u64 {
+            let key = format!("key-{}", dice.roll(2_000)).into_bytes();
+            if model.contains_key(&key) {
+                continue;
+            }
+            let at = now + 1 + dice.roll(300) as Timestamp;
+            let expiry = match dice.roll(4) {
+                0 => vec![(ev, at + dice.roll(300) as Timestamp)],
+                _ => vec![],
+            };
+            let saved = SavedKey {
+                slots: vec![(
+                    0,
+                    Slot::Value((round * 1_000 + step).to_le_bytes().to_vec()),
+                )],
+                timers: vec![(ev, at)],
+                expiry,
+            };
+            store.save(&key, &saved).unwrap();
+            model.insert(key, saved);
+        }
+        // A record wakes a few keys by their bytes.
+        for _ in 0..20 {
+            let key = format!("key-{}", dice.roll(2_000)).into_bytes();
+            if let Some(saved) = store.load(&key).unwrap() {
+                store.remove(&key, &saved.listings()).unwrap();
+                assert_eq!(model.remove(&key), Some(saved));
+            }
+        }
+        // A walk wakes every key whose timer is due by the new time, with what its
+        // listing carried; its listing stays behind, spent.
+        now += 100 + dice.roll(100) as Timestamp;
+        for listed in store
+            .due(timer, start(Timestamp::MIN), end(now), usize::MAX)
+            .unwrap()
+        {
+            let saved = listed.saved.expect("the timer's listing carries the row");
+            store.remove_woken(&listed.key, &saved.listings()).unwrap();
+            assert_eq!(model.remove(listed.key.as_slice()), Some(saved));
+        }
+        store.spent_through(timer, end(now));
+        let tree = store.tree();
+        if round % 5 == 4 {
+            for keyspace in [&tree.spilled, &tree.timers_by_time] {
+                keyspace.rotate_memtable_and_wait().unwrap();
+            }
+        }
+        if round % 10 == 9 {
+            // A snapshot taken now sees the store as it is while walks go on, and no
+            // table is dropped under it.
+            let snapshot = store.snapshot();
+            let seen = model.clone();
+            for listed in store
+                .due(timer, start(Timestamp::MIN), end(now + 150), usize::MAX)
+                .unwrap()
+            {
+                let saved = listed.saved.expect("carried");
+                store.remove_woken(&listed.key, &saved.listings()).unwrap();
+                model.remove(listed.key.as_slice());
+            }
+            now += 150;
+            store.spent_through(timer, end(now));
+            tree.timers_by_time.rotate_memtable_and_wait().unwrap();
+            store.spent.drop_now(&tree.timers_by_time);
+            assert_eq!(walked(|each| snapshot.for_each(each)), seen);
+            drop(snapshot);
+            tree.timers_by_time.major_compact().unwrap();
+            store.spent.drop_now(&tree.timers_by_time);
+        }
+        check(&store, &model);
+    }
+    assert!(!model.is_empty());
+}

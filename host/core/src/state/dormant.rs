@@ -21,7 +21,10 @@
 //!   expiry index, without a scan of the keys.
 //!
 //! Waking removes the key's row: the key is back in memory as it was, slots, timers and
-//! expiry, and is written again when it leaves next.
+//! expiry, and is written again when it leaves next. A walk by time leaves the listings
+//! it passed to the store, which treats them as spent ([`SlotStore::spent_through`](super::SlotStore::spent_through)):
+//! a key whose timer is due at a place a walk passed (set for a time its clock has fired
+//! through, not fired yet) does not go dormant until it fires.
 //!
 //! Checkpoints: a key that changed since the last checkpoint and went dormant is
 //! remembered by its bytes ([`KeyTable::take_dormant_changes`]); a full checkpoint
@@ -93,13 +96,19 @@ impl KeyTable {
         let spill = self.spill.as_mut().expect("only with a store");
         let entry = &mut self.entries[id as usize];
         let saved = match carried {
-            Some(saved) => saved,
+            Some(saved) => {
+                // Its listing stays behind the walk that found it (spent).
+                spill.store.remove_woken(&entry.key, &saved.listings())?;
+                saved
+            }
             None => match spill.store.load(&entry.key)? {
-                Some(saved) => saved,
+                Some(saved) => {
+                    spill.store.remove(&entry.key, &saved.listings())?;
+                    saved
+                }
                 None => return Ok(()),
             },
         };
-        spill.store.remove(&entry.key, &saved.listings())?;
         spill.loads += 1;
         spill.dormant_keys -= 1;
         entry.slots = saved.slots.into_iter().collect();
@@ -122,7 +131,8 @@ impl KeyTable {
     }
 
     /// Sends key `id` to the store whole (see the [module docs](self)): its slots, its
-    /// timers and its listings for expiry.
+    /// timers and its listings for expiry. A key that would be listed behind the walks
+    /// by time (`Spill::behind_walks`) stays in memory instead.
     pub(super) fn put_to_sleep(
         &mut self,
         id: KeyId,
@@ -132,15 +142,23 @@ impl KeyTable {
         let expiry: Vec<(TimeDomain, Timestamp)> =
             [TimeDomain::EventTime, TimeDomain::ProcessingTime]
                 .into_iter()
-                .filter_map(|domain| Some((domain, self.expiry[clock(domain)].take(id)?)))
+                .filter_map(|domain| Some((domain, self.expiry[clock(domain)].due_of(id)?)))
                 .collect();
-        let spill = self.spill.as_mut().expect("only with a store");
-        let entry = &mut self.entries[id as usize];
-        let saved = SavedKey {
-            slots: entry.slots.drain(..).collect(),
+        let mut saved = SavedKey {
+            slots: Vec::new(),
             timers: pending,
             expiry,
         };
+        let spill = self.spill.as_ref().expect("only with a store");
+        if spill.behind_walks(&self.entries[id as usize].key, &saved) {
+            return Ok(());
+        }
+        for &(domain, _) in &saved.expiry {
+            self.expiry[clock(domain)].take(id);
+        }
+        let spill = self.spill.as_mut().expect("only with a store");
+        let entry = &mut self.entries[id as usize];
+        saved.slots = entry.slots.drain(..).collect();
         save_dormant(spill, &entry.key, &saved)?;
         let tie = tie_order(&entry.key);
         for &(domain, at) in &saved.timers {
@@ -228,6 +246,12 @@ impl KeyTable {
             }
             _ => all_of_it,
         };
+        // Every listing through `reached` is awake: the store's are spent, and no key
+        // goes dormant listed there again.
+        let spill = self.spill.as_mut().expect("checked");
+        let spent = spill.spent[listing].map_or(reached, |spent| spent.max(reached));
+        spill.spent[listing] = Some(spent);
+        spill.store.spent_through(wake, spent);
         // Where the next listing is (keys that go dormant later lower it again).
         let spill = self.spill.as_mut().expect("checked");
         let next = match reached.next() {
@@ -520,6 +544,50 @@ mod tests {
                 contents(&keeping, entry.key())
             );
         }
+    }
+
+    /// A key given a timer for a time its clock has fired through (due at the next
+    /// advance) does not go dormant: a walk passed that place, and the store treats what
+    /// is listed there as spent. It fires at the next advance, and may sleep after.
+    #[test]
+    fn a_key_with_a_timer_behind_the_walks_stays_in_memory_until_it_fires() {
+        let ev = TimeDomain::EventTime;
+        let mut table = KeyTable::new();
+        table.spill_to(Box::new(Shelf::default()), 0);
+        let mut timers = TimerService::new(0);
+        let key: &[u8] = b"late";
+        let late = Key::from_slice(key);
+        let id = table.intern_awake(key, &mut timers).unwrap();
+        table.entry_mut(id).set_slot(0, Slot::Value(vec![1]));
+        assert!(timers.register(ev, id, tie_order(key), 100));
+        table.timer_added(id, ev, 100);
+        table.evict(&mut timers).unwrap();
+        assert_eq!(
+            table.dormant_keys(),
+            1,
+            "nothing stops it going dormant yet"
+        );
+        assert_eq!(
+            fire(&mut table, &mut timers, ev, 100),
+            [(100, late.clone())]
+        );
+
+        let id = table.intern_awake(key, &mut timers).unwrap();
+        assert!(timers.register(ev, id, tie_order(key), 50));
+        table.timer_added(id, ev, 50);
+        table.evict(&mut timers).unwrap();
+        assert!(
+            table.find(key).is_some(),
+            "a timer behind the walk keeps it"
+        );
+        assert_eq!(table.dormant_keys(), 0);
+        assert_eq!(fire(&mut table, &mut timers, ev, 120), [(50, late)]);
+        table.evict(&mut timers).unwrap();
+        assert_eq!(table.dormant_keys(), 1, "fired, it may sleep again");
+        assert_eq!(
+            contents(&table, key).unwrap().slots,
+            [(0, Slot::Value(vec![1]))]
+        );
     }
 
     /// Keys whose timers all fall on one time (a window's end) wake a few at a time, in

@@ -115,6 +115,22 @@ pub trait SlotStore: Send {
     /// Removes what the store holds for `key`, and its listings by time `listed` (those
     /// of what it was saved with). Called when a dormant key wakes.
     fn remove(&self, key: &[u8], listed: &[(Wake, Timestamp)]) -> anyhow::Result<()>;
+    /// [`remove`](Self::remove) for a key a walk by time ([`due`](Self::due)) found
+    /// through the listing that carried its row (the first of `listed`): the store may
+    /// leave that listing where it is, since the engine says next that the walk's
+    /// listings are spent ([`spent_through`](Self::spent_through)). Called when a dormant
+    /// key wakes with what its listing carried.
+    fn remove_woken(&self, key: &[u8], listed: &[(Wake, Timestamp)]) -> anyhow::Result<()> {
+        self.remove(key, listed)
+    }
+    /// Every listing under `wake` at a place through `place` is spent: its key woke, and
+    /// no key is listed there again (a key that would be stays in memory). The store's
+    /// walks and [`due`](Self::due) pass over such listings from now on, and it may drop
+    /// them when it likes (whole tables at a time rather than one delete each). Called
+    /// after a walk by time woke every key listed through `place`; places only grow.
+    fn spent_through(&self, wake: Wake, place: FiringPlace) {
+        let _ = (wake, place);
+    }
     /// Up to `limit` keys listed under `wake` at a place in firing order from `from`
     /// through `through` (both included), in firing order (time, then the key's
     /// [`tie_order`](crate::key::tie_order), then the key's bytes), with that place.
@@ -210,6 +226,25 @@ pub(super) struct Spill {
     /// Keys that changed since the last checkpoint and left memory whole since: a
     /// checkpoint reads them from the store.
     pub(super) changed_dormant: Vec<Key>,
+    /// Per listing ([`Wake::index`]), the place through which a walk by time woke every
+    /// key listed (`None`: no walk yet): the store's listings there are spent
+    /// ([`SlotStore::spent_through`]), so no key may go dormant listed there.
+    pub(super) spent: [Option<FiringPlace>; 4],
+}
+
+impl Spill {
+    /// Whether `saved` (what `key` would go dormant with) would be listed at a place a
+    /// walk by time has passed: a timer set for a time its clock fired through, not
+    /// fired yet. Such a key stays in memory until the next walk fires it.
+    pub(super) fn behind_walks(&self, key: &[u8], saved: &SavedKey) -> bool {
+        if self.spent.iter().all(Option::is_none) {
+            return false;
+        }
+        let tie = crate::key::tie_order(key);
+        saved.listings().iter().any(|&(wake, at)| {
+            self.spent[wake.index() as usize].is_some_and(|spent| spent.covers(at, tie))
+        })
+    }
 }
 
 /// What a table with a slot store holds, for status figures.
@@ -300,6 +335,7 @@ impl KeyTable {
             dormant_timers: [0; 2],
             dormant_expiring: [0; 2],
             dormant_from: [FiringPlace::end_of(Timestamp::MAX); 4],
+            spent: [None; 4],
             changed_dormant: Vec::new(),
         }));
     }
@@ -400,6 +436,7 @@ impl KeyTable {
             if !entry.in_use || std::mem::replace(&mut entry.hot, false) {
                 continue;
             }
+            // A key listed behind the walks by time stays (see `Spill::behind_walks`).
             self.put_to_sleep(id, timers)?;
         }
         Ok(())
