@@ -58,14 +58,7 @@ impl SlotStore for DiskStore {
     /// is (see the `spent` module). The `spilled` row goes, so a lookup by key finds
     /// nothing.
     fn remove_woken(&self, key: &[u8], listed: &[(Wake, Timestamp)]) -> anyhow::Result<()> {
-        let prefix = key_prefix(key)?;
-        for &(wake, at) in listed.iter().skip(1) {
-            self.delete(
-                &self.tree().timers_by_time,
-                layout::timer_by_time(&prefix, wake, at),
-            )?;
-        }
-        self.delete(&self.tree().spilled, prefix)
+        self.remove(key, listed.get(1..).unwrap_or_default())
     }
 
     fn spent_through(&self, wake: Wake, place: FiringPlace) {

@@ -253,7 +253,6 @@ impl KeyTable {
         spill.spent[listing] = Some(spent);
         spill.store.spent_through(wake, spent);
         // Where the next listing is (keys that go dormant later lower it again).
-        let spill = self.spill.as_mut().expect("checked");
         let next = match reached.next() {
             Some(after) => spill
                 .store
